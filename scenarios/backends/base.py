@@ -1,0 +1,49 @@
+"""What a backend is: a framework, a mode, and a way to compute each operator there."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+MODES = ("reverse", "forward", "finite")
+
+
+class CellSkipped(Exception):
+    """The cell does not apply (no implementation for the framework, input too large, ...)."""
+
+
+@dataclasses.dataclass
+class Prepared:
+    """One cell made ready to run: ``call()`` computes the operator and waits for the device.
+
+    ``inputs`` are the framework-side arguments (x, tangent, contexts) so the checker can verify that
+    the backend left them intact; ``to_numpy`` turns a result into float64 numpy.
+    """
+
+    call: Callable[[], Any]
+    to_numpy: Callable[[Any], Any]
+    inputs: Any
+
+
+class Backend:
+    """A framework + mode + options. Subclasses set the class attributes and implement ``prepare``."""
+
+    name: str = ""
+    framework: str = ""
+    mode: str = ""
+
+    def unavailable(self) -> str | None:
+        """Why this backend cannot run here at all (framework missing), or None."""
+        return None
+
+    def device_unavailable(self, device: str) -> str | None:
+        return None
+
+    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
+        return None
+
+    def prepare(self, scenario, tangent: Any, device: str, dtype: str) -> Prepared:
+        """Make the cell ready to run; raise CellSkipped when it does not apply."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} ({self.framework}, {self.mode})>"

@@ -1,0 +1,85 @@
+"""Backends that run a framework's own differentiation (torch, jax): the shared cell preparation."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import optree
+
+from scenarios.backends.base import Backend, CellSkipped, Prepared
+from scenarios.frameworks import FrameworkUnavailable, get_framework
+from scenarios.scenario import Tangents, map_tangents
+
+
+class FrameworkBackend(Backend):
+    """Converts inputs to the framework on the device and dtype, then applies ``operator_fn``.
+
+    Subclasses give ``operator_fn(operator, f, x, tangent)`` and may wrap the whole computation
+    (``compile``), e.g. in ``jax.jit``.
+    """
+
+    requires_grad = False
+
+    @property
+    def adapter(self):
+        return get_framework(self.framework)
+
+    def unavailable(self) -> str | None:
+        try:
+            self.adapter
+        except FrameworkUnavailable as exc:
+            return str(exc)
+        return None
+
+    def device_unavailable(self, device: str) -> str | None:
+        return self.adapter.device_unavailable(device)
+
+    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
+        return self.adapter.dtype_unavailable(device, dtype)
+
+    def operator_fn(self, operator: str, f: Callable, x: Any, tangent: Any) -> Any:
+        raise NotImplementedError
+
+    def compile(self, computation: Callable) -> Callable:
+        return computation
+
+    def result_ready(self, result: Any) -> Any:
+        """Wait until the result is computed (asynchronous dispatch), return it."""
+        return result
+
+    def prepare(self, scenario, tangent, device, dtype) -> Prepared:
+        fn = scenario.implementation(self.framework)
+        if fn is None:
+            raise CellSkipped(f"the scenario has no {self.framework} implementation")
+        operator = scenario.operator
+        adapter = self.adapter
+        fx = adapter.to_framework(scenario.x, dtype, device, requires_grad=self.requires_grad)
+        ft = map_tangents(lambda t: adapter.to_framework(t, dtype, device), tangent)
+        fcontexts = adapter.to_framework(tuple(scenario.contexts), dtype, device)
+
+        batched = isinstance(ft, Tangents)
+        if batched:
+            ft = tuple(ft)  # a plain tuple: compilers (jax.jit) accept only their own pytree types
+
+        def computation(x_, tangent_, contexts_):
+            def f(z):
+                return fn(z, *contexts_)
+
+            if batched:
+                return tuple(self.operator_fn(operator, f, x_, t) for t in tangent_)
+            return self.operator_fn(operator, f, x_, tangent_)
+
+        compiled = self.compile(computation)
+
+        def call():
+            result = self.result_ready(compiled(fx, ft, fcontexts))
+            adapter.synchronize(device)
+            return result
+
+        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts))
+
+
+def block_until_ready(tree: Any) -> Any:
+    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
+        if hasattr(leaf, "block_until_ready"):
+            leaf.block_until_ready()
+    return tree

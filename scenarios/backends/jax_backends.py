@@ -1,0 +1,53 @@
+"""jax-rev, jax-rev-jit, jax-fwd."""
+from __future__ import annotations
+
+import functools
+
+from scenarios.backends.framework_backend import FrameworkBackend, block_until_ready
+from scenarios.backends.functional import TABLES, Transforms
+
+
+@functools.cache
+def jax_transforms() -> Transforms:
+    from scenarios.frameworks import get_framework
+
+    get_framework("jax")  # enables x64 before anything else touches jax
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    return Transforms(
+        grad=jax.grad, value_and_grad=jax.value_and_grad, jacrev=jax.jacrev, jacfwd=jax.jacfwd,
+        jvp=jax.jvp, vjp=jax.vjp, ravel=ravel_pytree,
+        ones_like=lambda tree: jax.tree_util.tree_map(jnp.ones_like, tree),
+        zeros_like=lambda tree: jax.tree_util.tree_map(jnp.zeros_like, tree),
+    )
+
+
+class JaxBackend(FrameworkBackend):
+    framework = "jax"
+    jit = False
+
+    def __init__(self, name: str, mode: str, jit: bool = False):
+        self.name, self.mode, self.jit = name, mode, jit
+
+    def operator_fn(self, operator, f, x, tangent):
+        return TABLES[self.mode][operator](jax_transforms(), f, x, tangent)
+
+    def compile(self, computation):
+        if not self.jit:
+            return computation
+        import jax
+
+        return jax.jit(computation)
+
+    def result_ready(self, result):
+        return block_until_ready(result)
+
+
+def jax_backends() -> list[JaxBackend]:
+    return [
+        JaxBackend("jax-rev", "reverse"),
+        JaxBackend("jax-fwd", "forward"),
+        JaxBackend("jax-rev-jit", "reverse", jit=True),
+    ]

@@ -1,0 +1,225 @@
+"""`scenarios.check`: expand scenarios × backends × devices × dtypes into cells and check each."""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import statistics
+import time
+from collections import Counter
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import optree
+
+from scenarios.backends import Backend, CellSkipped, get_backend, registry
+from scenarios.cell import FAILING, Cell
+from scenarios.compare import Comparison, compare_arrays, compare_to_reference
+from scenarios.reference import ReferenceCache, shared_cache
+from scenarios.scenario import Scenario, Tangents
+from scenarios.tolerances import Tolerance, tolerance_for
+
+# Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
+TIMING_REPEATS = 5
+TIMING_BUDGET_S = 0.05
+MESSAGE_LIMIT = 500
+
+
+@dataclasses.dataclass
+class Report:
+    cells: list[Cell]
+
+    def counts(self) -> Counter:
+        return Counter(cell.status for cell in self.cells)
+
+    @property
+    def ok(self) -> bool:
+        """No cell is fail, error or xpass."""
+        return not any(cell.status in FAILING for cell in self.cells)
+
+    def failing(self) -> list[Cell]:
+        return [cell for cell in self.cells if cell.status in FAILING]
+
+
+def available_devices() -> list[str]:
+    """cpu, plus every CUDA device torch or jax can see."""
+    devices = ["cpu"]
+    try:
+        import torch
+
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return devices
+
+
+def resolve_backends(names: Sequence[str] | None) -> list[Backend]:
+    """None: every registered backend whose framework is installed."""
+    if names is None:
+        return [b for b in registry().values() if b.unavailable() is None]
+    return [get_backend(name) for name in names]
+
+
+def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
+          devices: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
+          progress: Callable[[Cell], None] | None = None,
+          references: ReferenceCache | None = None) -> Report:
+    """Check every cell; None for backends, devices or dtypes means all available (dtypes: each
+    scenario's own)."""
+    chosen = resolve_backends(backends)
+    devices = list(devices) if devices is not None else available_devices()
+    references = references or shared_cache()
+    cells: list[Cell] = []
+    for scenario in scenarios:
+        cells.extend(check_scenario(scenario, chosen, devices, dtypes, references, progress))
+    return Report(cells)
+
+
+def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
+                   dtypes: Sequence[str] | None, references: ReferenceCache,
+                   progress: Callable[[Cell], None] | None = None) -> list[Cell]:
+    try:
+        tangent, refs = references.get(scenario)
+        reference_error = None
+    except Exception as exc:  # a broken scenario is an error cell, never a crashed run
+        tangent, refs, reference_error = None, None, f"reference failed: {_describe(exc)}"
+    cells, results = [], {}
+    for device in devices:
+        for dtype in (dtypes if dtypes is not None else scenario.dtypes):
+            for backend in backends:
+                cell = _new_cell(scenario, backend, device, dtype)
+                if reference_error:
+                    cell.status, cell.message = "error", reference_error
+                elif dtype not in scenario.dtypes:
+                    cell.status, cell.message = "skip", f"the scenario does not declare {dtype}"
+                else:
+                    results[cell.key] = run_cell(cell, scenario, backend, tangent, refs)
+                cells.append(cell)
+    _check_modes_agree(cells, results, scenario)
+    for cell in cells:
+        _apply_xfail(cell, scenario)
+        if progress:
+            progress(cell)
+    return cells
+
+
+def _new_cell(scenario: Scenario, backend: Backend, device: str, dtype: str) -> Cell:
+    return Cell(scenario=scenario.name, operator=scenario.operator, framework=backend.framework,
+                backend=backend.name, mode=backend.mode, device=device, dtype=dtype, status="skip")
+
+
+def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
+    return backend.unavailable() or backend.device_unavailable(device) or backend.dtype_unavailable(device, dtype)
+
+
+def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs) -> Any:
+    """Fill in ``cell``; return the backend's numpy result (None when there is none)."""
+    reason = _unavailable(backend, cell.device, cell.dtype)
+    if reason:
+        cell.status, cell.message = "skip", reason
+        return None
+    tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
+    cell.rtol, cell.atol = tol.rtol, tol.atol
+    try:
+        prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
+        before = _snapshot(prepared.inputs)
+        result = _timed_calls(cell, backend, prepared)
+        numpy_result = prepared.to_numpy(result)
+        intact = _snapshot(prepared.inputs)
+    except CellSkipped as exc:
+        cell.status, cell.message = "skip", str(exc)
+        return None
+    except Exception as exc:  # the backend could not differentiate it: truthfully an error
+        cell.status, cell.message = "error", _describe(exc)
+        return None
+    comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
+    if not _trees_equal(before, intact):
+        comparison = comparison.merge(Comparison(ok=False, message="scenario not intact: the backend "
+                                                                   "modified its inputs"))
+    cell.status = "pass" if comparison.ok else "fail"
+    cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
+    cell.atol = comparison.atol or cell.atol
+    cell.message = comparison.message[:MESSAGE_LIMIT]
+    return numpy_result
+
+
+def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:
+    batched = isinstance(tangent, Tangents)
+    results = list(result) if batched else [result]
+    if len(results) != len(refs):
+        return Comparison(ok=False, message=f"{len(results)} results for {len(refs)} tangents")
+    total = Comparison(ok=True)
+    for one, ref in zip(results, refs):
+        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare))
+    return total
+
+
+def _timed_calls(cell: Cell, backend: Backend, prepared) -> Any:
+    adapter = getattr(backend, "adapter", None)
+    if adapter:
+        adapter.reset_peak_memory(cell.device)
+    start = time.perf_counter()
+    result = prepared.call()
+    cell.first_call_ms = (time.perf_counter() - start) * 1e3
+    durations: list[float] = []
+    budget_end = time.perf_counter() + TIMING_BUDGET_S
+    while len(durations) < TIMING_REPEATS and (not durations or time.perf_counter() < budget_end):
+        start = time.perf_counter()
+        result = prepared.call()
+        durations.append(time.perf_counter() - start)
+    cell.time_ms = statistics.median(durations) * 1e3
+    if adapter:
+        cell.peak_memory_bytes = adapter.peak_memory(cell.device)
+    return result
+
+
+def _snapshot(tree: Any) -> list[np.ndarray]:
+    """Bitwise copies of every array leaf (framework arrays included), to detect mutation."""
+    leaves = optree.tree_leaves(tuple(tree), none_is_leaf=True)
+    return [_to_host(leaf) for leaf in leaves]
+
+
+def _to_host(leaf: Any) -> Any:
+    if hasattr(leaf, "detach"):  # torch
+        return leaf.detach().cpu().clone().numpy()
+    return np.array(leaf, copy=True) if hasattr(leaf, "shape") else leaf
+
+
+def _trees_equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        np.array_equal(x, y, equal_nan=True) if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b))
+
+
+def _check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario) -> None:
+    """Forward and reverse modes of one framework, same device and dtype, must agree with each other:
+    with probe references this catches errors orthogonal to the probes."""
+    by_group: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        if cell.status == "pass" and cell.mode in ("forward", "reverse"):
+            by_group.setdefault((cell.framework, cell.device, cell.dtype), []).append(cell)
+    for group in by_group.values():
+        forward = [c for c in group if c.mode == "forward"]
+        reverse = [c for c in group if c.mode == "reverse"]
+        for f_cell in forward:
+            for r_cell in reverse:
+                tol = Tolerance(rtol=2 * (f_cell.rtol or 0), atol=2 * tolerance_for(f_cell.dtype).atol)
+                a, b = results[f_cell.key], results[r_cell.key]
+                agreement = compare_arrays(a, b, optree.tree_map(np.zeros_like, b), tol)
+                if not agreement.ok:
+                    for cell, other in ((f_cell, r_cell), (r_cell, f_cell)):
+                        cell.status = "fail"
+                        cell.message = f"forward and reverse modes disagree ({other.backend}): {agreement.message}"
+
+
+def _apply_xfail(cell: Cell, scenario: Scenario) -> None:
+    for pattern, reason in scenario.xfail.items():
+        if fnmatch.fnmatchcase(cell.backend, pattern):
+            if cell.status in ("fail", "error"):
+                cell.status, cell.message = "xfail", f"{reason} ({cell.message})"[:MESSAGE_LIMIT]
+            elif cell.status == "pass":
+                cell.status, cell.message = "xpass", f"expected to fail: {reason}"[:MESSAGE_LIMIT]
+            return
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:MESSAGE_LIMIT]

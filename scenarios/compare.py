@@ -1,0 +1,137 @@
+"""Comparing a backend's result with the reference: structure, non-finite values, tolerances."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+import optree
+
+from scenarios.reference import Probe, Reference
+from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance
+
+
+@dataclasses.dataclass
+class Comparison:
+    ok: bool
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    atol: float = 0.0          # the absolute tolerance in force (atol × the result's scale)
+    message: str = ""
+
+    def merge(self, other: "Comparison") -> "Comparison":
+        return Comparison(
+            ok=self.ok and other.ok,
+            max_abs_err=max(self.max_abs_err, other.max_abs_err),
+            max_rel_err=max(self.max_rel_err, other.max_rel_err),
+            atol=max(self.atol, other.atol),
+            message="; ".join(m for m in (self.message, other.message) if m),
+        )
+
+
+def _leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    return [np.asarray(leaf, dtype=np.float64) for leaf in leaves], spec
+
+
+def structure_mismatch(result: Any, expected: Any) -> str | None:
+    got, got_spec = _leaves(result)
+    want, want_spec = _leaves(expected)
+    if got_spec != want_spec:
+        return f"structure {got_spec} differs from the reference's {want_spec}"
+    for i, (a, r) in enumerate(zip(got, want)):
+        if a.shape != r.shape:
+            return f"shape {a.shape} differs from the reference's {r.shape} (leaf {i})"
+    return None
+
+
+def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance) -> Comparison:
+    """Elementwise |a - r| <= atol·scale + rtol·|r| + k·err, non-finite values where the reference
+    has the same ones and nowhere else."""
+    mismatch = structure_mismatch(result, expected)
+    if mismatch:
+        return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"), message=mismatch)
+    a = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]] or [np.zeros(0)])
+    r = np.concatenate([leaf.reshape(-1) for leaf in _leaves(expected)[0]] or [np.zeros(0)])
+    e = np.concatenate([leaf.reshape(-1) for leaf in _leaves(error)[0]] or [np.zeros(0)])
+    finite_r, finite_a = np.isfinite(r), np.isfinite(a)
+    same_nonfinite = (~finite_r & ~finite_a) & ((np.isnan(r) & np.isnan(a)) | (a == r))
+    bad_nonfinite = ~finite_a & ~same_nonfinite
+    if np.any(bad_nonfinite) or np.any(~finite_r & finite_a):
+        where = int(np.argmax(bad_nonfinite | (~finite_r & finite_a)))
+        return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
+                          message=f"non-finite mismatch: got {a[where]} where the reference has {r[where]} "
+                                  f"(element {where})")
+    both = finite_r & finite_a
+    a, r, e = a[both], r[both], np.nan_to_num(e[both], nan=0.0, posinf=0.0)
+    scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
+    atol = tol.atol * scale
+    diff = np.abs(a - r)
+    threshold = atol + tol.rtol * np.abs(r) + REFERENCE_ERROR_FACTOR * e
+    ok = bool(np.all(diff <= threshold))
+    max_abs = float(np.max(diff)) if diff.size else 0.0
+    max_rel = float(np.max(diff / (np.abs(r) + atol))) if diff.size else 0.0
+    message = "" if ok else _worst(diff, threshold, a, r)
+    return Comparison(ok=ok, max_abs_err=max_abs, max_rel_err=max_rel, atol=atol, message=message)
+
+
+def _worst(diff, threshold, a, r) -> str:
+    worst = int(np.argmax(diff / threshold))
+    return (f"{int(np.sum(diff > threshold))} of {diff.size} elements beyond tolerance; worst: "
+            f"got {a[worst]:.10g}, reference {r[worst]:.10g} (element {worst})")
+
+
+def probe_projection(result: Any, probe: Probe) -> tuple[float, float]:
+    """(u·R, or w·R·u for matrix results; and its rounding-noise scale, the norm of the terms)."""
+    flat = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]])
+    if probe.w is None:
+        terms = flat * probe.u
+    else:
+        terms = probe.w[:, None] * flat.reshape(probe.w.size, probe.u.size) * probe.u[None, :]
+    return float(np.sum(terms)), float(np.linalg.norm(terms))
+
+
+def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
+    total = Comparison(ok=True)
+    flat_size = sum(leaf.size for leaf in _leaves(result)[0])
+    if flat_size != expected_size:
+        return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
+                          message=f"result has {flat_size} elements, expected {expected_size}")
+    for probe in probes:
+        projection, noise_scale = probe_projection(result, probe)
+        if not np.isfinite(projection):
+            return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
+                              message=f"non-finite result along a probe direction (got {projection})")
+        atol = tol.atol * max(1.0, abs(probe.value))
+        diff = abs(projection - probe.value)
+        threshold = atol + tol.rtol * max(noise_scale, abs(probe.value)) + REFERENCE_ERROR_FACTOR * probe.error
+        ok = diff <= threshold
+        total = total.merge(Comparison(
+            ok=ok, max_abs_err=diff, max_rel_err=diff / (abs(probe.value) + atol), atol=atol,
+            message="" if ok else f"probe: got {projection:.10g}, reference {probe.value:.10g}"))
+    return total
+
+
+def compare_to_reference(result: Any, reference: Reference, tol: Tolerance, operator: str,
+                         custom: Callable | None = None) -> Comparison:
+    """The whole comparison of one (co)tangent's result; value_and_gradient checks the value too."""
+    if operator == "value_and_gradient":
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            return Comparison(ok=False, message="value_and_gradient must return (value, gradient)")
+        value_cmp = compare_arrays(result[0], reference.value, optree.tree_map(np.zeros_like, reference.value), tol)
+        if value_cmp.message:
+            value_cmp.message = "value: " + value_cmp.message
+        return value_cmp.merge(compare_to_reference(result[1], reference, tol, "gradient", custom))
+    if custom is not None and reference.is_full:
+        ok, max_abs, max_rel = custom(result, reference.full, tol.rtol, tol.atol)
+        return Comparison(ok=bool(ok), max_abs_err=float(max_abs), max_rel_err=float(max_rel), atol=tol.atol,
+                          message="" if ok else "custom comparison failed")
+    if reference.is_full:
+        return compare_arrays(result, reference.full, reference.full_error, tol)
+    size = probes_result_size(reference)
+    return compare_probes(result, reference.probes, tol, size)
+
+
+def probes_result_size(reference: Reference) -> int:
+    probe = reference.probes[0]
+    return probe.u.size * (probe.w.size if probe.w is not None else 1)

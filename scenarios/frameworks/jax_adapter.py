@@ -1,0 +1,65 @@
+"""jax: pytrees in and out, devices, peak memory. float64 needs x64 on before any array exists."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
+import numpy as np  # noqa: E402
+import optree  # noqa: E402
+
+_DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
+           "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+
+
+def _device(device: str):
+    if device == "cpu":
+        return jax.devices("cpu")[0]
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return jax.devices("cuda")[index]
+
+
+class JaxAdapter:
+    name = "jax"
+    version = jax.__version__
+
+    def device_unavailable(self, device: str) -> str | None:
+        try:
+            _device(device)
+        except (RuntimeError, IndexError) as exc:
+            return f"jax has no device {device} here ({str(exc).splitlines()[0][:120]})"
+        return None
+
+    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
+        if dtype not in _DTYPES:
+            return f"jax has no dtype {dtype}"
+        return None
+
+    def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:
+        target = _device(device)
+        jax_dtype = _DTYPES[dtype]
+
+        def convert(leaf):
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+                return jax.device_put(jnp.asarray(leaf, dtype=jax_dtype), target)
+            return leaf
+
+        return optree.tree_map(convert, tree, none_is_leaf=True)
+
+    def to_numpy(self, tree: Any) -> Any:
+        return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), tree, none_is_leaf=True)
+
+    def synchronize(self, device: str) -> None:  # results are blocked on by the backend
+        return None
+
+    def reset_peak_memory(self, device: str) -> None:
+        return None  # jax keeps a process-wide peak; reported as-is on accelerators
+
+    def peak_memory(self, device: str) -> int | None:
+        if device == "cpu":
+            return None
+        stats = _device(device).memory_stats() or {}
+        return stats.get("peak_bytes_in_use")

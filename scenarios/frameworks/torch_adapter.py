@@ -1,0 +1,64 @@
+"""torch: pytrees of numpy float64 arrays in, numpy float64 out; devices and peak memory."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import optree
+import torch
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32,
+           "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class TorchAdapter:
+    name = "torch"
+    version = torch.__version__
+
+    def device_unavailable(self, device: str) -> str | None:
+        """Why ``device`` cannot run here, or None."""
+        if device == "cpu":
+            return None
+        if not torch.cuda.is_available():
+            return "CUDA is not available to torch on this machine"
+        index = torch.device(device).index or 0
+        if index >= torch.cuda.device_count():
+            return f"{device} does not exist (torch sees {torch.cuda.device_count()} CUDA devices)"
+        return None
+
+    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
+        if dtype not in _DTYPES:
+            return f"torch has no dtype {dtype}"
+        return None
+
+    def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:
+        torch_dtype = _DTYPES[dtype]
+
+        def convert(leaf):
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+                tensor = torch.as_tensor(leaf, dtype=torch_dtype, device=device)
+                return tensor.requires_grad_(True) if requires_grad else tensor
+            return leaf
+
+        return optree.tree_map(convert, tree, none_is_leaf=True)
+
+    def to_numpy(self, tree: Any) -> Any:
+        def convert(leaf):
+            if isinstance(leaf, torch.Tensor):
+                return leaf.detach().to(device="cpu", dtype=torch.float64).numpy()
+            return np.asarray(leaf, dtype=np.float64)
+
+        return optree.tree_map(convert, tree, none_is_leaf=True)
+
+    def synchronize(self, device: str) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    def reset_peak_memory(self, device: str) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def peak_memory(self, device: str) -> int | None:
+        if device.startswith("cuda"):
+            return int(torch.cuda.max_memory_allocated(device))
+        return None

@@ -1,0 +1,220 @@
+"""Number, vector and matrix functions across all nine operators, and the elementwise functions one by one.
+
+The shapes follow DifferentiationInterfaceTest's default scenarios: every input kind (number, vector,
+matrix) meets every output kind the operator allows, so a backend's reshaping and broadcasting of
+tangents and cotangents is exercised as much as its derivative rules.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from scenarios.arrays import namespace
+from scenarios.scenario import Scenario
+from scenarios.library._common import derived, operator_tags, rng, scenario_name
+
+FAMILY = "elementary"
+
+# Which operators apply to an input kind -> output kind pair.
+TO_NUMBER_FROM_NUMBER = ("derivative", "second_derivative", "gradient", "value_and_gradient", "jacobian",
+                         "jvp", "vjp", "hvp", "hessian")
+FROM_NUMBER = ("derivative", "second_derivative", "jacobian", "jvp", "vjp")
+TO_NUMBER = ("gradient", "value_and_gradient", "hvp", "hessian", "jacobian", "jvp", "vjp")
+ARRAY_TO_ARRAY = ("jacobian", "jvp", "vjp")
+
+
+def num_to_num(x):
+    xp = namespace(x)
+    return xp.sin(x) * xp.exp(x / 2)
+
+
+def num_to_vec(x):
+    xp = namespace(x)
+    return xp.stack([xp.sin(x), xp.cos(2 * x), x ** 3, xp.exp(-x)])
+
+
+def num_to_mat(x):
+    xp = namespace(x)
+    return xp.reshape(num_to_vec(x), (2, 2))
+
+
+def vec_to_num(x):
+    xp = namespace(x)
+    return xp.sum(x[:-1] * xp.sin(x[1:])) + xp.log(1 + xp.sum(x ** 2))
+
+
+def mat_to_num(x):
+    xp = namespace(x)
+    return xp.sum(xp.tanh(x @ xp.matrix_transpose(x)))
+
+
+def vec_to_vec(x):
+    xp = namespace(x)
+    return xp.concat([xp.sin(x), x * xp.cos(xp.flip(x))])
+
+
+def vec_to_mat(x):
+    xp = namespace(x)
+    return xp.stack([xp.sin(x), x * xp.cos(x), xp.exp(-x)])
+
+
+def mat_to_vec(x):
+    xp = namespace(x)
+    return xp.concat([xp.reshape(xp.sin(x), (-1,)), xp.sum(x ** 2, axis=0)])
+
+
+def mat_to_mat(x):
+    xp = namespace(x)
+    return xp.matrix_transpose(x) @ xp.tanh(x)
+
+
+# With constant data as context arguments: the variants module derives their closure twins.
+def num_to_vec_scaled(x, v):
+    xp = namespace(x)
+    return xp.sin(x * v) + v * x ** 2
+
+
+def vec_to_num_weighted(x, c):
+    xp = namespace(x)
+    return xp.sum(c * x ** 2) + xp.sum(xp.sin(c * x))
+
+
+def vec_to_vec_affine(x, a, b):
+    xp = namespace(x)
+    return xp.tanh(a @ x + b)
+
+
+def mat_to_mat_sandwich(x, b, c):
+    xp = namespace(x)
+    return b @ xp.sin(x) @ c
+
+
+SHAPES = {"number": (), "vector": (4,), "matrix": (2, 3)}
+
+# (what, function, input kind, output kind, operators, context shapes)
+FUNCTIONS = [
+    ("num-to-num", num_to_num, "number", "number", TO_NUMBER_FROM_NUMBER, ()),
+    ("num-to-vec", num_to_vec, "number", "vector", FROM_NUMBER, ()),
+    ("num-to-mat", num_to_mat, "number", "matrix", FROM_NUMBER, ()),
+    ("vec-to-num", vec_to_num, "vector", "number", TO_NUMBER, ()),
+    ("mat-to-num", mat_to_num, "matrix", "number", TO_NUMBER, ()),
+    ("vec-to-vec", vec_to_vec, "vector", "vector", ARRAY_TO_ARRAY, ()),
+    ("vec-to-mat", vec_to_mat, "vector", "matrix", ARRAY_TO_ARRAY, ()),
+    ("mat-to-vec", mat_to_vec, "matrix", "vector", ARRAY_TO_ARRAY, ()),
+    ("mat-to-mat", mat_to_mat, "matrix", "matrix", ARRAY_TO_ARRAY, ()),
+    ("num-to-vec-scaled", num_to_vec_scaled, "number", "vector", FROM_NUMBER, ((4,),)),
+    ("vec-to-num-weighted", vec_to_num_weighted, "vector", "number", TO_NUMBER, ((4,),)),
+    ("vec-to-vec-affine", vec_to_vec_affine, "vector", "vector", ARRAY_TO_ARRAY, ((3, 4), (3,))),
+    ("mat-to-mat-sandwich", mat_to_mat_sandwich, "matrix", "matrix", ARRAY_TO_ARRAY, ((3, 2), (3, 4))),
+]
+
+
+# Elementwise functions with input points inside their domains and away from kinks.
+def _interval(low, high):
+    return lambda g: g.uniform(low, high, size=5)
+
+
+def _away_from_zero(g):
+    return g.choice([-1.0, 1.0], size=5) * g.uniform(0.3, 1.5, size=5)
+
+
+UNARY: list[tuple[str, Callable, Callable]] = [
+    ("sin", lambda xp, x: xp.sin(x), _interval(-2, 2)),
+    ("cos", lambda xp, x: xp.cos(x), _interval(-2, 2)),
+    ("tan", lambda xp, x: xp.tan(x), _interval(-1.2, 1.2)),
+    ("exp", lambda xp, x: xp.exp(x), _interval(-2, 2)),
+    ("expm1", lambda xp, x: xp.expm1(x), _interval(-2, 2)),
+    ("log", lambda xp, x: xp.log(x), _interval(0.2, 3)),
+    ("log1p", lambda xp, x: xp.log1p(x), _interval(-0.8, 2)),
+    ("log2", lambda xp, x: xp.log2(x), _interval(0.2, 3)),
+    ("log10", lambda xp, x: xp.log10(x), _interval(0.2, 3)),
+    ("sqrt", lambda xp, x: xp.sqrt(x), _interval(0.2, 3)),
+    ("tanh", lambda xp, x: xp.tanh(x), _interval(-2, 2)),
+    ("sinh", lambda xp, x: xp.sinh(x), _interval(-2, 2)),
+    ("cosh", lambda xp, x: xp.cosh(x), _interval(-2, 2)),
+    ("asin", lambda xp, x: xp.asin(x), _interval(-0.8, 0.8)),
+    ("acos", lambda xp, x: xp.acos(x), _interval(-0.8, 0.8)),
+    ("atan", lambda xp, x: xp.atan(x), _interval(-2, 2)),
+    ("asinh", lambda xp, x: xp.asinh(x), _interval(-2, 2)),
+    ("acosh", lambda xp, x: xp.acosh(x), _interval(1.2, 3)),
+    ("atanh", lambda xp, x: xp.atanh(x), _interval(-0.8, 0.8)),
+    ("abs", lambda xp, x: xp.abs(x), _away_from_zero),
+    ("square", lambda xp, x: xp.square(x), _interval(-2, 2)),
+    ("reciprocal", lambda xp, x: 1 / x, _away_from_zero),
+    ("power", lambda xp, x: x ** 2.5, _interval(0.2, 3)),
+    ("sigmoid", lambda xp, x: 1 / (1 + xp.exp(-x)), _interval(-3, 3)),
+    ("softplus", lambda xp, x: xp.logaddexp(xp.zeros_like(x), x), _interval(-3, 3)),
+    ("relu", lambda xp, x: xp.maximum(x, xp.zeros_like(x)), _away_from_zero),
+    ("clip", lambda xp, x: xp.clip(x, -1.0, 1.0), _interval(-0.8, 0.8)),
+    ("sign-times-square", lambda xp, x: xp.sign(x) * x ** 2, _away_from_zero),
+]
+UNARY_OPERATORS = ("gradient", "hvp")
+
+
+def _positive_first_row(g):
+    x = g.normal(size=(2, 5))
+    x[0] = 0.3 + np.abs(x[0])
+    return x
+
+
+def _untied(g):
+    x = g.normal(size=(2, 5))
+    x[1] = x[0] + g.choice([-1.0, 1.0], size=5) * g.uniform(0.3, 1.0, size=5)
+    return x
+
+
+# Binary functions take the two rows of a (2, n) input; points avoid ties and domain edges.
+BINARY: list[tuple[str, Callable, Callable]] = [
+    ("atan2", lambda xp, a, b: xp.atan2(a, b), _untied),
+    ("hypot", lambda xp, a, b: xp.hypot(a, b), lambda g: g.normal(size=(2, 5))),
+    ("pow", lambda xp, a, b: a ** b, _positive_first_row),
+    ("logaddexp", lambda xp, a, b: xp.logaddexp(a, b), lambda g: g.normal(size=(2, 5))),
+    ("maximum", lambda xp, a, b: xp.maximum(a, b), _untied),
+    ("minimum", lambda xp, a, b: xp.minimum(a, b), _untied),
+    ("divide", lambda xp, a, b: a / b, lambda g: np.stack([g.normal(size=5), _away_from_zero(g)])),
+    ("multiply", lambda xp, a, b: a * b, lambda g: g.normal(size=(2, 5))),
+]
+
+
+def _summed_unary(elementwise):
+    def summed(x):
+        return namespace(x).sum(elementwise(namespace(x), x))
+
+    return derived(summed, elementwise)
+
+
+def _summed_binary(elementwise):
+    def summed(x):
+        return namespace(x).sum(elementwise(namespace(x), x[0], x[1]))
+
+    return derived(summed, elementwise)
+
+
+def _shaped_functions() -> list[Scenario]:
+    out = []
+    for what, fn, kind_in, kind_out, operators, context_shapes in FUNCTIONS:
+        g = rng(f"{FAMILY}/{what}")
+        x = g.normal(size=SHAPES[kind_in]) * 0.8
+        contexts = tuple(g.normal(size=shape) for shape in context_shapes)
+        tags = (FAMILY, f"{kind_in}-to-{kind_out}") + (("contexts",) if contexts else ())
+        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
+                         tags=tags + operator_tags(op))
+                for op in operators]
+    return out
+
+
+def _elementwise_functions() -> list[Scenario]:
+    out = []
+    for kind, table, wrap in (("unary", UNARY, _summed_unary), ("binary", BINARY, _summed_binary)):
+        for what, elementwise, draw in table:
+            x = draw(rng(f"{FAMILY}/{what}"))
+            operators = UNARY_OPERATORS if kind == "unary" else ("gradient",)
+            out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=wrap(elementwise), x=x,
+                             tags=(FAMILY, kind) + operator_tags(op))
+                    for op in operators]
+    return out
+
+
+def scenarios() -> list[Scenario]:
+    return _shaped_functions() + _elementwise_functions()

@@ -1,0 +1,68 @@
+"""The neural-network family: one generic mechanism turns each layer record into a square-loss scenario.
+
+Every layer is checked as training sees it: the gradient of sum((model(params, input) - target)^2)
+with respect to the parameter pytree, with input and target as contexts. Parameters are drawn once in
+numpy and handed to both frameworks, so the torch and jax losses are the same number.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scenarios.arrays import namespace
+from scenarios.scenario import Scenario
+from scenarios.library._common import derived, rng, scenario_name
+from scenarios.library.nn_layers import LAYERS, MLP_100K, Layer
+
+FAMILY = "nn"
+# Second order through a dense layer, a chain and a recurrence: Hessian-vector products of losses are
+# what Newton-type optimisers and influence functions need.
+HVP_LAYERS = ("dense", "chain", "rnn")
+
+
+def square_loss(forward):
+    def loss(params, inputs, target, buffers=None):
+        xp = namespace(params)
+        return xp.sum((forward(params, inputs, buffers or {}) - target) ** 2)
+
+    return derived(loss, forward)
+
+
+def draw(layer: Layer) -> tuple[dict, np.ndarray, np.ndarray, dict]:
+    """Parameters, input, target and buffers of a layer, from a seed named after it."""
+    g = rng(f"{FAMILY}/{layer.name}")
+    params = {}
+    for name, spec in layer.params.items():
+        fan_in = math.prod(spec.shape[1:]) if len(spec.shape) > 1 else 1
+        scale = spec.scale if spec.scale is not None else 1 / math.sqrt(fan_in)
+        params[name] = spec.loc + scale * g.standard_normal(spec.shape)
+    inputs = g.standard_normal(layer.input_shape)
+    target = 0.5 * g.standard_normal(layer.output_shape)
+    buffers = {name: g.uniform(spec.low, spec.high, size=spec.shape) for name, spec in layer.buffers.items()}
+    return params, inputs, target, buffers
+
+
+def layer_scenario(layer: Layer, operator: str = "gradient", family: str = FAMILY,
+                   tags: tuple[str, ...] = ()) -> Scenario:
+    params, inputs, target, buffers = draw(layer)
+    contexts = (inputs, target) + ((buffers,) if buffers else ())
+    return Scenario(
+        name=scenario_name(family, layer.name, operator),
+        operator=operator,
+        f={"torch": square_loss(layer.torch), "jax": square_loss(layer.jax)},
+        x=params,
+        contexts=contexts,
+        tags=(FAMILY, "contexts", "per-framework", f"layer:{layer.name}") + tags,
+    )
+
+
+def scenarios() -> list[Scenario]:
+    out = [layer_scenario(layer) for layer in LAYERS]
+    out += [layer_scenario(layer, "hvp", tags=("second-order",)) for layer in LAYERS if layer.name in HVP_LAYERS]
+    return out
+
+
+def mlp_100k() -> Scenario:
+    """A ~100k-parameter MLP: large enough that references come from random probes, not full matrices."""
+    return layer_scenario(MLP_100K, family="large", tags=("large",))

@@ -1,0 +1,277 @@
+"""Float64 references: Richardson-extrapolated finite differences (scipy.differentiate) with their
+error estimates, or the scenario's analytic reference.
+
+Small inputs get the full operator result. Large ones (a network's parameters) get random
+directional probes: u·R (or w·R·u for matrices) against the finite difference of f along u, so a
+reference costs O(1) function evaluations in the parameter count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+import optree
+from scipy import differentiate
+
+from scenarios.numpy_function import FlatFunction, ravel
+from scenarios.scenario import Scenario, Tangents
+
+# Above these many input elements, first-order operators are checked through probes...
+FULL_FIRST_ORDER_LIMIT = 64
+# ...and second-order ones (a finite-difference Hessian costs O(m²) evaluations) sooner.
+FULL_SECOND_ORDER_LIMIT = 12
+PROBES = 3
+# scipy.differentiate starts from this step and shrinks it; retried smaller where f is not finite.
+INITIAL_STEPS = (0.5, 0.05, 0.005)
+
+
+@dataclasses.dataclass
+class FDSettings:
+    """How finite differences are taken. The `fd` backend uses different ones to cross-check."""
+
+    order: int = 8
+    initial_steps: tuple[float, ...] = INITIAL_STEPS
+    maxiter: int = 10
+
+
+@dataclasses.dataclass
+class Probe:
+    u: np.ndarray            # direction in the (flattened) input space
+    w: np.ndarray | None     # for matrix results (jacobian, hessian): the left direction; else None
+    value: float             # the reference's w·R·u (matrix results) or u·R (results like x)
+    error: float             # its error estimate
+
+
+@dataclasses.dataclass
+class Reference:
+    """The reference for one tangent: a full result, or probes. ``value`` is f(x)."""
+
+    value: Any
+    full: Any = None
+    full_error: Any = None
+    probes: list[Probe] = dataclasses.field(default_factory=list)
+    method: str = "finite differences"
+
+    @property
+    def is_full(self) -> bool:
+        return self.full is not None
+
+
+def _richardson(compute: Callable[[float], Any], settings: FDSettings):
+    """Run a scipy.differentiate routine, retrying smaller initial steps where f was not finite
+    (a domain edge within the first, large step)."""
+    result = None
+    for step in settings.initial_steps:
+        result = compute(step)
+        values = result.ddf if hasattr(result, "ddf") else result.df
+        if np.all(np.isfinite(values)) and np.all(result.status != -3):
+            return result
+    return result
+
+
+def _jacobian(g: FlatFunction, point: np.ndarray, settings: FDSettings):
+    """Full Jacobian (n, m) of the flat function at ``point`` and its error estimate."""
+    res = _richardson(lambda step: differentiate.jacobian(
+        _Composed(g).batched, point, order=settings.order, initial_step=step, maxiter=settings.maxiter), settings)
+    return np.atleast_2d(res.df), np.atleast_2d(res.error)
+
+
+class _Composed:
+    """A callable of a flat vector, given scipy's batched calling convention."""
+
+    def __init__(self, fn: Callable[[np.ndarray], Any]):
+        self._fn = fn
+
+    def __call__(self, v):
+        return np.atleast_1d(np.asarray(self._fn(v), dtype=np.float64))
+
+    def batched(self, points: np.ndarray) -> np.ndarray:
+        m, batch = points.shape[0], points.shape[1:]
+        columns = points.reshape(m, -1)
+        values = np.stack([self(columns[:, j]) for j in range(columns.shape[1])], axis=1)
+        return values.reshape((values.shape[0],) + batch)
+
+    def scalar_batched(self, points: np.ndarray) -> np.ndarray:
+        """For scipy's hessian, whose f returns (...) rather than (1, ...)."""
+        return self.batched(points)[0]
+
+
+def _directional(fn: Callable[[np.ndarray], Any], settings: FDSettings):
+    """d/ds fn(s) at 0 for a vector-valued fn of a scalar: (value (n,), error (n,))."""
+    composed = _Composed(lambda s: fn(s[0]))
+    res = _richardson(lambda step: differentiate.jacobian(
+        composed.batched, np.zeros(1), order=settings.order, initial_step=step,
+        maxiter=settings.maxiter), settings)
+    return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
+
+
+def _hessian(fn: Callable[[np.ndarray], float], point: np.ndarray, settings: FDSettings):
+    """Hessian (m, m) of a scalar fn of a flat vector, and its error estimate."""
+    composed = _Composed(fn)
+    res = _richardson(lambda step: differentiate.hessian(
+        composed.scalar_batched, point, order=settings.order, initial_step=step,
+        maxiter=settings.maxiter), settings)
+    return res.ddf, res.error
+
+
+def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np.ndarray]:
+    directions = rng.standard_normal((count, size))
+    return list(directions / np.linalg.norm(directions, axis=1, keepdims=True))
+
+
+class ReferenceBuilder:
+    """Computes the reference of one scenario, for one (co)tangent."""
+
+    def __init__(self, scenario: Scenario, settings: FDSettings):
+        self.scenario = scenario
+        self.settings = settings
+        self.g = FlatFunction(scenario)
+        seed = int(scenario.fingerprint()[:8], 16)
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def m(self) -> int:
+        return self.g.v0.size
+
+    # -- full results -------------------------------------------------------------------------
+    def jacobian_matrix(self):
+        return _jacobian(self.g, self.g.v0, self.settings)
+
+    def hessian_matrix(self):
+        return _hessian(lambda v: self.g(v)[0], self.g.v0, self.settings)
+
+    def like_x(self, flat: np.ndarray) -> Any:
+        return self.g.unravel_input(flat)
+
+    def like_y(self, flat: np.ndarray) -> Any:
+        return self.g.unravel_output(flat)
+
+    # -- probes ---------------------------------------------------------------------------------
+    def first_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
+        """w·J·u for random unit u by directional differences; w is random for a Jacobian (kept in
+        the probe), the cotangent for a vjp, 1 for a gradient (results like x: compared as u·R)."""
+        probes = []
+        for u in _unit_directions(self.rng, self.m, PROBES):
+            w = weights()
+            value, error = _directional(lambda s, u=u, w=w: w @ self.g(self.g.v0 + s * u), self.settings)
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0]), error=float(error[0])))
+        return probes
+
+    def second_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
+        """w·H·u as the mixed partial ∂²/∂a∂b f(v0 + a·w + b·u); w is the tangent for an hvp."""
+        probes = []
+        for u in _unit_directions(self.rng, self.m, PROBES):
+            w = weights()
+            hess, err = _hessian(lambda ab, u=u, w=w: self.g(self.g.v0 + ab[0] * w + ab[1] * u)[0],
+                                 np.zeros(2), self.settings)
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1]), error=float(err[0, 1])))
+        return probes
+
+
+def _reference_for(b: ReferenceBuilder, operator: str, tangent: Any) -> Reference:
+    """One operator's reference at one (co)tangent. Each branch says what it compares."""
+    g, value = b.g, b.g.value
+    if operator == "derivative":
+        jac, err = b.jacobian_matrix()
+        return Reference(value, b.like_y(jac[:, 0]), b.like_y(err[:, 0]))
+    if operator == "second_derivative":
+        pairs = [_hessian(lambda s, i=i: g(s)[i], g.v0, b.settings) for i in range(g.y0.size)]
+        return Reference(value, b.like_y(np.array([h[0, 0] for h, _ in pairs])),
+                         b.like_y(np.array([e[0, 0] for _, e in pairs])))
+    if operator == "jvp":
+        flat_t, _ = ravel(tangent)
+        d, err = _directional(lambda s: g(g.v0 + s * flat_t), b.settings)
+        return Reference(value, b.like_y(d), b.like_y(err))
+    if operator in ("gradient", "value_and_gradient", "jacobian", "vjp"):
+        cotangent = ravel(tangent)[0] if operator == "vjp" else None
+        if b.m > FULL_FIRST_ORDER_LIMIT:
+            if operator == "jacobian":
+                return Reference(value, probes=b.first_order_probes(
+                    lambda: _unit_directions(b.rng, g.y0.size, 1)[0], matrix=True))
+            fixed = cotangent if cotangent is not None else np.ones(1)
+            return Reference(value, probes=b.first_order_probes(lambda: fixed, matrix=False))
+        jac, err = b.jacobian_matrix()
+        if operator == "jacobian":
+            shape = np.shape(value) + np.shape(b.scenario.x)
+            return Reference(value, jac.reshape(shape), err.reshape(shape))
+        if operator == "vjp":
+            return Reference(value, b.like_x(cotangent @ jac), b.like_x(np.abs(cotangent) @ err))
+        return Reference(value, b.like_x(jac[0]), b.like_x(err[0]))
+    if operator in ("hvp", "hessian"):
+        flat_t = ravel(tangent)[0] if operator == "hvp" else None
+        if b.m > FULL_SECOND_ORDER_LIMIT:
+            if operator == "hvp":
+                return Reference(value, probes=b.second_order_probes(lambda: flat_t, matrix=False))
+            return Reference(value, probes=b.second_order_probes(
+                lambda: _unit_directions(b.rng, b.m, 1)[0], matrix=True))
+        hess, err = b.hessian_matrix()
+        if operator == "hvp":
+            return Reference(value, b.like_x(hess @ flat_t), b.like_x(np.abs(err) @ np.abs(flat_t)))
+        shape = np.shape(b.scenario.x) * 2
+        return Reference(value, hess.reshape(shape), err.reshape(shape))
+    raise ValueError(f"unknown operator {operator!r}")
+
+
+def _analytic(scenario: Scenario, value: Any) -> list[Reference]:
+    def one(expected):
+        expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
+        if scenario.operator == "value_and_gradient":
+            value_part, expected = expected
+        zeros = optree.tree_map(np.zeros_like, expected)
+        return Reference(value, expected, zeros, method="analytic")
+
+    if isinstance(scenario.tangent, Tangents):
+        return [one(r) for r in scenario.reference]
+    return [one(scenario.reference)]
+
+
+def default_tangent(scenario: Scenario, value: Any) -> Any:
+    """A fixed-seed tangent (like x) or cotangent (like f(x)) when the scenario gives none."""
+    if scenario.tangent is not None:
+        return scenario.tangent
+    if scenario.operator in ("jvp", "hvp"):
+        like = scenario.x
+    elif scenario.operator == "vjp":
+        like = value
+    else:
+        return None
+    rng = np.random.default_rng(int(scenario.fingerprint()[8:16], 16))
+    return optree.tree_map(lambda leaf: rng.standard_normal(np.shape(leaf)), like)
+
+
+def compute_references(scenario: Scenario, settings: FDSettings | None = None) -> tuple[Any, list[Reference]]:
+    """(the tangent used, one Reference per tangent)."""
+    settings = settings or FDSettings()
+    builder = ReferenceBuilder(scenario, settings)
+    tangent = default_tangent(scenario, builder.g.value)
+    if scenario.reference is not None:
+        return tangent, _analytic(scenario, builder.g.value)
+    tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
+    return tangent, [_reference_for(builder, scenario.operator, t) for t in tangents]
+
+
+class ReferenceCache:
+    """References by scenario fingerprint: computed once however many backends, devices and dtypes."""
+
+    def __init__(self, maxsize: int = 4096):
+        self._entries: OrderedDict[str, tuple[Any, list[Reference]]] = OrderedDict()
+        self._maxsize = maxsize
+
+    def get(self, scenario: Scenario) -> tuple[Any, list[Reference]]:
+        key = scenario.fingerprint()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        entry = compute_references(scenario)
+        self._entries[key] = entry
+        if len(self._entries) > self._maxsize:
+            self._entries.popitem(last=False)
+        return entry
+
+
+@functools.cache
+def shared_cache() -> ReferenceCache:
+    return ReferenceCache()

@@ -1,0 +1,114 @@
+"""The declarative record of one derivative check: what to differentiate, where, and how strictly."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import optree
+
+from scenarios.operators import OPERATORS, check_operator_input
+
+FRAMEWORK_KEYS = ("numpy", "torch", "jax")
+
+
+class Tangents(tuple):
+    """Several tangents (or cotangents) for one scenario: the operator is applied to each.
+
+    Mirrors DifferentiationInterface's batched tangents; a result is a tuple of one result per tangent.
+    """
+
+    __slots__ = ()
+
+
+def map_tangents(fn: Callable[[Any], Any], tangent: Any) -> Any:
+    """Apply ``fn`` to a tangent, or to each of a batch of them; None stays None."""
+    if tangent is None:
+        return None
+    if isinstance(tangent, Tangents):
+        return Tangents(fn(t) for t in tangent)
+    return fn(tangent)
+
+
+def _tree_to_float64(tree: Any) -> Any:
+    def convert(leaf):
+        if isinstance(leaf, (np.ndarray, float, int, np.floating)) and not isinstance(leaf, bool):
+            return np.asarray(leaf, dtype=np.float64)
+        return leaf
+
+    return optree.tree_map(convert, tree, none_is_leaf=True)
+
+
+@dataclasses.dataclass(eq=False)
+class Scenario:
+    """One function, one operator, one input point.
+
+    ``f`` is either one callable written against the array-API namespace of its input
+    (numpy, torch and jax all run it) or a dict ``{"numpy"|"torch"|"jax": callable}`` with
+    the same signature ``f(x, *contexts)`` in every framework.
+    """
+
+    name: str
+    operator: str
+    f: Callable | Mapping[str, Callable]
+    x: Any
+    tangent: Any = None
+    contexts: tuple = ()
+    reference: Any = None
+    rtol: float | None = None
+    atol: float | None = None
+    compare: Callable | None = None
+    dtypes: tuple[str, ...] = ("float64", "float32")
+    xfail: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.operator not in OPERATORS:
+            raise ValueError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
+                             f"expected one of {', '.join(OPERATORS)}")
+        if isinstance(self.f, Mapping):
+            unknown = set(self.f) - set(FRAMEWORK_KEYS)
+            if unknown:
+                raise ValueError(f"scenario {self.name!r}: unknown framework keys {sorted(unknown)}")
+        elif not callable(self.f):
+            raise TypeError(f"scenario {self.name!r}: f must be callable or a dict of callables")
+        self.x = _tree_to_float64(self.x)
+        self.contexts = tuple(_tree_to_float64(c) for c in self.contexts)
+        self.tangent = map_tangents(_tree_to_float64, self.tangent)
+        self.dtypes = tuple(self.dtypes)
+        self.tags = tuple(self.tags)
+        check_operator_input(self.operator, self.x, self.name)
+
+    def implementation(self, framework: str) -> Callable | None:
+        """The callable for ``framework``, or None when the scenario gives none."""
+        if isinstance(self.f, Mapping):
+            return self.f.get(framework)
+        return self.f
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that decides the reference: code, inputs, operator."""
+        digest = hashlib.sha256()
+        digest.update(f"{self.name}\0{self.operator}\0".encode())
+        implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
+        for key, fn in sorted(implementations, key=lambda kv: kv[0]):
+            digest.update(key.encode())
+            digest.update(_source_of(fn).encode())
+        for part in (self.x, self.tangent, self.contexts, self.reference):
+            leaves, spec = optree.tree_flatten(part, none_is_leaf=True)
+            digest.update(str(spec).encode())
+            for leaf in leaves:
+                if isinstance(leaf, np.ndarray):
+                    digest.update(str(leaf.shape).encode())
+                    digest.update(np.ascontiguousarray(leaf).tobytes())
+                else:
+                    digest.update(repr(leaf).encode())
+        return digest.hexdigest()[:20]
+
+
+def _source_of(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return getattr(fn, "__qualname__", repr(type(fn)))

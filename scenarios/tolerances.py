@@ -1,0 +1,52 @@
+"""Per-dtype default tolerances, as data.
+
+A backend's result ``a`` passes against the float64 reference ``r`` where, elementwise,
+
+    |a - r| <= atol * scale + rtol * |r| + REFERENCE_ERROR_FACTOR * err
+
+with ``scale = max(1, max|r|)`` (so atol is relative to the result's magnitude, which keeps
+near-zero components of a large gradient from failing on rounding) and ``err`` the finite-difference
+library's own error estimate for that component. For random-probe checks the same formula applies
+to each probe u·R, with ``|r|`` replaced by the probe's noise scale sqrt(Σ u_i² R_i²).
+
+| dtype    | rtol   | atol   | why                                                              |
+| -------- | ------ | ------ | ---------------------------------------------------------------- |
+| float64  | 1e-6   | 1e-9   | catches a derivative off by a relative 1e-4 (gradcheck's 1e-3 does not) |
+| float32  | 2e-3   | 2e-4   | eps 1.2e-7 times accumulation over matmuls, solves, recurrences  |
+| float16  | 2e-2   | 2e-2   | eps 9.8e-4                                                       |
+| bfloat16 | 6e-2   | 6e-2   | eps 7.8e-3                                                       |
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# The reference's error estimate is an estimate: widen by a safety factor rather than trust it exactly.
+REFERENCE_ERROR_FACTOR = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+    def widened(self, rtol: float | None = None, atol: float | None = None) -> "Tolerance":
+        """The scenario's own overrides, where it gives them."""
+        return Tolerance(rtol=self.rtol if rtol is None else rtol, atol=self.atol if atol is None else atol)
+
+
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(rtol=1e-6, atol=1e-9),
+    "float32": Tolerance(rtol=2e-3, atol=2e-4),
+    "float16": Tolerance(rtol=2e-2, atol=2e-2),
+    "bfloat16": Tolerance(rtol=6e-2, atol=6e-2),
+}
+
+DTYPES = tuple(DEFAULT_TOLERANCES)
+
+
+def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
+    try:
+        base = DEFAULT_TOLERANCES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}") from None
+    return base.widened(rtol=rtol, atol=atol)

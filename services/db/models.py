@@ -1,0 +1,265 @@
+"""The database schema as SQLAlchemy 2 typed models. ``migrations/versions`` must build the same
+tables; ``tests/test_db.py`` compares the two."""
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite has no 64-bit autoincrement other than its INTEGER rowid.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class StrEnum(str, enum.Enum):
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    passed = "passed"
+    failed = "failed"
+    cancelled = "cancelled"
+    error = "error"
+
+
+FINISHED_RUN_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.cancelled, RunStatus.error})
+
+
+class JobStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    done = "done"
+    error = "error"
+    cancelled = "cancelled"
+
+
+class CellStatus(StrEnum):
+    """Must equal ``scenarios.cell.STATUSES`` (a test checks); not imported so that the storage
+    layer never loads the engine."""
+
+    pass_ = "pass"
+    fail = "fail"
+    error = "error"
+    skip = "skip"
+    xfail = "xfail"
+    xpass = "xpass"
+
+
+# Cells a rerun repeats; the same set that makes `gradci check` unsuccessful.
+UNSUCCESSFUL_CELL_STATUSES = frozenset({CellStatus.fail, CellStatus.error, CellStatus.xpass})
+
+
+class Trigger(StrEnum):
+    api = "api"
+    webhook = "webhook"
+    push = "push"
+    rerun = "rerun"
+    demo = "demo"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend: SQLite stores naive ones and returns them
+    naive, which would make comparisons with ``utcnow()`` raise."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+def status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    allowed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSONType, list[str]: JSONType}
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048), unique=True)
+    full_name: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        status_check("status", RunStatus.values()),
+        status_check("trigger", Trigger.values()),
+        Index(None, "repository_id", "id"),
+        Index(None, "head_sha"),
+        Index(None, "pr_number"),
+        Index(None, "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # None: the built-in scenario library.
+    repository_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id"))
+    head_sha: Mapped[str | None] = mapped_column(String(64))
+    base_sha: Mapped[str | None] = mapped_column(String(64))
+    ref: Mapped[str | None] = mapped_column(String(255))
+    pr_number: Mapped[int | None]
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.queued.value)
+    # {"backends": [..]|None, "devices": [..]|None, "dtypes": [..]|None, "scenarios": glob|[globs]|None};
+    # None means "everything the repository's configuration enables".
+    matrix: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    trigger: Mapped[str] = mapped_column(String(16), default=Trigger.api.value)
+    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    coverage: Mapped[float | None] = mapped_column(Float)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    repository: Mapped[Repository | None] = relationship(lazy="joined")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (status_check("status", JobStatus.values()), Index(None, "run_id", "status"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    backend: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str] = mapped_column(String(32))
+    queue: Mapped[str] = mapped_column(String(64))
+    scenarios: Mapped[list[str]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.queued.value)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Result(Base):
+    """One checked cell. The unique key is what makes a redelivered job's writes idempotent."""
+
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "scenario", "backend", "device", "dtype"),
+        status_check("status", CellStatus.values()),
+        Index(None, "run_id", "id"),  # cursor pagination within a run
+        Index(None, "run_id", "status", "id"),  # counts per status, status-filtered pages
+        Index(None, "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    scenario: Mapped[str] = mapped_column(String(255))
+    operator: Mapped[str] = mapped_column(String(32))
+    framework: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(32))
+    device: Mapped[str] = mapped_column(String(32))
+    dtype: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    max_abs_err: Mapped[float | None] = mapped_column(Float)
+    max_rel_err: Mapped[float | None] = mapped_column(Float)
+    atol: Mapped[float | None] = mapped_column(Float)
+    rtol: Mapped[float | None] = mapped_column(Float)
+    time_ms: Mapped[float | None] = mapped_column(Float)
+    first_call_ms: Mapped[float | None] = mapped_column(Float)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    message: Mapped[str] = mapped_column(Text, default="")
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ScenarioCatalogEntry(Base):
+    """The scenarios a run's checkout declared, for patch coverage (which ones the PR added or changed)."""
+
+    __tablename__ = "scenario_catalog"
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    operator: Mapped[str] = mapped_column(String(32))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    tags: Mapped[list[str]] = mapped_column(default=list)
+
+
+class Delivery(Base):
+    """A GitHub webhook delivery, stored before it is acknowledged; the unique id deduplicates redeliveries."""
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+    __table_args__ = (Index(None, "last_heartbeat"),)
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    device: Mapped[str] = mapped_column(String(32))
+    queue: Mapped[str] = mapped_column(String(64))
+    versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)

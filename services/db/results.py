@@ -1,0 +1,97 @@
+"""Writing checked cells: batched upserts keyed by (run, scenario, backend, device, dtype).
+
+A job that Celery redelivers after its worker died runs its cells again; the upsert makes the
+second write replace the first instead of adding a row, so a run never counts a cell twice.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from services.db.models import CellStatus, Result, utcnow
+from services.db.upsert import dialect_insert
+
+CELL_KEY = ("scenario", "backend", "device", "dtype")
+CONFLICT_KEY = ("run_id", *CELL_KEY)
+# The scenarios.cell.Cell fields, in its order.
+CELL_FIELDS = (
+    "scenario", "operator", "framework", "backend", "mode", "device", "dtype", "status",
+    "max_abs_err", "max_rel_err", "atol", "rtol", "time_ms", "first_call_ms",
+    "peak_memory_bytes", "message",
+)
+FLOAT_FIELDS = ("max_abs_err", "max_rel_err", "atol", "rtol", "time_ms", "first_call_ms")
+# What a rewrite of a cell replaces: everything but its key and when it was first stored.
+UPDATED_ON_CONFLICT = tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint")
+# Rows per statement: well under SQLite's and PostgreSQL's bound-parameter limits.
+DEFAULT_BATCH_SIZE = 1000
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str, Any]:
+    """One results row from a ``scenarios.cell.Cell`` or a mapping of its fields (as a runner
+    streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored."""
+    fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
+    missing = [name for name in CELL_KEY + ("status",) if not fields.get(name)]
+    if missing:
+        raise ValueError(f"cell is missing {', '.join(missing)}: {dict(fields)!r}")
+    if fields["status"] not in CellStatus.values():
+        raise ValueError(f"cell {fields['scenario']!r} has unknown status {fields['status']!r}")
+    row = {name: fields.get(name) for name in CELL_FIELDS}
+    for name in FLOAT_FIELDS:
+        row[name] = _finite_or_none(row[name])
+    if row["peak_memory_bytes"] is not None:
+        row["peak_memory_bytes"] = int(row["peak_memory_bytes"])
+    row["operator"] = row["operator"] or ""
+    row["framework"] = row["framework"] or ""
+    row["mode"] = row["mode"] or ""
+    row["message"] = row["message"] or ""
+    row.update(run_id=run_id, job_id=job_id, fingerprint=fields.get("fingerprint"), created_at=utcnow())
+    return row
+
+
+def _batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """Batches with unique keys: PostgreSQL refuses to update the same row twice in one statement,
+    so a later duplicate of a key replaces the earlier one within its batch."""
+    batch: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[name] for name in CONFLICT_KEY)
+        batch.pop(key, None)
+        batch[key] = row
+        if len(batch) >= size:
+            yield list(batch.values())
+            batch = {}
+    if batch:
+        yield list(batch.values())
+
+
+def upsert_results(
+    session: Session,
+    run_id: int,
+    cells: Iterable[Any],
+    *,
+    job_id: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> int:
+    """Insert or replace ``cells`` of ``run_id``; returns the number of rows written.
+    The caller commits (so a job can store its results and its status in one transaction)."""
+    table = Result.__table__
+    insert = dialect_insert(session, table)
+    statement = insert.on_conflict_do_update(
+        index_elements=[table.c[name] for name in CONFLICT_KEY],
+        set_={name: insert.excluded[name] for name in UPDATED_ON_CONFLICT},
+    )
+    rows = (result_row(cell, run_id=run_id, job_id=job_id) for cell in cells)
+    written = 0
+    for batch in _batches(rows, batch_size):
+        session.execute(statement, batch)
+        written += len(batch)
+    return written

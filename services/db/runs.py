@@ -1,0 +1,149 @@
+"""Creating, cancelling and rerunning runs: the writes the API and the webhook handler share.
+
+Functions flush but never commit: the caller owns the transaction.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from services.db.models import (
+    FINISHED_RUN_STATUSES,
+    UNSUCCESSFUL_CELL_STATUSES,
+    Job,
+    JobStatus,
+    Repository,
+    Run,
+    RunStatus,
+    Trigger,
+    utcnow,
+)
+from services.db.queries import unsuccessful_cells
+from services.db.upsert import dialect_insert
+
+MATRIX_AXES = ("backends", "devices", "dtypes", "scenarios")
+
+
+def make_matrix(
+    backends: list[str] | None = None,
+    devices: list[str] | None = None,
+    dtypes: list[str] | None = None,
+    scenarios: str | list[str] | None = None,
+) -> dict[str, Any]:
+    """The stored shape of a run's matrix; None on an axis means "all the configuration enables".
+    ``scenarios`` is one glob or a list of globs/names."""
+    return {"backends": backends, "devices": devices, "dtypes": dtypes, "scenarios": scenarios}
+
+
+def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:
+    """Safe under concurrency: two requests for a new repository insert it once."""
+    insert = dialect_insert(session, Repository.__table__)
+    session.execute(
+        insert.values(url=url, full_name=full_name, created_at=utcnow()).on_conflict_do_nothing(
+            index_elements=["url"]
+        )
+    )
+    repository = session.scalars(select(Repository).where(Repository.url == url)).one()
+    if full_name and not repository.full_name:
+        repository.full_name = full_name
+    return repository
+
+
+def create_run(
+    session: Session,
+    *,
+    repository: Repository | None = None,
+    head_sha: str | None = None,
+    base_sha: str | None = None,
+    ref: str | None = None,
+    pr_number: int | None = None,
+    matrix: dict[str, Any] | None = None,
+    trigger: str = Trigger.api.value,
+    parent_run_id: int | None = None,
+) -> Run:
+    """A queued run (``repository=None``: the built-in library). The caller commits, then
+    dispatches ``plan_run`` — never before the commit, or the worker may not see the row."""
+    run = Run(
+        repository=repository,
+        head_sha=head_sha,
+        base_sha=base_sha,
+        ref=ref,
+        pr_number=pr_number,
+        matrix=matrix if matrix is not None else make_matrix(),
+        trigger=Trigger(trigger).value,
+        parent_run_id=parent_run_id,
+        status=RunStatus.queued.value,
+        cancel_requested=False,
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+class RunAlreadyFinished(Exception):
+    def __init__(self, run: Run) -> None:
+        super().__init__(f"run {run.id} already finished ({run.status})")
+
+
+def request_cancel(session: Session, run: Run) -> Run:
+    """Cooperative cancellation: queued jobs are dropped now; running jobs see ``cancel_requested``
+    and stop at their next cell, and the last of them to stop finishes the run. Cancelling a
+    cancelled run is a no-op; cancelling one that passed or failed raises ``RunAlreadyFinished``."""
+    if run.status == RunStatus.cancelled:
+        return run
+    if run.status in FINISHED_RUN_STATUSES:
+        raise RunAlreadyFinished(run)
+    now = utcnow()
+    run.cancel_requested = True
+    session.execute(
+        update(Job)
+        .where(Job.run_id == run.id, Job.status == JobStatus.queued.value)
+        .values(status=JobStatus.cancelled.value, finished_at=now)
+    )
+    still_running = session.scalar(
+        select(Job.id).where(Job.run_id == run.id, Job.status == JobStatus.running.value).limit(1)
+    )
+    if still_running is None:
+        run.status = RunStatus.cancelled.value
+        run.finished_at = now
+    session.flush()
+    return run
+
+
+def rerun_matrix(session: Session, run: Run) -> dict[str, Any] | None:
+    """The matrix of a rerun of ``run``'s failed, errored and unexpectedly passing cells, or None
+    when it has none. Axes are independent, so the new run may re-check a few more cells than
+    failed (a scenario that failed only in float32 is run in every failing dtype)."""
+    cells = unsuccessful_cells(session, run.id, [status.value for status in UNSUCCESSFUL_CELL_STATUSES])
+    if not cells:
+        return None
+    axes = [sorted({cell[axis] for cell in cells}) for axis in range(4)]
+    scenarios, backends, devices, dtypes = axes
+    return make_matrix(backends=backends, devices=devices, dtypes=dtypes, scenarios=scenarios)
+
+
+def create_rerun(session: Session, run: Run) -> Run | None:
+    """A new run of the same commit over ``rerun_matrix(run)``; None when nothing failed."""
+    matrix = rerun_matrix(session, run)
+    if matrix is None:
+        return None
+    return create_run(
+        session,
+        repository=run.repository,
+        head_sha=run.head_sha,
+        base_sha=run.base_sha,
+        ref=run.ref,
+        pr_number=run.pr_number,
+        matrix=matrix,
+        trigger=Trigger.rerun.value,
+        parent_run_id=run.id,
+    )
+
+
+def mark_run_error(session: Session, run: Run, message: str) -> None:
+    run.status = RunStatus.error.value
+    run.error_message = message
+    run.finished_at = utcnow()
+    session.flush()

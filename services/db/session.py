@@ -1,0 +1,124 @@
+"""One engine and one sessionmaker per database URL, per process.
+
+SQLite is the embedded default and the API and several worker processes write to it at once, so
+every SQLite connection gets WAL (readers never block the writer), a busy timeout (a writer waits
+for the lock instead of failing) and ``BEGIN IMMEDIATE`` transactions: a deferred transaction that
+reads and then writes cannot wait for the lock and fails with "database is locked" when another
+process committed in between.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalize_database_url(url: str) -> URL:
+    """``postgres://`` and ``postgresql://`` mean psycopg 3 here (psycopg2 is not a dependency)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def sqlite_file(url: str | URL) -> Path | None:
+    """The database file of an SQLite URL; None for other databases and in-memory SQLite."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def ensure_sqlite_directory(url: str | URL) -> None:
+    """SQLite creates the file but not its folder: create ``.gradci/`` on first use."""
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy, not the driver, decide when transactions begin (see "begin" below).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")  # safe with WAL, much faster commits
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+_engines: dict[str, Engine] = {}
+_sessionmakers: dict[str, sessionmaker[Session]] = {}
+_lock = threading.Lock()
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = normalize_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        ensure_sqlite_directory(parsed)
+        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    # pre_ping: a worker idles for hours between jobs and Postgres may have dropped its connections.
+    return create_engine(parsed, pool_pre_ping=True)
+
+
+def engine_for(url: str) -> Engine:
+    with _lock:
+        if url not in _engines:
+            _engines[url] = _create_engine(url)
+        return _engines[url]
+
+
+def sessionmaker_for(url: str) -> sessionmaker[Session]:
+    engine = engine_for(url)
+    with _lock:
+        if url not in _sessionmakers:
+            # expire_on_commit=False: API handlers serialise objects after committing them.
+            _sessionmakers[url] = sessionmaker(bind=engine, expire_on_commit=False)
+        return _sessionmakers[url]
+
+
+@contextmanager
+def session_scope(url: str | None = None) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error; ``url`` defaults to the settings'."""
+    if url is None:
+        from services.settings import get_settings
+
+        url = str(get_settings().database_url)
+    with sessionmaker_for(url)() as session, session.begin():
+        yield session
+
+
+def dispose_engines() -> None:
+    """Close and forget every engine of this process (tests; shutting down)."""
+    with _lock:
+        engines = list(_engines.values())
+        _engines.clear()
+        _sessionmakers.clear()
+    for engine in engines:
+        engine.dispose()
+
+
+def _forget_parent_connections() -> None:
+    # A forked child (Celery's prefork pool) must not use the parent's pooled sockets; close=False
+    # leaves them open for the parent, which still owns them.
+    for engine in _engines.values():
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)

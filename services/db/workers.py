@@ -1,0 +1,57 @@
+"""The worker registry: heartbeats in, "who is online" out."""
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.db.models import Worker, utcnow
+from services.db.upsert import dialect_insert
+
+
+def record_heartbeat(
+    session: Session,
+    *,
+    name: str,
+    host: str,
+    device: str,
+    queue: str,
+    versions: dict[str, Any] | None = None,
+    started_at: datetime | None = None,
+) -> None:
+    """Insert or refresh a worker's row. ``started_at`` is kept from the first beat unless given
+    (a restarted worker passes its new start time)."""
+    now = utcnow()
+    insert = dialect_insert(session, Worker.__table__)
+    values = {
+        "name": name,
+        "host": host,
+        "device": device,
+        "queue": queue,
+        "versions": versions or {},
+        "started_at": started_at or now,
+        "last_heartbeat": now,
+    }
+    refreshed = ["host", "device", "queue", "versions", "last_heartbeat"] + (["started_at"] if started_at else [])
+    statement = insert.values(**values).on_conflict_do_update(
+        index_elements=["name"], set_={column: insert.excluded[column] for column in refreshed}
+    )
+    session.execute(statement)
+
+
+def is_online(worker: Worker, *, within_s: float, now: datetime | None = None) -> bool:
+    return worker.last_heartbeat >= (now or utcnow()) - timedelta(seconds=within_s)
+
+
+def list_workers(session: Session) -> list[Worker]:
+    return list(session.scalars(select(Worker).order_by(Worker.device, Worker.name)))
+
+
+def online_counts_by_device(session: Session, *, within_s: float) -> dict[str, int]:
+    """Workers that beat within ``within_s`` seconds, per device."""
+    cutoff = utcnow() - timedelta(seconds=within_s)
+    devices = session.scalars(select(Worker.device).where(Worker.last_heartbeat >= cutoff))
+    return dict(Counter(devices))

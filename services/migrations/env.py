@@ -1,0 +1,51 @@
+"""Alembic environment: the URL comes from ``services.db.migrate.alembic_config`` (or the settings),
+and the engine from ``services.db.session`` so SQLite gets the same pragmas as the service."""
+from __future__ import annotations
+
+from alembic import context
+
+from services.db.models import Base
+from services.db.session import engine_for, normalize_database_url
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def database_url() -> str:
+    url = config.attributes.get("database_url")
+    if url is None:
+        from services.settings import get_settings
+
+        url = str(get_settings().database_url)
+    return url
+
+
+def run_offline() -> None:
+    """``alembic upgrade --sql``: print the DDL instead of running it."""
+    context.configure(
+        url=normalize_database_url(database_url()),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    engine = engine_for(database_url())
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,115 @@
+"""Every knob of the service in one typed object, read from ``GRADCI_*`` environment variables.
+
+Unset URLs fall back to the embedded, server-less mode: an SQLite database and an SQLite-backed
+Celery transport, both under ``workdir``. The fallbacks are made absolute when the settings are
+built so that the API and the worker processes it starts agree on the same files whatever their
+current directory.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+EMBEDDED_DATABASE_FILE = "gradci.db"
+EMBEDDED_BROKER_FILE = "broker.db"
+EMBEDDED_BROKER_SCHEMES = ("sqla+", "sqlalchemy+")
+# Redis redelivers a task not acknowledged within the visibility timeout; it must outlive the
+# hard time limit or a long job is handed to a second worker while the first still runs it.
+VISIBILITY_MARGIN_S = 600
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GRADCI_", extra="ignore")
+
+    # Storage and queue. None means the embedded default (see _fill_embedded_defaults).
+    database_url: str | None = None
+    broker_url: str | None = None
+    workdir: Path = Path(".gradci")
+
+    # API
+    api_token: SecretStr | None = None
+    public_url: str | None = None  # how people reach the dashboard; None: the request's own base URL
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+
+    # GitHub
+    github_token: SecretStr | None = None
+    github_api_url: str = "https://api.github.com"
+    github_webhook_secret: SecretStr | None = None
+    # Which repositories may run (fnmatch patterns over URL or owner/name); empty allows all.
+    allowed_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Public clone URL of an "owner/name" repository. Credentials are added by the worker at
+    # clone time, never stored in the database.
+    clone_url_template: str = "https://github.com/{full_name}.git"
+
+    # Jobs
+    job_chunk_size: int = Field(25, ge=1)
+    cell_timeout_s: float = Field(300.0, gt=0)
+    job_soft_time_limit_s: int = Field(3300, gt=0)
+    job_hard_time_limit_s: int = Field(3600, gt=0)
+    max_job_attempts: int = Field(3, ge=1)
+
+    # Workers
+    worker_heartbeat_s: float = Field(15.0, gt=0)
+    worker_online_s: float = Field(60.0, gt=0)  # a worker is online if it beat within this window
+
+    @field_validator("allowed_repos", mode="before")
+    @classmethod
+    def _split_comma_list(cls, value: Any) -> Any:
+        # "a/b, c/*" in the environment reads better than a JSON list.
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _fill_embedded_defaults(self) -> Settings:
+        self.workdir = self.workdir.expanduser().resolve()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.workdir / EMBEDDED_DATABASE_FILE}"
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{self.workdir / EMBEDDED_BROKER_FILE}"
+        if self.job_soft_time_limit_s >= self.job_hard_time_limit_s:
+            raise ValueError("job_soft_time_limit_s must be below job_hard_time_limit_s")
+        return self
+
+    @property
+    def broker_visibility_timeout_s(self) -> int:
+        return self.job_hard_time_limit_s + VISIBILITY_MARGIN_S
+
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Celery's ``broker_transport_options`` for this broker."""
+        return transport_options_for(str(self.broker_url), self.broker_visibility_timeout_s)
+
+    def ensure_local_directories(self) -> None:
+        """Create the folders of the SQLite files (database and embedded broker) this configuration
+        uses: SQLite creates a missing file but not its folder."""
+        from services.db.session import ensure_sqlite_directory
+
+        for url in (str(self.database_url), _strip_broker_scheme(str(self.broker_url))):
+            ensure_sqlite_directory(url)
+
+
+def _strip_broker_scheme(broker_url: str) -> str:
+    for scheme in EMBEDDED_BROKER_SCHEMES:
+        if broker_url.startswith(scheme):
+            return broker_url[len(scheme):]
+    return broker_url
+
+
+def transport_options_for(broker_url: str, visibility_timeout_s: int) -> dict[str, Any]:
+    if broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
+        # kombu's SQLAlchemy transport passes these to create_engine: wait for SQLite's lock
+        # instead of failing when the API and a worker touch the queue at the same moment.
+        return {"connect_args": {"timeout": 30}}
+    return {"visibility_timeout": visibility_timeout_s}
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings. Tests override with ``get_settings.cache_clear()`` after changing
+    the environment, or pass a ``Settings`` to ``create_app`` directly."""
+    return Settings()
