@@ -22,7 +22,7 @@ from scenarios.scenario import Scenario, Tangents
 # Above these many input elements, first-order operators are checked through probes...
 FULL_FIRST_ORDER_LIMIT = 64
 # ...and second-order ones (a finite-difference Hessian costs O(m²) evaluations) sooner.
-FULL_SECOND_ORDER_LIMIT = 12
+FULL_SECOND_ORDER_LIMIT = 4
 PROBES = 3
 # scipy.differentiate starts from this step and shrinks it; retried smaller where f is not finite.
 INITIAL_STEPS = (0.5, 0.05, 0.005)

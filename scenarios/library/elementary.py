@@ -149,7 +149,7 @@ UNARY: list[tuple[str, Callable, Callable]] = [
     ("clip", lambda xp, x: xp.clip(x, -1.0, 1.0), _interval(-0.8, 0.8)),
     ("sign-times-square", lambda xp, x: xp.sign(x) * x ** 2, _away_from_zero),
 ]
-UNARY_OPERATORS = ("gradient", "hvp")
+UNARY_OPERATORS = ("gradient",)
 
 
 def _positive_first_row(g):

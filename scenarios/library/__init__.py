@@ -1,0 +1,64 @@
+"""gradci's built-in scenario library: one module per family, variants derived mechanically.
+
+``default()`` is every scenario the library holds except the large ones; ``select(...)`` filters by
+tag; ``mlp_100k()`` is the large MLP the benchmark uses. Names are "family/what/operator[/variant]"
+and every scenario is tagged with its family.
+Neither torch nor jax is imported here: per-framework callables import their framework when called.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from scenarios.scenario import Scenario
+from scenarios.library import control, delicate, elementary, linalg, nn, pytrees
+from scenarios.library.nn import mlp_100k
+from scenarios.library.variants import derive, with_batched_tangents, with_closure
+
+FAMILIES = {
+    elementary.FAMILY: elementary,
+    pytrees.FAMILY: pytrees,
+    nn.FAMILY: nn,
+    linalg.FAMILY: linalg,
+    control.FAMILY: control,
+    delicate.FAMILY: delicate,
+}
+
+
+def base() -> list[Scenario]:
+    """The hand-written scenarios of every family, before variants."""
+    return [scenario for module in FAMILIES.values() for scenario in module.scenarios()]
+
+
+def default() -> list[Scenario]:
+    """Every scenario of the library except those tagged "large", variants included."""
+    scenarios = base()
+    return scenarios + derive(scenarios)
+
+
+def everything() -> list[Scenario]:
+    """default() plus the large scenarios."""
+    return default() + [mlp_100k()]
+
+
+def select(include: str | Iterable[str] = (), exclude: str | Iterable[str] = (),
+           scenarios: Iterable[Scenario] | None = None) -> list[Scenario]:
+    """Scenarios carrying every tag in ``include`` and none in ``exclude`` (from ``everything()`` by default).
+
+    >>> [s.name for s in select(["linalg", "second-order"], exclude="variant:batched")][:1]
+    ['linalg/solve/hvp']
+    """
+    include = {include} if isinstance(include, str) else set(include)
+    exclude = {exclude} if isinstance(exclude, str) else set(exclude)
+    pool = everything() if scenarios is None else scenarios
+    return [s for s in pool if include <= set(s.tags) and not exclude & set(s.tags)]
+
+
+def by_name(name: str) -> Scenario:
+    for scenario in everything():
+        if scenario.name == name:
+            return scenario
+    raise KeyError(name)
+
+
+__all__ = ["FAMILIES", "base", "default", "everything", "select", "by_name", "mlp_100k", "derive",
+           "with_closure", "with_batched_tangents"]

@@ -1,0 +1,268 @@
+"""The engine's correctness claims, each with a planted bug that must be caught and a twin that must pass."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scenarios
+from scenarios import Scenario, Tangents, namespace
+from tests import planted
+
+TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
+JAX = ["jax-rev", "jax-rev-jit", "jax-fwd"]
+
+
+def statuses(report):
+    return {cell.backend: cell.status for cell in report.cells}
+
+
+def run(scenario, backends, dtypes=("float64",)):
+    return scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
+
+
+def test_public_names():
+    assert scenarios.OPERATORS == ("derivative", "second_derivative", "gradient", "value_and_gradient",
+                                   "jacobian", "jvp", "vjp", "hvp", "hessian")
+    assert set(scenarios.BACKENDS) >= {"jax-rev", "jax-fwd", "jax-rev-jit", "torch-rev", "torch-func-rev",
+                                       "torch-func-fwd", "fd"}
+    modes = {name: scenarios.get_backend(name).mode for name in scenarios.BACKENDS}
+    assert modes["fd"] == "finite" and modes["jax-fwd"] == "forward" and modes["torch-rev"] == "reverse"
+
+
+def test_correct_torch_function_passes_every_torch_backend():
+    report = run(planted.scenario("sin/torch", "torch", planted.torch_sin()), TORCH)
+    assert statuses(report) == {b: "pass" for b in TORCH}
+
+
+def test_wrong_torch_backward_fails_reverse_and_is_caught_at_1e_4():
+    # gradcheck's rtol=1e-3 lets this through; gradci's float64 tolerance must not.
+    report = run(planted.scenario("sin/torch-bad-bwd", "torch", planted.torch_sin(backward_scale=1 + 1e-4)), TORCH)
+    got = statuses(report)
+    assert got["torch-rev"] == "fail" and got["torch-func-rev"] == "fail"
+    assert got["torch-func-fwd"] == "pass"
+
+
+def test_gradcheck_misses_what_gradci_catches():
+    import torch
+
+    sin = planted.torch_sin(backward_scale=1 + 1e-4)
+    x = torch.tensor(planted.X, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: (sin(t) * t).sum(), (x,), fast_mode=True)
+
+
+def test_bug_only_in_jvp_rule_fails_forward_and_passes_reverse():
+    report = run(planted.scenario("sin/torch-bad-jvp", "torch", planted.torch_sin(jvp_scale=1.01), "jvp"), TORCH)
+    got = statuses(report)
+    assert got["torch-func-fwd"] == "fail"
+    assert got["torch-rev"] == "pass" and got["torch-func-rev"] == "pass"
+
+
+def test_function_without_jvp_rule_is_an_error_in_forward_mode():
+    report = run(planted.scenario("sin/torch-no-jvp", "torch", planted.torch_sin(jvp_rule=False)), TORCH)
+    got = statuses(report)
+    assert got["torch-func-fwd"] == "error" and got["torch-rev"] == "pass"
+
+
+def test_custom_vjp_correct_twin_and_wrong_rule():
+    good = statuses(run(planted.scenario("sin/jax-vjp", "jax", planted.jax_sin_vjp()), JAX))
+    bad = statuses(run(planted.scenario("sin/jax-vjp-bad", "jax", planted.jax_sin_vjp(scale=0.99)), JAX))
+    assert good == {"jax-rev": "pass", "jax-rev-jit": "pass", "jax-fwd": "error"}  # no forward mode: error
+    assert bad == {"jax-rev": "fail", "jax-rev-jit": "fail", "jax-fwd": "error"}
+
+
+def test_custom_jvp_wrong_rule_fails_everywhere_jax_uses_it():
+    good = statuses(run(planted.scenario("sin/jax-jvp", "jax", planted.jax_sin_jvp(), "jvp"), JAX))
+    bad = statuses(run(planted.scenario("sin/jax-jvp-bad", "jax", planted.jax_sin_jvp(scale=1.001), "jvp"), JAX))
+    assert set(good.values()) == {"pass"}
+    assert set(bad.values()) == {"fail"}  # jax transposes the jvp rule for reverse mode too
+
+
+def where_trick(x):
+    xp = namespace(x)
+    return xp.sum(xp.where(x == 0, 1.0, xp.sin(x) / x))
+
+
+def test_nan_gradient_where_true_derivative_is_finite_fails():
+    x = np.array([0.0, 0.5])
+    report = run(Scenario("where-trick", "gradient", where_trick, x), JAX + TORCH)
+    got = statuses(report)
+    for backend in ("jax-rev", "jax-rev-jit", "torch-rev", "torch-func-rev"):
+        assert got[backend] == "fail", backend
+    assert got["jax-fwd"] == "pass" and got["torch-func-fwd"] == "pass"
+    messages = [c.message for c in report.cells if c.backend == "torch-rev"]
+    assert "non-finite" in messages[0]
+
+
+def test_xfail_and_xpass():
+    x = np.array([0.0, 0.5])
+    s = Scenario("where-trick", "gradient", where_trick, x, xfail={"*-rev*": "NaN through the unselected branch"})
+    got = statuses(run(s, ["torch-rev", "torch-func-fwd", "jax-rev-jit"]))
+    assert got == {"torch-rev": "xfail", "torch-func-fwd": "pass", "jax-rev-jit": "xfail"}
+    s2 = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), x, xfail={"torch-rev": "not really"})
+    report = run(s2, ["torch-rev"])
+    assert statuses(report) == {"torch-rev": "xpass"} and not report.ok
+
+
+def test_value_and_gradient_checks_the_value():
+    def wrong_value(x):
+        import torch
+
+        class Shifted(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return (x * x).sum() + 1e-3  # value off, gradient right
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * 2 * x
+
+        return Shifted.apply(x)
+
+    s = Scenario("vg", "value_and_gradient", {"numpy": lambda x: np.sum(x * x), "torch": wrong_value},
+                 np.array([1.0, 2.0]), dtypes=("float64",))
+    cell = run(s, ["torch-rev"]).cells[0]
+    assert cell.status == "fail" and "value" in cell.message
+
+
+def test_mutated_input_fails_not_intact():
+    def mutating(x, c):
+        c.mul_(2.0)  # a backend that scribbles on its inputs
+        return (x * x).sum()
+
+    s = Scenario("mut", "gradient", {"numpy": lambda x, c: np.sum(x * x), "torch": mutating},
+                 np.array([1.0, 2.0]), contexts=(np.array([1.0]),))
+    got = {c.backend: c for c in run(s, ["torch-rev", "torch-func-rev"]).cells}
+    assert got["torch-rev"].status == "fail" and "not intact" in got["torch-rev"].message
+    assert got["torch-func-rev"].status == "error"  # torch.func refuses to mutate a captured tensor
+
+
+def test_forward_and_reverse_disagreement_beyond_probes_fails():
+    # In float32, a backward 1% wrong in one element of 2000: random probes dilute it below the
+    # float32 tolerance, the elementwise forward/reverse agreement check does not.
+    import torch
+
+    class Tanh(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return torch.tanh(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            scale = torch.ones_like(x)
+            scale[7] = 1.01
+            return g * (1 - torch.tanh(x) ** 2) * scale
+
+        @staticmethod
+        def jvp(ctx, t):
+            (x,) = ctx.saved_tensors
+            return t * (1 - torch.tanh(x) ** 2)
+
+    x = np.linspace(-1, 1, 2000)
+    s = Scenario("tanh2000", "gradient", {"numpy": lambda x: np.sum(np.tanh(x)),
+                                         "torch": lambda x: Tanh.apply(x).sum()}, x)
+    report = run(s, ["torch-rev", "torch-func-fwd"], dtypes=("float32",))
+    assert statuses(report) == {"torch-rev": "fail", "torch-func-fwd": "fail"}
+    assert all("forward and reverse modes disagree" in c.message for c in report.cells)
+
+
+@pytest.mark.parametrize("operator", scenarios.OPERATORS)
+def test_every_operator_passes_on_a_smooth_function(operator):
+    scalar_in = operator in ("derivative", "second_derivative")
+    scalar_out = operator in ("gradient", "value_and_gradient", "hvp", "hessian")
+    x = 0.4 if scalar_in else np.array([0.3, -0.7, 1.1])
+
+    def f(x):
+        xp = namespace(x)
+        if scalar_out:
+            return xp.sum(xp.sin(x) * x)
+        return xp.stack([xp.sin(x) * x, xp.exp(x * 0.5)]) if scalar_in else xp.sin(x) * x[0]
+
+    report = scenarios.check([Scenario(f"smooth/{operator}", operator, f, x)], devices=["cpu"])
+    assert report.ok, [(c.backend, c.dtype, c.status, c.message) for c in report.failing()]
+    assert {c.status for c in report.cells} <= {"pass", "skip"}
+
+
+def test_pytree_inputs_and_batched_tangents():
+    x = {"w": np.array([[0.5, -0.2], [0.1, 0.3]]), "b": [np.array([0.1, -0.4])]}
+
+    def f(p):
+        xp = namespace(p)
+        return xp.tanh(p["w"] @ p["b"][0] + p["b"][0])
+
+    tangents = Tangents(({"w": np.ones((2, 2)), "b": [np.array([1.0, 0.0])]},
+                         {"w": np.eye(2), "b": [np.array([0.0, 2.0])]}))
+    for operator, tangent in (("jvp", tangents), ("vjp", Tangents((np.array([1.0, 2.0]), np.array([0.0, 1.0]))))):
+        report = scenarios.check([Scenario(f"tree/{operator}", operator, f, x, tangent=tangent)], devices=["cpu"])
+        assert report.ok, [(c.backend, c.status, c.message) for c in report.failing()]
+
+
+def test_wrong_pytree_structure_fails():
+    x = {"a": np.array([1.0, 2.0]), "b": np.array([3.0])}
+    s = Scenario("tree/swap", "gradient", {"numpy": lambda p: np.sum(p["a"] ** 2) + np.sum(p["b"]),
+                                          "torch": lambda p: (p["a"] ** 2).sum() + p["b"].sum()}, x,
+                 reference={"a": np.array([2.0, 4.0]), "c": np.array([1.0])})
+    cell = run(s, ["torch-rev"]).cells[0]
+    assert cell.status == "fail" and "structure" in cell.message
+
+
+def test_cuda_cells_skip_with_a_reason_without_gpu():
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))
+    report = scenarios.check([s], backends=["torch-rev", "jax-rev"], devices=["cuda:0"])
+    assert {c.status for c in report.cells} == {"skip"}
+    assert all("cuda" in c.message.lower() for c in report.cells)
+
+
+def test_float32_cells_use_float32_and_looser_tolerance():
+    s = Scenario("sq", "gradient", lambda x: namespace(x).sum(namespace(x).exp(x)), np.array([1.0, 2.0]))
+    cells = {c.dtype: c for c in run(s, ["torch-rev"], dtypes=("float64", "float32")).cells}
+    assert cells["float32"].status == cells["float64"].status == "pass"
+    assert cells["float32"].max_abs_err > 1e-8 > cells["float64"].max_abs_err  # really ran in float32
+    assert cells["float32"].rtol > cells["float64"].rtol
+
+
+def test_analytic_reference_is_used_and_fd_backend_checks_it():
+    s = Scenario("cube", "derivative", lambda x: x ** 3, 2.0, reference=np.array(12.0 * 1.0001))
+    got = statuses(run(s, ["fd", "torch-rev"]))
+    assert got == {"fd": "fail", "torch-rev": "fail"}
+    s_ok = Scenario("cube-ok", "derivative", lambda x: x ** 3, 2.0, reference=np.array(12.0))
+    assert set(statuses(run(s_ok, ["fd", "torch-rev"])).values()) == {"pass"}
+
+
+def test_custom_compare_is_used():
+    calls = []
+
+    def compare(result, reference, rtol, atol):
+        calls.append(rtol)
+        return False, 1.0, 1.0
+
+    s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0]), compare=compare)
+    assert statuses(run(s, ["torch-rev"])) == {"torch-rev": "fail"} and calls
+
+
+def test_broken_scenario_is_an_error_cell_not_a_crash():
+    def broken(x):
+        raise RuntimeError("boom")
+
+    report = run(Scenario("broken", "gradient", broken, np.array([1.0])), ["torch-rev"])
+    assert report.cells[0].status == "error" and "boom" in report.cells[0].message
+
+
+def test_timings_recorded():
+    s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))
+    cell = run(s, ["jax-rev-jit"]).cells[0]
+    assert cell.first_call_ms > cell.time_ms > 0  # the first call includes compilation
