@@ -1,0 +1,1 @@
+"""GitHub: signed webhooks in, commit statuses and one pull-request comment out."""

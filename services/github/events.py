@@ -1,0 +1,108 @@
+"""What a webhook delivery asks of gradci, decided from the payload alone (no I/O).
+
+Payloads come in the shape GitHub sends, including a null pull-request body and a null
+``head.repo`` (the fork was deleted): every lookup here tolerates missing and null fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from typing import Any
+
+PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
+DEFAULT_APPROVAL_LABEL = "gradci:run"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """``kind`` is one of: ping, run_pr, cancel_pr, baseline, ignore, refuse, await_approval."""
+
+    kind: str
+    reason: str = ""
+    full_name: str | None = None      # base repository, owner/name
+    clone_url: str | None = None      # where the head commit can be fetched
+    head_sha: str | None = None
+    base_sha: str | None = None
+    pr_number: int | None = None
+    ref: str | None = None
+
+
+def _get(tree: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(tree, dict):
+            return None
+        tree = tree.get(key)
+    return tree
+
+
+def repository_allowed(full_name: str | None, allowed: list[str]) -> bool:
+    """Globs over owner/name; an empty list allows every repository."""
+    if not allowed:
+        return True
+    return bool(full_name) and any(fnmatch.fnmatchcase(full_name, pattern) for pattern in allowed)
+
+
+def is_fork(payload: dict) -> bool:
+    head_repo = _get(payload, "pull_request", "head", "repo")
+    base_name = _get(payload, "pull_request", "base", "repo", "full_name")
+    if head_repo is None:  # the fork was deleted: its code is still untrusted
+        return True
+    return head_repo.get("full_name") != base_name
+
+
+def clone_url(full_name: str | None, payload_url: str | None, template: str | None) -> str | None:
+    """The configured template (mirrors, tests) wins over the payload's clone URL."""
+    if template and full_name:
+        return template.format(full_name=full_name)
+    return payload_url
+
+
+def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
+           approval_label: str = DEFAULT_APPROVAL_LABEL) -> Decision:
+    if event == "ping":
+        return Decision("ping", "pong")
+    full_name = _get(payload, "repository", "full_name")
+    if event in ("pull_request", "push") and not repository_allowed(full_name, allowed):
+        return Decision("refuse", f"repository {full_name!r} is not in GRADCI_ALLOWED_REPOS", full_name)
+    if event == "pull_request":
+        return _pull_request(payload, full_name, clone_url_template, approval_label)
+    if event == "push":
+        return _push(payload, full_name, clone_url_template)
+    return Decision("ignore", f"event {event!r} is not handled")
+
+
+def _pull_request(payload: dict, full_name: str | None, template: str | None, label: str) -> Decision:
+    action = payload.get("action")
+    pr = payload.get("pull_request") or {}
+    head_repo = _get(pr, "head", "repo") or {}
+    base = dict(full_name=full_name, head_sha=_get(pr, "head", "sha"), base_sha=_get(pr, "base", "sha"),
+                pr_number=pr.get("number") or payload.get("number"), ref=_get(pr, "head", "ref"),
+                clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
+    if action == "closed":
+        return Decision("cancel_pr", "pull request closed", **base)
+    fork = is_fork(payload)
+    if fork and not template:
+        # A fork's commits are fetched from the base repository's pull/N/head ref, which GitHub keeps
+        # even after the fork is deleted.
+        base["clone_url"] = _get(payload, "repository", "clone_url") or head_repo.get("clone_url")
+    if action == "labeled":
+        if _get(payload, "label", "name") != label:
+            return Decision("ignore", f"label {_get(payload, 'label', 'name')!r} is not {label!r}", **base)
+        return Decision("run_pr", f"approved with label {label!r}", **base)
+    if action not in PR_RUN_ACTIONS:
+        return Decision("ignore", f"pull_request action {action!r} is not handled", **base)
+    if fork and label not in [lbl.get("name") for lbl in pr.get("labels") or [] if isinstance(lbl, dict)]:
+        return Decision("await_approval", f"pull request from a fork: add the label {label!r} to run it", **base)
+    return Decision("run_pr", f"pull request {action}", **base)
+
+
+def _push(payload: dict, full_name: str | None, template: str | None) -> Decision:
+    ref = payload.get("ref") or ""
+    default_branch = _get(payload, "repository", "default_branch")
+    after = payload.get("after") or ""
+    if ref != f"refs/heads/{default_branch}":
+        return Decision("ignore", f"push to {ref!r}, not the default branch", full_name)
+    if payload.get("deleted") or set(after) == {"0"}:
+        return Decision("ignore", "branch deleted", full_name)
+    return Decision("baseline", f"push to {default_branch}", full_name=full_name, head_sha=after, ref=ref,
+                    clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
