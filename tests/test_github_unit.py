@@ -1,0 +1,172 @@
+"""GitHub pieces without the service: signatures, event decisions, the client against a fake GitHub
+over real HTTP, the report and its markdown."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from services.github import events, signature
+from services.github.client import GitHubClient, GitHubError
+from services.reports.markdown import MARKER, render
+from services.reports.pr_report import build_report, tolerance_ratio
+from services.reports.targets import Target, TargetConfigError, parse_report_config
+from tests.fake_github import FakeGitHub
+
+PAYLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "github-payloads"
+
+
+def payload(name: str) -> dict:
+    return json.loads((PAYLOADS / f"{name}.json").read_text())
+
+
+def test_signature_roundtrip_and_rejections():
+    body = b'{"zen": "Keep it logically awesome."}'
+    good = signature.sign("s3cret", body)
+    assert signature.verify("s3cret", body, good)
+    assert not signature.verify("other", body, good)
+    assert not signature.verify("s3cret", body + b" ", good)
+    assert not signature.verify("s3cret", body, None)
+    assert not signature.verify("s3cret", body, good.replace("sha256=", "sha1="))
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("pull_request.opened", "run_pr"), ("pull_request.synchronize", "run_pr"),
+    ("pull_request.reopened", "run_pr"), ("pull_request.closed", "cancel_pr"),
+    ("pull_request.opened.null-body", "run_pr"),
+])
+def test_pull_request_actions(name, kind):
+    d = events.decide("pull_request", payload(name), allowed=[])
+    assert d.kind == kind
+    assert d.full_name == "Codertocat/Hello-World" and d.pr_number == 2 and len(d.head_sha) == 40
+
+
+def test_labeled_with_other_label_is_ignored_and_approval_label_runs():
+    p = payload("pull_request.labeled")
+    assert events.decide("pull_request", p, allowed=[]).kind == "ignore"
+    p["label"]["name"] = "gradci:run"
+    assert events.decide("pull_request", p, allowed=[]).kind == "run_pr"
+
+
+def test_forks_wait_for_approval_including_deleted_forks():
+    p = payload("pull_request.opened")
+    p["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    assert events.decide("pull_request", p, allowed=[]).kind == "await_approval"
+    p["pull_request"]["head"]["repo"] = None
+    assert events.decide("pull_request", p, allowed=[]).kind == "await_approval"
+    p["pull_request"]["labels"] = [{"name": "gradci:run"}]
+    assert events.decide("pull_request", p, allowed=[]).kind == "run_pr"
+
+
+def test_allowed_repos_and_clone_url_template():
+    p = payload("pull_request.opened")
+    assert events.decide("pull_request", p, allowed=["octo/*"]).kind == "refuse"
+    d = events.decide("pull_request", p, allowed=["Codertocat/*"], clone_url_template="file:///m/{full_name}.git")
+    assert d.kind == "run_pr" and d.clone_url == "file:///m/Codertocat/Hello-World.git"
+
+
+def test_push_to_default_branch_is_a_baseline_and_tags_are_ignored():
+    p = payload("push")
+    assert events.decide("push", p, allowed=[]).kind == "ignore"  # refs/tags/simple-tag
+    p = copy.deepcopy(p)
+    p["ref"], p["after"], p["deleted"] = "refs/heads/master", "a" * 40, False
+    d = events.decide("push", p, allowed=[])
+    assert d.kind == "baseline" and d.head_sha == "a" * 40
+
+
+def test_ping_and_unknown_events():
+    assert events.decide("ping", payload("ping"), allowed=[]).kind == "ping"
+    assert events.decide("issues", {"action": "opened"}, allowed=[]).kind == "ignore"
+
+
+def test_client_retries_502_twice_then_succeeds():
+    with FakeGitHub() as gh, GitHubClient(gh.url, "t0ken", backoff_s=0.01) as client:
+        gh.fail_next = [502, 502]
+        client.set_status("o/r", "a" * 40, "gradci/project", "success", "x" * 300, "http://d/runs/1")
+        assert [c["method"] for c in gh.calls] == ["POST"] * 3
+        assert len(gh.statuses) == 1 and len(gh.statuses[0]["description"]) <= 140
+        assert gh.calls[0]["headers"]["Authorization"] == "Bearer t0ken"
+
+
+def test_client_gives_up_after_attempts_and_does_not_retry_4xx():
+    with FakeGitHub() as gh, GitHubClient(gh.url, None, attempts=3, backoff_s=0.01) as client:
+        gh.fail_next = [503, 503, 503]
+        with pytest.raises(GitHubError) as info:
+            client.set_status("o/r", "a" * 40, "c", "pending", "d")
+        assert info.value.retryable and len(gh.calls) == 3
+        gh.fail_next = [404]
+        with pytest.raises(GitHubError) as info:
+            client.set_status("o/r", "a" * 40, "c", "pending", "d")
+        assert not info.value.retryable and len(gh.calls) == 4
+
+
+def test_one_comment_edited_in_place():
+    with FakeGitHub() as gh, GitHubClient(gh.url, None, backoff_s=0.01) as client:
+        client.upsert_comment("o/r", 7, f"{MARKER}\nfirst", MARKER)
+        client.upsert_comment("o/r", 7, f"{MARKER}\nsecond", MARKER)
+        comments = gh.comments_on("o/r", 7)
+        assert len(comments) == 1 and comments[0]["body"].endswith("second")
+
+
+def cell(scenario, status, backend="torch-rev", err=1e-12, dtype="float64"):
+    return dict(scenario=scenario, backend=backend, device="cpu", dtype=dtype, status=status, max_abs_err=err,
+                max_rel_err=err, atol=1e-9, rtol=1e-6, message="")
+
+
+def test_report_regressions_fixes_near_misses_and_patch():
+    base = [cell("a", "pass"), cell("b", "fail"), cell("c", "pass", err=1e-9), cell("d", "pass"), cell("s", "skip")]
+    head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass", err=7e-7), cell("d", "pass"),
+            cell("e", "error"), cell("s", "skip")]
+    report = build_report(head, base, {n: n for n in "abcdes"}, {"a": "a", "b": "changed", "c": "c", "d": "d"},
+                          Target(), Target(target=100.0), "h" * 40, "b" * 40, 5)
+    assert [c["scenario"] for c in report["regressions"]] == ["a"]
+    assert [c["scenario"] for c in report["fixes"]] == ["b"]
+    assert [c["scenario"] for c in report["near_misses"]] == ["c"]
+    assert report["changed_scenarios"] == ["b", "e", "s"]
+    assert report["project"]["coverage"] == pytest.approx(60.0) and report["project"]["base_coverage"] == 75.0
+    assert report["project"]["state"] == "failure"       # auto target: the base's 75%
+    assert report["patch"]["coverage"] == 50.0 and report["patch"]["state"] == "failure"
+    assert all(len(report[k]["description"]) <= 140 for k in ("project", "patch"))
+
+
+def test_targets_threshold_and_informational():
+    assert Target(target=80.0, threshold=5).state(76.0, None) == "success"
+    assert Target(target=80.0, threshold=1).state(76.0, None) == "failure"
+    assert Target(target=80.0, informational=True).state(10.0, None) == "success"
+    assert Target().state(50.0, None) == "success"  # auto without a base: nothing to compare with
+    project, patch = parse_report_config({"report": {"project": {"target": "90%", "threshold": "1%"},
+                                                     "patch": {"informational": True}}})
+    assert project == Target(target=90.0, threshold=1.0) and patch.informational
+    with pytest.raises(TargetConfigError):
+        parse_report_config({"report": {"project": {"target": "most"}}})
+
+
+def test_markdown_has_header_table_and_diff_block():
+    base = [cell("a", "pass"), cell("b", "fail")]
+    head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass")]
+    report = build_report(head, base, {"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "2"}, Target(), Target(),
+                          "1234567abc", "abcdef0123", 9)
+    text = render(report, "http://dash/runs/3")
+    assert text.startswith(MARKER)
+    assert "Patch coverage is **100.00%** and project coverage is **66.67%**" in text
+    assert "`1234567`" in text and "`abcdef0`" in text
+    assert "| torch-rev | cpu | 66.67% | `a [float64]` |" in text
+    assert "@@           Gradient Coverage Diff           @@" in text and "#9" in text
+    lines = text.split("```diff\n")[1].split("```")[0].splitlines()
+    rows = {line[2:12].strip(): line for line in lines if line[:1] in "+- " and line[2:3].isalpha()}
+    assert rows["Coverage"].startswith("+") and rows["Passed"].startswith("+")
+    assert rows["Failed"].startswith(" ") and rows["Cells"].startswith(" ")
+    assert "**Regressions** (1)" in text and "pass → fail" in text
+
+
+def test_huge_report_stays_under_githubs_comment_limit():
+    head = [cell(f"s{i:05d}/" + "x" * 200, "fail") for i in range(3000)]
+    report = build_report(head, None, {}, None, Target(), Target())
+    assert len(render(report)) <= 65536
+
+
+def test_tolerance_ratio():
+    assert tolerance_ratio(cell("a", "pass", err=5e-7)) == pytest.approx(0.5)
+    assert tolerance_ratio({"max_abs_err": None, "atol": 1}) is None
