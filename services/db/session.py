@@ -4,7 +4,8 @@ SQLite is the embedded default and the API and several worker processes write to
 every SQLite connection gets WAL (readers never block the writer), a busy timeout (a writer waits
 for the lock instead of failing) and ``BEGIN IMMEDIATE`` transactions: a deferred transaction that
 reads and then writes cannot wait for the lock and fails with "database is locked" when another
-process committed in between.
+process committed in between. Sessions that only read (API GETs, long exports) ask for
+``readonly=True`` and begin deferred, so they never hold the write lock while workers wait for it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_SQLITE_BEGIN = "gradci_sqlite_begin"  # execution option: how an SQLite transaction begins
 
 
 def normalize_database_url(url: str) -> URL:
@@ -58,11 +60,12 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        mode = connection.get_execution_options().get(_SQLITE_BEGIN, "IMMEDIATE")
+        connection.exec_driver_sql(f"BEGIN {mode}")
 
 
 _engines: dict[str, Engine] = {}
-_sessionmakers: dict[str, sessionmaker[Session]] = {}
+_sessionmakers: dict[tuple[str, bool], sessionmaker[Session]] = {}
 _lock = threading.Lock()
 
 
@@ -84,24 +87,37 @@ def engine_for(url: str) -> Engine:
         return _engines[url]
 
 
-def sessionmaker_for(url: str) -> sessionmaker[Session]:
+def sessionmaker_for(url: str, *, readonly: bool = False) -> sessionmaker[Session]:
+    """Sessions on ``url``. ``readonly`` sessions must not write: on SQLite they begin deferred."""
     engine = engine_for(url)
+    if readonly:
+        engine = engine.execution_options(**{_SQLITE_BEGIN: "DEFERRED"})
     with _lock:
-        if url not in _sessionmakers:
+        if (url, readonly) not in _sessionmakers:
             # expire_on_commit=False: API handlers serialise objects after committing them.
-            _sessionmakers[url] = sessionmaker(bind=engine, expire_on_commit=False)
-        return _sessionmakers[url]
+            _sessionmakers[url, readonly] = sessionmaker(bind=engine, expire_on_commit=False)
+        return _sessionmakers[url, readonly]
 
 
 @contextmanager
-def session_scope(url: str | None = None) -> Iterator[Session]:
+def session_scope(url: str | None = None, *, readonly: bool = False) -> Iterator[Session]:
     """A session that commits on success and rolls back on error; ``url`` defaults to the settings'."""
     if url is None:
         from services.settings import get_settings
 
         url = str(get_settings().database_url)
-    with sessionmaker_for(url)() as session, session.begin():
+    with sessionmaker_for(url, readonly=readonly)() as session, session.begin():
         yield session
+
+
+def dispose_engine(url: str) -> None:
+    """Close and forget the engine of one URL (before dropping its database, say)."""
+    with _lock:
+        engine = _engines.pop(url, None)
+        _sessionmakers.pop((url, False), None)
+        _sessionmakers.pop((url, True), None)
+    if engine is not None:
+        engine.dispose()
 
 
 def dispose_engines() -> None:

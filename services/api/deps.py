@@ -1,0 +1,58 @@
+"""FastAPI dependencies: the app's settings, a database session per request, write authorisation."""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from services.db.session import sessionmaker_for
+from services.settings import Settings
+
+_bearer = HTTPBearer(auto_error=False, description="GRADCI_API_TOKEN; required for writes when it is set")
+
+
+def app_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+
+def read_session(settings: SettingsDep) -> Iterator[Session]:
+    # Read-only: on SQLite it does not take the write lock the workers need (see db.session).
+    with sessionmaker_for(str(settings.database_url), readonly=True)() as session:
+        yield session
+
+
+def write_session(settings: SettingsDep) -> Iterator[Session]:
+    with sessionmaker_for(str(settings.database_url))() as session:
+        yield session
+
+
+ReadSession = Annotated[Session, Depends(read_session)]
+WriteSession = Annotated[Session, Depends(write_session)]
+
+
+def require_write_token(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Writes need ``Authorization: Bearer <GRADCI_API_TOKEN>`` when a token is configured."""
+    if settings.api_token is None:
+        return
+    expected = settings.api_token.get_secret_value().encode()
+    given = credentials.credentials.encode() if credentials is not None else b""
+    # Constant-time comparison: response timing must not reveal how much of a guess was right.
+    if credentials is None or not secrets.compare_digest(given, expected):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            detail="this request needs 'Authorization: Bearer <GRADCI_API_TOKEN>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+WriteAccess = Depends(require_write_token)

@@ -1,0 +1,45 @@
+"""What a client may name as a repository, and which repositories this server accepts."""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import re
+from collections.abc import Sequence
+
+URL_SCHEMES = ("file", "https", "http", "ssh", "git")
+FULL_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+SCP_STYLE = re.compile(r"^[\w.-]+@[\w.-]+:\S+$")  # git@github.com:owner/name.git
+
+
+@dataclasses.dataclass(frozen=True)
+class RepoRef:
+    url: str
+    full_name: str | None = None
+
+
+def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
+    """A git URL, an absolute path on the workers' machine, or a GitHub ``owner/name``.
+    Relative paths are refused: the server cannot know the client's current directory."""
+    if "://" in repo:
+        scheme = repo.split("://", 1)[0].lower()
+        if scheme not in URL_SCHEMES:
+            raise ValueError(f"repo URL scheme {scheme!r} is not supported (use one of {', '.join(URL_SCHEMES)})")
+        return RepoRef(url=repo)
+    if SCP_STYLE.match(repo):
+        return RepoRef(url=repo)
+    if os.path.isabs(repo):
+        return RepoRef(url=os.path.normpath(repo))
+    if FULL_NAME.match(repo):
+        return RepoRef(url=clone_url_template.format(full_name=repo), full_name=repo)
+    raise ValueError(
+        f"repo {repo!r} is neither a git URL (file://, https://, ...), an absolute path, nor owner/name"
+    )
+
+
+def is_allowed(ref: RepoRef, patterns: Sequence[str]) -> bool:
+    """No patterns: every repository is allowed. Otherwise a pattern must match the URL or owner/name."""
+    if not patterns:
+        return True
+    names = [ref.url] + ([ref.full_name] if ref.full_name else [])
+    return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns)

@@ -1,0 +1,202 @@
+"""/api/runs: submit, list, inspect, export, cancel and rerun runs."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import status as http
+from sqlalchemy.orm import Session
+
+from services import dispatch
+from services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
+from services.api.junit import junit_xml
+from services.api.repo_refs import is_allowed, parse_repo_ref
+from services.api.schemas import (
+    SHA_PREFIX_PATTERN,
+    CellCounts,
+    CellOut,
+    ResultsPage,
+    RunCreate,
+    RunCreated,
+    RunOut,
+    RunsPage,
+)
+from services.db import queries
+from services.db.models import CellStatus, Run, RunStatus
+from services.db.runs import (
+    RunAlreadyFinished,
+    create_rerun,
+    create_run,
+    get_or_create_repository,
+    make_matrix,
+    mark_run_error,
+    request_cancel,
+)
+from services.reports.coverage import coverage_percent
+from services.settings import Settings
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+MAX_INT32 = 2**31 - 1  # the id and pr_number columns are 32-bit: larger values can only be unknown
+RunId = Annotated[int, Path(ge=1, le=MAX_INT32, description="run id")]
+Name = Annotated[str | None, Query(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Cursor = Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")]
+
+
+def run_url(settings: Settings, request: Request, run_id: int) -> str:
+    """The run's dashboard page."""
+    base = settings.public_url or str(request.base_url)
+    return f"{base.rstrip('/')}/runs/{run_id}"
+
+
+def runs_out(session: Session, runs: list[Run], settings: Settings, request: Request) -> list[RunOut]:
+    """Runs with their cell and job counts, two grouped queries for the whole list."""
+    ids = [run.id for run in runs]
+    cells, jobs = queries.cell_counts(session, ids), queries.job_counts(session, ids)
+    out = []
+    for run in runs:
+        counts = CellCounts(**cells[run.id], queued=jobs[run.id]["queued"], running=jobs[run.id]["running"])
+        out.append(
+            RunOut(
+                id=run.id,
+                status=run.status,
+                url=run_url(settings, request, run.id),
+                repo=run.repository.url if run.repository else None,
+                repo_full_name=run.repository.full_name if run.repository else None,
+                head_sha=run.head_sha,
+                base_sha=run.base_sha,
+                ref=run.ref,
+                pr_number=run.pr_number,
+                trigger=run.trigger,
+                parent_run_id=run.parent_run_id,
+                matrix=run.matrix,
+                cancel_requested=run.cancel_requested,
+                counts=counts,
+                # Stored when the run is finalised; until then, what the results so far say.
+                coverage=run.coverage if run.coverage is not None else coverage_percent(cells[run.id]),
+                error_message=run.error_message,
+                created_at=run.created_at,
+                started_at=run.started_at,
+                finished_at=run.finished_at,
+            )
+        )
+    return out
+
+
+def find_run(session: Session, run_id: int) -> Run:
+    run = queries.get_run(session, run_id)
+    if run is None:
+        raise HTTPException(http.HTTP_404_NOT_FOUND, detail=f"run {run_id} not found")
+    return run
+
+
+def queue_run(session: Session, run: Run, settings: Settings) -> None:
+    """Commit the run, then queue its planning (the worker must find the row). If the broker is
+    down the run is marked error, not left queued forever, and the client gets a 503."""
+    session.commit()
+    try:
+        dispatch.submit_plan(run.id, settings)
+    except dispatch.DispatchError as exc:
+        mark_run_error(session, run, str(exc))
+        session.commit()
+        raise HTTPException(http.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from exc
+
+
+@router.post("", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess])
+def submit_run(body: RunCreate, request: Request, session: WriteSession, settings: SettingsDep) -> RunCreated:
+    """Queue a run of a repository at a commit (or of the built-in library when ``repo`` is omitted)."""
+    repository = None
+    if body.repo is not None:
+        try:
+            ref = parse_repo_ref(body.repo, settings.clone_url_template)
+        except ValueError as exc:
+            raise HTTPException(http.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from exc
+        if not is_allowed(ref, settings.allowed_repos):
+            raise HTTPException(http.HTTP_403_FORBIDDEN, detail=f"repository {body.repo!r} is not in GRADCI_ALLOWED_REPOS")
+        repository = get_or_create_repository(session, ref.url, ref.full_name)
+    run = create_run(
+        session,
+        repository=repository,
+        head_sha=body.sha,
+        ref=body.ref,
+        matrix=make_matrix(body.backends, body.devices, body.dtypes, body.scenarios),
+    )
+    queue_run(session, run, settings)
+    return RunCreated(id=run.id, status=run.status, url=run_url(settings, request, run.id))
+
+
+@router.get("")
+def list_runs(
+    request: Request,
+    session: ReadSession,
+    settings: SettingsDep,
+    repo: Annotated[str | None, Query(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$", description="repository URL or owner/name")] = None,
+    sha: Annotated[str | None, Query(pattern=SHA_PREFIX_PATTERN, description="head sha or a prefix of it")] = None,
+    pr: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    status: RunStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Cursor = None,
+) -> RunsPage:
+    """Newest first."""
+    page = queries.list_runs(
+        session, repo=repo, sha=sha, pr=pr, status=status.value if status else None, limit=limit, cursor=cursor
+    )
+    return RunsPage(items=runs_out(session, page.items, settings, request), next_cursor=page.next_cursor)
+
+
+@router.get("/{run_id}")
+def get_run(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep) -> RunOut:
+    return runs_out(session, [find_run(session, run_id)], settings, request)[0]
+
+
+@router.get("/{run_id}/results")
+def list_results(
+    run_id: RunId,
+    session: ReadSession,
+    status: CellStatus | None = None,
+    backend: Name = None,
+    device: Name = None,
+    dtype: Name = None,
+    scenario: Annotated[str | None, Query(min_length=1, max_length=255, description="name or glob (* and ?)",
+                                          pattern=r"^[^\x00-\x1f\x7f]*$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Cursor = None,
+) -> ResultsPage:
+    """The run's cells in the order they were stored."""
+    find_run(session, run_id)
+    where = queries.ResultFilter(
+        status=status.value if status else None, backend=backend, device=device, dtype=dtype, scenario=scenario
+    )
+    page = queries.list_results(session, run_id, where, limit=limit, cursor=cursor)
+    return ResultsPage(items=[CellOut.model_validate(row) for row in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/{run_id}/junit.xml", response_class=Response, responses={200: {"content": {"application/xml": {}}}})
+def get_junit(run_id: RunId, session: ReadSession) -> Response:
+    """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype."""
+    find_run(session, run_id)
+    body = junit_xml(run_id, queries.iter_results_by_matrix_cell(session, run_id))
+    return Response(content=body, media_type="application/xml")
+
+
+@router.post("/{run_id}/cancel", dependencies=[WriteAccess])
+def cancel_run(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunOut:
+    """Drop the run's queued jobs; running jobs stop at their next cell."""
+    run = find_run(session, run_id)
+    try:
+        request_cancel(session, run)
+    except RunAlreadyFinished as exc:
+        raise HTTPException(http.HTTP_409_CONFLICT, detail=str(exc)) from exc
+    session.commit()
+    return runs_out(session, [run], settings, request)[0]
+
+
+@router.post("/{run_id}/rerun", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess])
+def rerun(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunCreated:
+    """A new run of the same commit over the failed, errored and unexpectedly passing cells."""
+    run = find_run(session, run_id)
+    new_run = create_rerun(session, run)
+    if new_run is None:
+        raise HTTPException(http.HTTP_409_CONFLICT, detail=f"run {run_id} has no failed or errored cells to rerun")
+    queue_run(session, new_run, settings)
+    return RunCreated(id=new_run.id, status=new_run.status, url=run_url(settings, request, new_run.id))

@@ -1,0 +1,145 @@
+"""Request and response bodies of the REST API (they are also its OpenAPI documentation)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+# PostgreSQL rejects NUL in text and nothing legitimate carries control characters: refuse them
+# with a 422 here rather than a database error later.
+NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]*$"
+AxisValue = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:+\-]+$")]
+ScenarioGlob = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_CONTROL_CHARS)]
+SHA_PATTERN = r"^[0-9a-fA-F]{7,64}$"
+SHA_PREFIX_PATTERN = r"^[0-9a-fA-F]{4,64}$"
+
+
+class RunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repo: Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=NO_CONTROL_CHARS)] | None = Field(
+        None, description="git URL, absolute path on the workers' machine, or GitHub owner/name; "
+        "omitted: the built-in scenario library"
+    )
+    sha: Annotated[str, StringConstraints(pattern=SHA_PATTERN)] | None = Field(None, description="commit to check")
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_CONTROL_CHARS)] | None = None
+    backends: Annotated[list[AxisValue], Field(min_length=1, max_length=64)] | None = None
+    devices: Annotated[list[AxisValue], Field(min_length=1, max_length=64)] | None = None
+    dtypes: Annotated[list[AxisValue], Field(min_length=1, max_length=16)] | None = None
+    scenarios: ScenarioGlob | Annotated[list[ScenarioGlob], Field(min_length=1, max_length=10_000)] | None = Field(
+        None, description="a glob (or a list of globs or names) over scenario names"
+    )
+
+    @model_validator(mode="after")
+    def _commit_needs_repository(self) -> RunCreate:
+        if self.repo is None and (self.sha is not None or self.ref is not None):
+            raise ValueError("sha and ref need a repo (without repo the built-in library runs)")
+        if self.sha is not None:
+            self.sha = self.sha.lower()
+        return self
+
+
+class RunCreated(BaseModel):
+    id: int
+    status: str
+    url: str
+
+
+class CellCounts(BaseModel):
+    """Cells per status, plus jobs waiting and running."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    pass_: int = Field(0, alias="pass")
+    fail: int = 0
+    error: int = 0
+    skip: int = 0
+    xfail: int = 0
+    xpass: int = 0
+    queued: int = Field(0, description="jobs waiting for a worker")
+    running: int = Field(0, description="jobs being run")
+
+
+class RunOut(BaseModel):
+    id: int
+    status: str
+    url: str
+    repo: str | None = Field(description="repository URL; null for the built-in library")
+    repo_full_name: str | None
+    head_sha: str | None
+    base_sha: str | None
+    ref: str | None
+    pr_number: int | None
+    trigger: str
+    parent_run_id: int | None
+    matrix: dict[str, Any]
+    cancel_requested: bool
+    counts: CellCounts
+    coverage: float | None = Field(description="pass / (pass + fail + error) × 100; null before any counted cell")
+    error_message: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunsPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class CellOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    job_id: int | None
+    scenario: str
+    operator: str
+    framework: str
+    backend: str
+    mode: str
+    device: str
+    dtype: str
+    status: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    atol: float | None
+    rtol: float | None
+    time_ms: float | None
+    first_call_ms: float | None
+    peak_memory_bytes: int | None
+    message: str
+    fingerprint: str | None
+    created_at: datetime
+
+
+class ResultsPage(BaseModel):
+    items: list[CellOut]
+    next_cursor: str | None
+
+
+class WorkerOut(BaseModel):
+    name: str
+    host: str
+    device: str
+    queue: str
+    versions: dict[str, Any]
+    started_at: datetime
+    last_heartbeat: datetime
+    online: bool
+
+
+class ComponentHealth(BaseModel):
+    ok: bool
+    error: str | None = None
+
+
+class BrokerHealth(ComponentHealth):
+    queued_plans: int | None = Field(None, description="plan_run messages waiting on the cpu queue")
+
+
+class Health(BaseModel):
+    status: str = Field(description='"ok", or "unavailable" when the database or the broker is down')
+    database: ComponentHealth
+    broker: BrokerHealth
+    workers_online: dict[str, int] = Field(description="workers that sent a heartbeat within the window, per device")

@@ -1,0 +1,168 @@
+"""The workers' writes: storing a plan, claiming a job, finishing it, finalising the run.
+
+Reliability lives here, in the database, not in the broker: a job's attempts are counted when it
+is claimed (so a job whose worker died is redelivered at most ``max_attempts`` times, then marked
+error), a finished job ignores every later delivery, and "was this the last job?" is answered
+under a lock on the run row so that exactly one worker finalises. Locks are always taken run
+first, then job, as ``services.db.runs.request_cancel`` does, so they cannot deadlock.
+
+Functions flush but never commit: the caller owns the transaction.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.db.models import (
+    FINISHED_RUN_STATUSES,
+    UNSUCCESSFUL_CELL_STATUSES,
+    Job,
+    JobStatus,
+    Result,
+    Run,
+    RunStatus,
+    ScenarioCatalogEntry,
+    utcnow,
+)
+from services.db.queries import cell_counts
+from services.db.upsert import dialect_insert
+from services.reports.coverage import coverage_percent
+
+UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
+FINISHED_JOB_STATUSES = (JobStatus.done.value, JobStatus.error.value, JobStatus.cancelled.value)
+
+
+class Claim(enum.Enum):
+    run = "run"  # go ahead: the attempt is counted
+    finished = "finished"  # already done, errored or cancelled: a stale delivery, drop it
+    cancelled = "cancelled"  # the run was cancelled: the job is marked so, nothing runs
+    gave_up = "gave_up"  # attempts exhausted: the job is marked error
+    missing = "missing"  # no such job (its run was deleted)
+
+
+def lock_run(session: Session, run_id: int) -> Run | None:
+    """The run, locked until the transaction ends (PostgreSQL; SQLite's writes are serialised anyway)."""
+    return session.scalars(select(Run).where(Run.id == run_id).with_for_update()).one_or_none()
+
+
+def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> None:
+    """The scenarios a run's checkout declares, with their fingerprints (idempotent)."""
+    rows = [{"run_id": run_id, "name": s.name, "operator": s.operator, "fingerprint": s.fingerprint,
+             "tags": list(s.tags)} for s in scenarios]
+    if rows:
+        insert = dialect_insert(session, ScenarioCatalogEntry.__table__)
+        session.execute(insert.on_conflict_do_nothing(index_elements=["run_id", "name"]), rows)
+
+
+def store_jobs(session: Session, run: Run, specs: Sequence[Any]) -> list[Job]:
+    """The run's jobs (from ``services.planner.JobSpec``), and the run marked running."""
+    jobs = [Job(run_id=run.id, backend=spec.backend, device=spec.device, queue=spec.queue,
+                scenarios=list(spec.scenarios), status=JobStatus.queued.value, attempts=0) for spec in specs]
+    session.add_all(jobs)
+    mark_run_started(run)
+    session.flush()
+    return jobs
+
+
+def mark_run_started(run: Run) -> None:
+    if run.status == RunStatus.queued.value:
+        run.status = RunStatus.running.value
+    run.started_at = run.started_at or utcnow()
+
+
+def jobs_of_run(session: Session, run_id: int) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.id)))
+
+
+def claim_job(session: Session, job_id: int, *, worker: str, max_attempts: int) -> tuple[Claim, Job | None]:
+    """Decide what a delivery of ``job_id`` does, and record it."""
+    run_id = session.scalar(select(Job.run_id).where(Job.id == job_id))
+    run = lock_run(session, run_id) if run_id is not None else None
+    job = session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
+    if run is None or job is None:
+        return Claim.missing, None
+    if job.status in FINISHED_JOB_STATUSES:
+        return Claim.finished, job
+    now = utcnow()
+    if run.cancel_requested or run.status in FINISHED_RUN_STATUSES:
+        job.status, job.finished_at = JobStatus.cancelled.value, now
+        return Claim.cancelled, job
+    if job.attempts >= max_attempts:
+        job.status, job.finished_at = JobStatus.error.value, now
+        job.message = (f"gave up after {job.attempts} attempts: the worker running it died or ran out of time "
+                       f"each time")
+        return Claim.gave_up, job
+    job.attempts += 1
+    job.status, job.worker, job.started_at, job.finished_at = JobStatus.running.value, worker, now, None
+    mark_run_started(run)
+    return Claim.run, job
+
+
+def cancel_requested(session: Session, run_id: int) -> bool:
+    return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+
+
+def stored_cell_keys(session: Session, run_id: int, scenarios: Sequence[str], backend: str,
+                     device: str) -> set[tuple[str, str]]:
+    """(scenario, dtype) of the cells of these scenarios already stored for ``backend`` × ``device``."""
+    statement = select(Result.scenario, Result.dtype).where(
+        Result.run_id == run_id, Result.backend == backend, Result.device == device,
+        Result.scenario.in_(list(scenarios)),
+    )
+    return {(scenario, dtype) for scenario, dtype in session.execute(statement)}
+
+
+def finish_job(session: Session, job_id: int, status: str, message: str | None = None) -> bool:
+    """Mark the job finished; True when no job of its run is left unfinished (the caller then
+    finalises). Under the run's lock, so that of two jobs finishing at once exactly one sees zero."""
+    job = session.get(Job, job_id)
+    if job is None:
+        return False
+    lock_run(session, job.run_id)
+    job.status, job.finished_at = status, utcnow()
+    if message is not None:
+        job.message = message[:2000]
+    session.flush()
+    return unfinished_jobs(session, job.run_id) == 0
+
+
+def unfinished_jobs(session: Session, run_id: int) -> int:
+    return int(session.scalar(
+        select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.status.in_(UNFINISHED_JOB_STATUSES))
+    ) or 0)
+
+
+def finalize_run(session: Session, run_id: int) -> Run | None:
+    """Counts, coverage and the final status, once no job is left unfinished; idempotent. Returns
+    the run when it is (now) finished, None when jobs are still running or the run is unknown."""
+    run = lock_run(session, run_id)
+    if run is None or unfinished_jobs(session, run_id):
+        return None
+    counts = cell_counts(session, [run_id])[run_id]
+    run.coverage = coverage_percent(counts)
+    if run.status not in FINISHED_RUN_STATUSES:
+        run.status, message = final_status(session, run, counts)
+        run.error_message = run.error_message or message
+    run.finished_at = run.finished_at or utcnow()
+    session.flush()
+    return run
+
+
+def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[str, str | None]:
+    """cancelled > error (a job gave up: the run is incomplete) > failed > passed."""
+    if run.cancel_requested:
+        return RunStatus.cancelled.value, None
+    failed_jobs = list(session.scalars(
+        select(Job).where(Job.run_id == run.id, Job.status == JobStatus.error.value).order_by(Job.id)
+    ))
+    if failed_jobs:
+        first = failed_jobs[0]
+        return RunStatus.error.value, (f"{len(failed_jobs)} job(s) failed; job {first.id} "
+                                       f"({first.backend} on {first.device}): {first.message}")
+    if any(counts.get(status.value, 0) for status in UNSUCCESSFUL_CELL_STATUSES):
+        return RunStatus.failed.value, None
+    return RunStatus.passed.value, None

@@ -1,0 +1,150 @@
+"""Shared fixtures: real databases and a real broker, never mocks of them.
+
+PostgreSQL: one uniquely named database per test session, created in the cluster behind
+``GRADCI_TEST_POSTGRES_URL`` (default: the local ``test`` database, trust auth), migrated with the
+real Alembic migrations, emptied between tests and dropped at the end. SQLite: a migrated file in
+the test's ``tmp_path``. Redis: a database number of its own (``GRADCI_TEST_REDIS_URL``), flushed
+before each test that uses it. A service that is not running skips its tests with the reason;
+``make test`` starts both first.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from services.db.migrate import upgrade
+from services.db.session import dispose_engine, engine_for, session_scope
+from services.settings import get_settings
+
+POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "runs", "repositories", "workers")
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No GRADCI_* variable from the developer's shell leaks into a test's settings."""
+    for key in list(os.environ):
+        if key.startswith("GRADCI_") and not key.startswith("GRADCI_TEST_"):
+            monkeypatch.delenv(key)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def _admin_connection() -> Any:
+    import psycopg
+
+    admin = make_url(POSTGRES_ADMIN_URL)
+    try:
+        return psycopg.connect(
+            host=admin.host, port=admin.port or 5432, user=admin.username, password=admin.password,
+            dbname=admin.database, autocommit=True, connect_timeout=5,
+        )
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL is not reachable at {admin.render_as_string()}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """URL of a fresh, migrated PostgreSQL database for this test session."""
+    from psycopg import sql
+
+    name = f"gradci_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with _admin_connection() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        dispose_engine(url)
+        with _admin_connection() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """The session's PostgreSQL database, emptied for this test."""
+    with engine_for(postgres_database).begin() as connection:
+        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    return postgres_database
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Any) -> Iterator[str]:
+    """A migrated SQLite file of this test's own."""
+    url = f"sqlite:///{tmp_path / 'gradci.db'}"
+    upgrade(url)
+    yield url
+    dispose_engine(url)
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """The test runs once on PostgreSQL and once on SQLite."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"Redis is not reachable at {REDIS_URL}: {exc}")
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+STATUS_CYCLE = ("pass", "pass", "pass", "fail", "error", "skip", "xfail", "xpass")
+
+
+def synthetic_cell(index: int, *, status: str | None = None, backend: str = "jax-rev",
+                   device: str = "cpu", dtype: str = "float64") -> dict[str, Any]:
+    """A cell as a runner streams it: the scenarios.cell.Cell fields plus a fingerprint."""
+    return {
+        "scenario": f"scenario_{index:05d}",
+        "operator": "grad",
+        "framework": backend.split("-")[0],
+        "backend": backend,
+        "mode": "rev",
+        "device": device,
+        "dtype": dtype,
+        "status": status or STATUS_CYCLE[index % len(STATUS_CYCLE)],
+        "max_abs_err": 1e-9 * index,
+        "max_rel_err": 1e-10 * index,
+        "atol": 1e-8,
+        "rtol": 1e-6,
+        "time_ms": 0.5 + index % 7,
+        "first_call_ms": 20.0,
+        "peak_memory_bytes": 1024 * index,
+        "message": "" if index % 8 < 3 else f"cell {index}: max abs error above tolerance",
+        "fingerprint": f"{index:064x}"[-64:],
+    }
+
+
+@pytest.fixture
+def make_run() -> Callable[..., int]:
+    """``make_run(url, **run_fields)`` → id of a new run committed in that database."""
+    from services.db.runs import create_run
+
+    def make(url: str, **fields: Any) -> int:
+        with session_scope(url) as session:
+            return create_run(session, **fields).id
+
+    return make
+
+
+@pytest.fixture
+def cell_factory() -> Callable[..., dict[str, Any]]:
+    """``cell_factory(index, status=..., backend=..., device=..., dtype=...)`` → a synthetic cell."""
+    return synthetic_cell

@@ -1,0 +1,451 @@
+"""The REST API against real PostgreSQL (and SQLite), a real Redis broker, the embedded
+SQLite transport read by another process, and one server run by uvicorn over loopback HTTP."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from services.api.app import create_app
+from services.db.models import Job, Run, Worker, utcnow
+from services.db.results import upsert_results
+from services.db.runs import create_run, get_or_create_repository
+from services.db.session import session_scope
+from services.db.workers import record_heartbeat
+from services.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
+UNREACHABLE_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/nothing?connect_timeout=2"
+
+
+@pytest.fixture
+def settings(clean_environment, database_url: str, redis_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=database_url, broker_url=redis_url, api_token=TOKEN, workdir=tmp_path / "work")
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def client_for(settings: Settings, **changes: Any) -> TestClient:
+    return TestClient(create_app(settings.model_copy(update=changes)))
+
+
+def queued_plan_runs(redis_url: str) -> list[tuple[str, list[Any]]]:
+    """(task name, args) of every message waiting on the Redis "cpu" queue, oldest first."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        messages = [json.loads(raw) for raw in reversed(client.lrange("cpu", 0, -1))]
+    finally:
+        client.close()
+    return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+
+def seed_run(url: str, cells: list[dict[str, Any]], jobs: tuple[str, ...] = (), **fields: Any) -> int:
+    with session_scope(url) as session:
+        run = create_run(session, **fields)
+        upsert_results(session, run.id, cells)
+        for status in jobs:
+            session.add(Job(run_id=run.id, backend="jax-rev", device="cpu", queue="cpu", scenarios=[], status=status))
+        return run.id
+
+
+# --- submitting runs ----------------------------------------------------------------------------
+
+
+def test_writes_need_the_bearer_token(client: TestClient) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        response = client.post("/api/runs", json={}, headers=headers)
+        assert response.status_code == 401
+        assert "GRADCI_API_TOKEN" in response.json()["detail"]
+        assert response.headers["www-authenticate"] == "Bearer"
+    for path in ("/api/runs/1/cancel", "/api/runs/1/rerun"):
+        assert client.post(path).status_code == 401
+    assert client.get("/api/runs").status_code == 200  # reads stay open
+
+
+def test_without_a_configured_token_writes_are_open(settings: Settings) -> None:
+    with client_for(settings, api_token=None) as open_client:
+        assert open_client.post("/api/runs", json={}).status_code == 201
+
+
+def test_submit_builtin_run_creates_it_and_queues_plan_run(client: TestClient, settings: Settings) -> None:
+    response = client.post("/api/runs", json={"backends": ["jax-rev"], "dtypes": ["float32"], "scenarios": "sin*"},
+                           headers=AUTH)
+    assert response.status_code == 201
+    created = response.json()
+    assert created["status"] == "queued" and created["url"].endswith(f"/runs/{created['id']}")
+    assert queued_plan_runs(str(settings.broker_url)) == [("gradci.plan_run", [created["id"]])]
+
+    run = client.get(f"/api/runs/{created['id']}").json()
+    assert run["repo"] is None and run["trigger"] == "api" and run["coverage"] is None
+    assert run["matrix"] == {"backends": ["jax-rev"], "devices": None, "dtypes": ["float32"], "scenarios": "sin*"}
+    assert run["counts"] == {"pass": 0, "fail": 0, "error": 0, "skip": 0, "xfail": 0, "xpass": 0, "queued": 0, "running": 0}
+
+
+@pytest.mark.parametrize(
+    ("repo", "url", "full_name"),
+    [
+        ("acme/kernels", "https://github.com/acme/kernels.git", "acme/kernels"),
+        ("/srv/git/kernels", "/srv/git/kernels", None),
+        ("file:///srv/git/kernels", "file:///srv/git/kernels", None),
+        ("https://git.example.org/k.git", "https://git.example.org/k.git", None),
+    ],
+)
+def test_submit_names_repositories_by_url_path_or_owner_name(client, repo, url, full_name) -> None:
+    sha = "0123456789ABCDEF0123456789abcdef01234567"
+    created = client.post("/api/runs", json={"repo": repo, "sha": sha, "ref": "main"}, headers=AUTH).json()
+    run = client.get(f"/api/runs/{created['id']}").json()
+    assert (run["repo"], run["repo_full_name"], run["head_sha"], run["ref"]) == (url, full_name, sha.lower(), "main")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"repo": "relative/path/x"}, "neither a git URL"),
+        ({"repo": "ftp://host/x.git"}, "scheme 'ftp'"),
+        ({"sha": "a" * 40}, "need a repo"),
+        ({"repo": "acme/k", "sha": "not-a-sha"}, "pattern"),
+        ({"backends": []}, "at least 1"),
+        ({"backends": ["jax rev"]}, "pattern"),
+        ({"scenarios": "bad\u0000glob"}, "pattern"),
+        ({"colour": "blue"}, "Extra inputs"),
+    ],
+)
+def test_bad_submissions_get_422_with_a_clear_message(client: TestClient, body, message) -> None:
+    response = client.post("/api/runs", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert message in json.dumps(response.json())
+
+
+def test_repositories_outside_the_allow_list_are_refused(settings: Settings) -> None:
+    with client_for(settings, allowed_repos=["acme/*"]) as limited:
+        assert limited.post("/api/runs", json={"repo": "acme/kernels"}, headers=AUTH).status_code == 201
+        refused = limited.post("/api/runs", json={"repo": "evil/kernels"}, headers=AUTH)
+        assert refused.status_code == 403 and "GRADCI_ALLOWED_REPOS" in refused.json()["detail"]
+
+
+def test_a_broker_that_is_down_gives_503_and_an_errored_run(settings: Settings) -> None:
+    with client_for(settings, broker_url=UNREACHABLE_REDIS) as no_broker:
+        response = no_broker.post("/api/runs", json={}, headers=AUTH)
+    assert response.status_code == 503 and "could not queue run" in response.json()["detail"]
+    with session_scope(str(settings.database_url)) as session:
+        (run,) = session.query(Run).all()
+        assert run.status == "error" and "could not queue" in run.error_message
+
+
+# --- reading runs -------------------------------------------------------------------------------
+
+
+def test_run_shows_counts_per_status_jobs_and_live_coverage(client, settings, cell_factory) -> None:
+    url = str(settings.database_url)
+    run_id = seed_run(url, [cell_factory(i) for i in range(16)], jobs=("queued", "running", "running", "done"))
+    run = client.get(f"/api/runs/{run_id}").json()
+    assert run["counts"] == {"pass": 6, "fail": 2, "error": 2, "skip": 2, "xfail": 2, "xpass": 2, "queued": 1, "running": 2}
+    assert run["coverage"] == pytest.approx(60.0)
+    with session_scope(url) as session:
+        session.get(Run, run_id).coverage = 42.0  # finalize_run's figure wins once stored
+    assert client.get(f"/api/runs/{run_id}").json()["coverage"] == 42.0
+
+
+def test_unknown_runs_are_404_and_malformed_ids_422(client: TestClient) -> None:
+    for path in ("/api/runs/999", "/api/runs/999/results", "/api/runs/999/junit.xml"):
+        response = client.get(path)
+        assert response.status_code == 404 and response.json()["detail"] == "run 999 not found"
+    assert client.post("/api/runs/999/cancel", headers=AUTH).status_code == 404
+    assert client.post("/api/runs/999/rerun", headers=AUTH).status_code == 404
+    assert client.get("/api/runs/abc").status_code == 422
+    assert client.get("/api/runs/0").status_code == 422
+    assert client.get(f"/api/runs/{2**40}").status_code == 422
+
+
+def test_list_runs_filters_and_pages(client, settings, make_run) -> None:
+    url = str(settings.database_url)
+    with session_scope(url) as session:
+        repo = get_or_create_repository(session, "https://github.com/acme/k.git", "acme/k")
+        for index in range(7):
+            create_run(session, repository=repo if index % 2 else None, head_sha="f" * 40 if index % 2 else None,
+                       pr_number=5 if index == 3 else None)
+    everything = client.get("/api/runs").json()
+    assert [run["id"] for run in everything["items"]] == [7, 6, 5, 4, 3, 2, 1] and everything["next_cursor"] is None
+    assert [r["id"] for r in client.get("/api/runs", params={"repo": "acme/k"}).json()["items"]] == [6, 4, 2]
+    assert [r["id"] for r in client.get("/api/runs", params={"sha": "ffff"}).json()["items"]] == [6, 4, 2]
+    assert [r["id"] for r in client.get("/api/runs", params={"pr": 5}).json()["items"]] == [4]
+    assert client.get("/api/runs", params={"status": "passed"}).json()["items"] == []
+
+    seen, cursor = [], None
+    while True:
+        page = client.get("/api/runs", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [run["id"] for run in page["items"]]
+        if (cursor := page["next_cursor"]) is None:
+            break
+    assert seen == [7, 6, 5, 4, 3, 2, 1]
+
+    assert client.get("/api/runs", params={"cursor": "garbage"}).status_code == 400
+    assert client.get("/api/runs", params={"status": "sleepy"}).status_code == 422
+    assert client.get("/api/runs", params={"sha": "xyz"}).status_code == 422
+    assert client.get("/api/runs", params={"limit": 0}).status_code == 422
+    assert client.get("/api/runs", params={"pr": 2**40}).status_code == 422
+    assert client.get("/api/runs", params={"repo": "a\u0000b"}).status_code == 422
+
+
+def test_results_filter_and_every_row_comes_back_once(client, settings, cell_factory) -> None:
+    cells = [cell_factory(i, backend=backend) for i in range(60) for backend in ("jax-rev", "torch-rev")]
+    run_id = seed_run(str(settings.database_url), cells)
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 13, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/api/runs/{run_id}/results", params=params).json()
+        seen += [(item["scenario"], item["backend"]) for item in page["items"]]
+        if (cursor := page["next_cursor"]) is None:
+            break
+    assert len(seen) == len(set(seen)) == 120
+
+    def items(**params):
+        return client.get(f"/api/runs/{run_id}/results", params={"limit": 1000, **params}).json()["items"]
+
+    assert len(items(status="fail")) == 16
+    assert len(items(status="pass", backend="torch-rev")) == 24
+    assert len(items(scenario="scenario_0000?", device="cpu", dtype="float64")) == 20
+    first = items(scenario="scenario_00003", backend="jax-rev")[0]
+    assert first["status"] == "fail" and first["message"].startswith("cell 3") and first["atol"] == 1e-8
+    assert client.get(f"/api/runs/{run_id}/results", params={"status": "bad"}).status_code == 422
+    assert client.get(f"/api/runs/{run_id}/results", params={"cursor": "!!"}).status_code == 400
+    assert client.get(f"/api/runs/{run_id}/results", params={"limit": 5000}).status_code == 422
+
+
+def test_junit_has_a_suite_per_matrix_cell_and_junit_outcomes(client, settings, cell_factory) -> None:
+    cells = [cell_factory(i, dtype=dtype) for i in range(8) for dtype in ("float32", "float64")]
+    cells[0]["message"] = "bad \x01 control character"
+    run_id = seed_run(str(settings.database_url), cells)
+    response = client.get(f"/api/runs/{run_id}/junit.xml")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/xml")
+    root = ET.fromstring(response.content)
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("16", "4", "2", "4")
+    suites = root.findall("testsuite")
+    assert [suite.get("name") for suite in suites] == ["jax-rev.cpu.float32", "jax-rev.cpu.float64"]
+    cases = {case.get("name"): case for case in suites[0].findall("testcase")}
+    assert len(cases) == 8
+    assert cases["scenario_00003"].find("failure").get("type") == "fail"
+    assert cases["scenario_00007"].find("failure").get("message").startswith("unexpectedly passed")
+    assert cases["scenario_00004"].find("error") is not None
+    assert cases["scenario_00005"].find("skipped") is not None and cases["scenario_00006"].find("skipped") is not None
+    assert list(cases["scenario_00000"]) == []
+
+
+# --- cancel and rerun ---------------------------------------------------------------------------
+
+
+def test_cancel_drops_queued_jobs_and_reports_the_run(client, settings) -> None:
+    url = str(settings.database_url)
+    idle = seed_run(url, [], jobs=("queued", "queued"))
+    busy = seed_run(url, [], jobs=("queued", "running"))
+    cancelled = client.post(f"/api/runs/{idle}/cancel", headers=AUTH).json()
+    assert cancelled["status"] == "cancelled" and cancelled["cancel_requested"] and cancelled["counts"]["queued"] == 0
+    still_running = client.post(f"/api/runs/{busy}/cancel", headers=AUTH).json()
+    assert still_running["status"] == "queued" and still_running["cancel_requested"]
+    assert still_running["counts"]["running"] == 1 and still_running["counts"]["queued"] == 0
+    assert client.post(f"/api/runs/{idle}/cancel", headers=AUTH).status_code == 200
+    with session_scope(url) as session:
+        session.get(Run, busy).status = "passed"
+    conflict = client.post(f"/api/runs/{busy}/cancel", headers=AUTH)
+    assert conflict.status_code == 409 and "already finished (passed)" in conflict.json()["detail"]
+
+
+def test_rerun_queues_a_child_run_over_the_unsuccessful_cells(client, settings, cell_factory) -> None:
+    url = str(settings.database_url)
+    with session_scope(url) as session:
+        repo = get_or_create_repository(session, "/srv/git/k")
+    parent = seed_run(url, [cell_factory(i) for i in range(6)], repository=repo, head_sha="e" * 40)
+    response = client.post(f"/api/runs/{parent}/rerun", headers=AUTH)
+    assert response.status_code == 201
+    child = client.get(f"/api/runs/{response.json()['id']}").json()
+    assert (child["parent_run_id"], child["trigger"], child["repo"], child["head_sha"]) == (parent, "rerun", "/srv/git/k", "e" * 40)
+    assert child["matrix"]["scenarios"] == ["scenario_00003", "scenario_00004"]
+    assert queued_plan_runs(str(settings.broker_url)) == [("gradci.plan_run", [child["id"]])]
+
+    clean = seed_run(url, [cell_factory(0), cell_factory(5)])
+    nothing = client.post(f"/api/runs/{clean}/rerun", headers=AUTH)
+    assert nothing.status_code == 409 and "no failed or errored cells" in nothing.json()["detail"]
+
+
+# --- workers, health, metrics -------------------------------------------------------------------
+
+
+def add_workers(url: str) -> None:
+    with session_scope(url) as session:
+        record_heartbeat(session, name="cpu-1", host="box", device="cpu", queue="cpu", versions={"jax": "0.4.35"})
+        record_heartbeat(session, name="gpu-0", host="box", device="cuda:0", queue="cuda", versions={})
+        record_heartbeat(session, name="gpu-1", host="box", device="cuda:1", queue="cuda", versions={})
+    with session_scope(url) as session:
+        session.get(Worker, "gpu-1").last_heartbeat = utcnow() - timedelta(seconds=120)
+
+
+def test_workers_report_online_by_recent_heartbeat(client, settings) -> None:
+    add_workers(str(settings.database_url))
+    workers = {worker["name"]: worker for worker in client.get("/api/workers").json()}
+    assert {name: worker["online"] for name, worker in workers.items()} == {"cpu-1": True, "gpu-0": True, "gpu-1": False}
+    assert workers["cpu-1"]["versions"] == {"jax": "0.4.35"}
+
+
+def test_health_reports_database_broker_and_workers(client, settings) -> None:
+    add_workers(str(settings.database_url))
+    response = client.get("/api/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "database": {"ok": True, "error": None},
+        "broker": {"ok": True, "error": None, "queued_plans": 0},
+        "workers_online": {"cpu": 1, "cuda:0": 1},
+    }
+
+
+def test_health_is_503_when_the_broker_or_the_database_is_down(settings: Settings) -> None:
+    with client_for(settings, broker_url=UNREACHABLE_REDIS) as no_broker:
+        response = no_broker.get("/api/health")
+    assert response.status_code == 503
+    assert response.json()["status"] == "unavailable" and response.json()["database"]["ok"]
+    assert not response.json()["broker"]["ok"] and response.json()["broker"]["error"]
+
+    with client_for(settings, database_url=UNREACHABLE_POSTGRES) as no_database:
+        response = no_database.get("/api/health")
+        assert response.status_code == 503 and not response.json()["database"]["ok"]
+        # Other endpoints answer 503 too, never 500.
+        listing = no_database.get("/api/runs")
+        assert listing.status_code == 503 and "database unavailable" in listing.json()["detail"]
+        metrics = no_database.get("/metrics")
+        assert metrics.status_code == 200 and "gradci_database_up 0.0" in metrics.text
+
+
+def test_metrics_count_runs_results_and_workers(client, settings, cell_factory) -> None:
+    url = str(settings.database_url)
+    seed_run(url, [cell_factory(i) for i in range(8)])
+    add_workers(url)
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    lines = set(response.text.splitlines())
+    for expected in (
+        "gradci_database_up 1.0",
+        'gradci_runs{status="queued"} 1.0',
+        'gradci_runs{status="passed"} 0.0',
+        'gradci_results{status="pass"} 3.0',
+        'gradci_results{status="xpass"} 1.0',
+        'gradci_workers_online{device="cpu"} 1.0',
+        'gradci_workers_online{device="cuda:0"} 1.0',
+    ):
+        assert expected in lines
+
+
+def test_openapi_documents_every_route(client: TestClient) -> None:
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/results", "/api/runs/{run_id}/junit.xml",
+                 "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/rerun", "/api/workers", "/api/health", "/metrics"):
+        assert path in paths
+
+
+# --- the embedded mode: SQLite and the server-less transport --------------------------------------
+
+CONSUMER = textwrap.dedent(
+    """
+    import json, sys
+    from kombu import Connection
+    with Connection(sys.argv[1], transport_options={"connect_args": {"timeout": 30}}) as connection:
+        queue = connection.SimpleQueue("cpu")
+        message = queue.get(timeout=20)
+        print(json.dumps({"task": message.headers["task"], "args": message.payload[0]}))
+        message.ack()
+    """
+)
+
+
+def test_embedded_mode_queues_runs_another_process_can_take(clean_environment, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(api_token=TOKEN)  # no URLs: SQLite database and SQLite transport under .gradci/
+    from services.db.migrate import upgrade
+
+    upgrade(str(settings.database_url))
+    with TestClient(create_app(settings)) as embedded:
+        run_id = embedded.post("/api/runs", json={"dtypes": ["float64"]}, headers=AUTH).json()["id"]
+        assert embedded.get("/api/health").json()["broker"] == {"ok": True, "error": None, "queued_plans": 1}
+        assert embedded.get(f"/api/runs/{run_id}").json()["status"] == "queued"
+    consumer = subprocess.run([sys.executable, "-c", CONSUMER, str(settings.broker_url)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=60)
+    assert consumer.returncode == 0, consumer.stderr
+    assert json.loads(consumer.stdout) == {"task": "gradci.plan_run", "args": [run_id]}
+    assert (tmp_path / ".gradci" / "gradci.db").exists() and (tmp_path / ".gradci" / "broker.db").exists()
+
+
+# --- a real server ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def uvicorn_server(clean_environment, postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """``uvicorn --factory services.api.app:create_app`` configured only through GRADCI_* variables."""
+    port = free_port()
+    env = dict(os.environ, GRADCI_DATABASE_URL=postgres_url, GRADCI_BROKER_URL=redis_url, GRADCI_API_TOKEN=TOKEN,
+               GRADCI_PUBLIC_URL="https://ci.example.org", GRADCI_WORKDIR=str(tmp_path / "work"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"uvicorn did not come up:\n{server.stdout.read() if server.poll() is not None else ''}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_through_uvicorn_over_loopback_http(uvicorn_server: str, redis_url: str) -> None:
+    with httpx.Client(base_url=uvicorn_server, timeout=10) as http:
+        assert http.post("/api/runs", json={}).status_code == 401
+        created = http.post("/api/runs", json={"repo": "acme/kernels", "sha": "1" * 40}, headers=AUTH)
+        assert created.status_code == 201
+        run_id = created.json()["id"]
+        assert created.json()["url"] == f"https://ci.example.org/runs/{run_id}"
+        run = http.get(f"/api/runs/{run_id}").json()
+        assert run["repo"] == "https://github.com/acme/kernels.git" and run["status"] == "queued"
+        assert http.get("/api/runs", params={"repo": "acme/kernels"}).json()["items"][0]["id"] == run_id
+        assert http.get("/api/runs/12345").status_code == 404
+        assert 'gradci_runs{status="queued"} 1.0' in http.get("/metrics").text
+        assert http.post(f"/api/runs/{run_id}/cancel", headers=AUTH).json()["status"] == "cancelled"
+    assert queued_plan_runs(redis_url) == [("gradci.plan_run", [run_id])]
