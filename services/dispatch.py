@@ -10,6 +10,7 @@ from kombu import Connection
 from services.settings import Settings, get_settings
 
 PLAN_RUN_TASK = "gradci.plan_run"
+PUBLISH_TASK = "gradci.publish_github"
 PLAN_QUEUE = "cpu"  # planning needs no accelerator
 BROKER_TIMEOUT_S = 3.0
 
@@ -27,23 +28,32 @@ def _broker_connection(settings: Settings) -> Connection:
     )
 
 
-def submit_plan(run_id: int, settings: Settings | None = None) -> None:
-    """Queue ``gradci.plan_run(run_id)`` on the ``cpu`` queue. Call it after the run's row is
-    committed: a fast worker could otherwise look for a run that does not exist yet."""
+def _send(task: str, run_id: int, settings: Settings | None) -> None:
     from worker.celery_app import app
 
     settings = settings or get_settings()
     try:
         with _broker_connection(settings) as connection:
             app.send_task(
-                PLAN_RUN_TASK,
+                task,
                 args=[run_id],
                 queue=PLAN_QUEUE,
                 connection=connection,
                 retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
             )
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not queued"
-        raise DispatchError(f"could not queue run {run_id}: {exc}") from exc
+        raise DispatchError(f"could not queue {task} for run {run_id}: {exc}") from exc
+
+
+def submit_plan(run_id: int, settings: Settings | None = None) -> None:
+    """Queue ``gradci.plan_run(run_id)`` on the ``cpu`` queue. Call it after the run's row is
+    committed: a fast worker could otherwise look for a run that does not exist yet."""
+    _send(PLAN_RUN_TASK, run_id, settings)
+
+
+def submit_publish(run_id: int, settings: Settings | None = None) -> None:
+    """Queue ``gradci.publish_github(run_id)``: the run's commit statuses and PR comment."""
+    _send(PUBLISH_TASK, run_id, settings)
 
 
 def broker_status(settings: Settings | None = None) -> tuple[bool, str | None, int | None]:

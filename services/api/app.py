@@ -5,7 +5,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
-from services.api import health, metrics, runs, workers
+from services.api import health, metrics, reports, runs, webhooks, workers
 from services.db.pagination import InvalidCursor
 from services.settings import Settings, get_settings
 
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics_registry = metrics.metrics_registry(settings)
-    for module in (runs, workers, health, metrics):
+    for module in (runs, reports, workers, health, metrics, webhooks):
         app.include_router(module.router)
     install_error_handlers(app)
     return app

@@ -167,6 +167,9 @@ class Run(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
 
+    # The repository's gradci.toml as plan_run read it at head_sha: report targets live there.
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
     repository: Mapped[Repository | None] = relationship(lazy="joined")
 
 
@@ -263,3 +266,28 @@ class Worker(Base):
     versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReportState(StrEnum):
+    pending = "pending"        # something to publish (or republish) to GitHub
+    published = "published"    # the latest state is on GitHub
+    failed = "failed"          # GitHub refused for good (4xx); the message says why
+
+
+class GitHubReport(Base):
+    """What gradci owes GitHub for a pull-request or baseline run: statuses and the PR comment.
+
+    Written before anything is sent, so a GitHub outage delays the report but never loses it: a
+    pending row is retried until it is published.
+    """
+
+    __tablename__ = "github_reports"
+    __table_args__ = (status_check("state", ReportState.values()), Index(None, "state"))
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    full_name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default=ReportState.pending.value)
+    published_phase: Mapped[str | None] = mapped_column(String(16))  # "pending" or "final" statuses sent
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

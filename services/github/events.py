@@ -6,8 +6,9 @@ Payloads come in the shape GitHub sends, including a null pull-request body and 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from typing import Any
+
+from services.api.repo_refs import RepoRef, is_allowed
 
 PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 DEFAULT_APPROVAL_LABEL = "gradci:run"
@@ -36,10 +37,8 @@ def _get(tree: Any, *path: str) -> Any:
 
 
 def repository_allowed(full_name: str | None, allowed: list[str]) -> bool:
-    """Globs over owner/name; an empty list allows every repository."""
-    if not allowed:
-        return True
-    return bool(full_name) and any(fnmatch.fnmatchcase(full_name, pattern) for pattern in allowed)
+    """Globs over owner/name (the same rule as the REST API's); an empty list allows every repository."""
+    return is_allowed(RepoRef(url=full_name or "", full_name=full_name), allowed)
 
 
 def is_fork(payload: dict) -> bool:

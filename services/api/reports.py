@@ -1,0 +1,28 @@
+"""GET /api/runs/{id}/report: the coverage report (JSON), or the PR comment (?format=markdown)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from services.api.deps import ReadSession, SettingsDep
+from services.api.runs import RunId, find_run, run_url
+from services.reports.markdown import render
+from services.reports.run_report import report_for_run
+from services.reports.targets import TargetConfigError
+
+router = APIRouter(prefix="/api/runs", tags=["reports"])
+
+
+@router.get("/{run_id}/report", response_model=None)
+def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
+               format: Literal["json", "markdown"] = Query("json")) -> Response:
+    run = find_run(session, run_id)
+    try:
+        report = report_for_run(session, run)
+    except TargetConfigError as exc:
+        return JSONResponse({"detail": f"gradci.toml: {exc}"}, status_code=422)
+    if format == "markdown":
+        return PlainTextResponse(render(report, run_url(settings, request, run.id)), media_type="text/markdown")
+    return JSONResponse(report)

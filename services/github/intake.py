@@ -1,0 +1,112 @@
+"""A verified webhook delivery turned into runs: stored first (deduplicated by delivery id), then
+decided, then acted on. GitHub is never called here: reports go out from the queue."""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services import dispatch
+from services.db.models import Delivery, GitHubReport, Run, RunStatus, Trigger
+from services.db.runs import (RunAlreadyFinished, create_run, get_or_create_repository, mark_run_error,
+                             request_cancel)
+from services.github.events import Decision, decide
+from services.reports.run_report import base_run
+from services.settings import Settings
+
+ACTIVE = (RunStatus.queued.value, RunStatus.running.value)
+
+
+def clone_url_template(settings: Settings) -> str | None:
+    """Only an explicitly configured template overrides the payload's clone URL."""
+    return settings.clone_url_template if "clone_url_template" in settings.model_fields_set else None
+
+
+def store_delivery(session: Session, delivery_id: str, event: str, payload: dict) -> Delivery | None:
+    """The delivery row, or None when this delivery id was seen before (a redelivery)."""
+    delivery = Delivery(delivery_id=delivery_id, event=event, action=payload.get("action"), payload=payload)
+    session.add(delivery)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        return None
+    return delivery
+
+
+def active_pr_runs(session: Session, repository_id: int, pr_number: int) -> list[Run]:
+    return list(session.scalars(select(Run).where(Run.repository_id == repository_id, Run.pr_number == pr_number,
+                                                  Run.status.in_(ACTIVE))))
+
+
+def cancel_runs(session: Session, runs: list[Run]) -> list[int]:
+    cancelled = []
+    for run in runs:
+        try:
+            request_cancel(session, run)
+            cancelled.append(run.id)
+        except RunAlreadyFinished:
+            pass
+    return cancelled
+
+
+def _tracked_run(session: Session, decision: Decision, trigger: str, **fields: Any) -> Run:
+    repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
+    run = create_run(session, repository=repository, trigger=trigger, **fields)
+    session.add(GitHubReport(run_id=run.id, full_name=decision.full_name))
+    return run
+
+
+def handle(session: Session, settings: Settings, event: str, delivery_id: str, payload: dict) -> tuple[int, dict]:
+    """(HTTP status, body) for one verified delivery."""
+    delivery = store_delivery(session, delivery_id, event, payload)
+    if delivery is None:
+        return 200, {"duplicate": True, "delivery": delivery_id}
+    decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings))
+    if decision.kind == "ping":
+        return 200, {"ping": "pong"}
+    if decision.kind == "refuse":
+        return 403, {"detail": decision.reason}
+    if decision.kind in ("ignore", "await_approval"):
+        return 202, {"ignored": decision.reason}
+    if not decision.full_name or not decision.clone_url or (decision.kind != "cancel_pr" and not decision.head_sha):
+        return 400, {"detail": "payload lacks the repository, clone URL or head commit"}
+
+    new_runs: list[Run] = []
+    to_notify: list[int] = []
+    repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
+    if decision.kind in ("run_pr", "cancel_pr") and decision.pr_number is not None:
+        # A newer push supersedes the older run; a closed pull request needs none.
+        older = [r for r in active_pr_runs(session, repository.id, decision.pr_number) if r.head_sha != decision.head_sha
+                 or decision.kind == "cancel_pr"]
+        to_notify += cancel_runs(session, older)
+    if decision.kind == "run_pr":
+        if any(r.head_sha == decision.head_sha for r in active_pr_runs(session, repository.id, decision.pr_number)):
+            session.commit()
+            return 202, {"ignored": "a run of this commit is already in progress", "cancelled": to_notify}
+        run = _tracked_run(session, decision, Trigger.webhook.value, head_sha=decision.head_sha,
+                           base_sha=decision.base_sha, ref=decision.ref, pr_number=decision.pr_number)
+        new_runs.append(run)
+        if decision.base_sha and base_run(session, run, finished_only=False) is None:
+            # No base to compare with: schedule one; the pull request's report waits for it.
+            new_runs.append(_tracked_run(session, decision, Trigger.push.value, head_sha=decision.base_sha))
+    elif decision.kind == "baseline":
+        new_runs.append(_tracked_run(session, decision, Trigger.push.value, head_sha=decision.head_sha,
+                                     ref=decision.ref))
+    delivery.run_id = new_runs[0].id if new_runs else None
+    session.commit()
+    try:
+        for run in new_runs:
+            dispatch.submit_plan(run.id, settings)
+            to_notify.append(run.id)
+        for run_id in to_notify:
+            dispatch.submit_publish(run_id, settings)
+    except dispatch.DispatchError as exc:
+        for run in new_runs:
+            mark_run_error(session, run, str(exc))
+        session.commit()
+        return 503, {"detail": str(exc)}
+    return 202, {"runs": [r.id for r in new_runs], "cancelled": [i for i in to_notify if i not in
+                                                                 {r.id for r in new_runs}]}

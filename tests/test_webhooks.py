@@ -1,0 +1,140 @@
+"""POST /webhooks/github with the payloads GitHub sends: signatures, deduplication, forks, decisions,
+runs created and queued. Real PostgreSQL/SQLite and Redis; GitHub itself is not called here."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from services.api.app import create_app
+from services.db.models import Delivery, GitHubReport, Run
+from services.db.session import session_scope
+from services.github.signature import sign
+from services.settings import Settings
+from tests.test_api import queued_plan_runs
+
+SECRET = "webhook-s3cret"
+PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "github-payloads"
+HEAD, BASE = "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
+
+
+def payload(name: str) -> dict:
+    return json.loads((PAYLOADS / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def settings(clean_environment, database_url: str, redis_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=database_url, broker_url=redis_url, workdir=tmp_path / "work",
+                    github_webhook_secret=SECRET)
+
+
+@pytest.fixture
+def client(settings: Settings):
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def deliver(client: TestClient, event: str, body: dict | bytes, delivery: str | None = None,
+            secret: str = SECRET, signed: bool = True):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+               "Content-Type": "application/json"}
+    if signed:
+        headers["X-Hub-Signature-256"] = sign(secret, raw)
+    return client.post("/webhooks/github", content=raw, headers=headers)
+
+
+def runs(url: str) -> list[Run]:
+    with session_scope(url, readonly=True) as session:
+        return list(session.scalars(select(Run).order_by(Run.id)))
+
+
+def test_ping_and_signature_checks(client):
+    assert deliver(client, "ping", payload("ping")).status_code == 200
+    assert deliver(client, "ping", payload("ping"), secret="wrong").status_code == 401
+    assert deliver(client, "ping", payload("ping"), signed=False).status_code == 401
+
+
+def test_malformed_json_is_400_and_oversized_is_413(client):
+    assert deliver(client, "ping", b"{not json").status_code == 400
+    big = b" " * (25 * 1024 * 1024 + 1)
+    assert deliver(client, "ping", big).status_code == 413
+
+
+def test_opened_pr_creates_a_run_and_a_baseline_then_duplicates_start_nothing(client, settings, redis_url):
+    start = time.perf_counter()
+    answer = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-1")
+    assert answer.status_code == 202 and time.perf_counter() - start < 2.0
+    head_run, base_run = runs(settings.database_url)
+    assert (head_run.head_sha, head_run.base_sha, head_run.pr_number) == (HEAD, BASE, 2)
+    assert base_run.head_sha == BASE and base_run.pr_number is None
+    tasks = [(name, args[0]) for name, args in queued_plan_runs(redis_url)]
+    assert ("gradci.plan_run", head_run.id) in tasks and ("gradci.plan_run", base_run.id) in tasks
+    assert ("gradci.publish_github", head_run.id) in tasks
+    again = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-1")
+    assert again.status_code == 200 and again.json()["duplicate"]
+    assert len(runs(settings.database_url)) == 2
+    with session_scope(settings.database_url, readonly=True) as session:
+        assert session.scalar(select(Delivery.run_id).where(Delivery.delivery_id == "d-1")) == head_run.id
+        assert {r.run_id for r in session.scalars(select(GitHubReport))} == {head_run.id, base_run.id}
+
+
+def test_new_push_cancels_the_older_run_and_close_cancels(client, settings):
+    deliver(client, "pull_request", payload("pull_request.opened"))
+    pushed = payload("pull_request.synchronize")
+    pushed["pull_request"]["head"]["sha"] = "b" * 40
+    pushed["pull_request"]["base"]["sha"] = BASE
+    assert deliver(client, "pull_request", pushed).status_code == 202
+    by_sha = {r.head_sha: r for r in runs(settings.database_url)}
+    assert by_sha[HEAD].status == "cancelled" and by_sha["b" * 40].status == "queued"
+    assert by_sha[BASE].status == "queued"  # the base run is not the PR's to cancel
+    deliver(client, "pull_request", payload("pull_request.closed"))
+    assert {r.head_sha: r.status for r in runs(settings.database_url)}["b" * 40] == "cancelled"
+
+
+def test_forks_need_the_approval_label(client, settings):
+    fork = payload("pull_request.opened")
+    fork["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    assert deliver(client, "pull_request", fork).json()["ignored"].startswith("pull request from a fork")
+    deleted = copy.deepcopy(fork)
+    deleted["pull_request"]["head"]["repo"] = None
+    assert deliver(client, "pull_request", deleted).status_code == 202
+    assert runs(settings.database_url) == []
+    labeled = payload("pull_request.labeled")
+    labeled["pull_request"]["head"]["repo"] = None
+    labeled["label"]["name"] = "gradci:run"
+    assert deliver(client, "pull_request", labeled).status_code == 202
+    assert [r.pr_number for r in runs(settings.database_url) if r.pr_number] == [2]
+
+
+def test_unknown_events_are_accepted_and_ignored(client, settings):
+    assert deliver(client, "issues", {"action": "opened", "issue": {}}).status_code == 202
+    assert deliver(client, "pull_request", {**payload("pull_request.opened"), "action": "edited"}).status_code == 202
+    assert runs(settings.database_url) == []
+
+
+def test_repositories_outside_the_allow_list_are_refused(settings):
+    with TestClient(create_app(settings.model_copy(update={"allowed_repos": ["octo/*"]}))) as client:
+        assert deliver(client, "pull_request", payload("pull_request.opened")).status_code == 403
+    assert runs(settings.database_url) == []
+
+
+def test_push_to_default_branch_starts_a_baseline_and_template_maps_clone_url(settings):
+    push = payload("push")
+    push.update(ref="refs/heads/master", after="c" * 40, deleted=False)
+    template = "file:///srv/mirrors/{full_name}.git"
+    with TestClient(create_app(settings.model_copy(update={"clone_url_template": template}))) as client:
+        assert deliver(client, "push", push).status_code == 202
+    (run,) = runs(settings.database_url)
+    assert run.head_sha == "c" * 40 and run.trigger == "push"
+    assert run.repository.url == "file:///srv/mirrors/Codertocat/Hello-World.git"
+
+
+def test_null_pr_body_never_crashes(client, settings):
+    assert deliver(client, "pull_request", payload("pull_request.opened.null-body")).status_code == 202
