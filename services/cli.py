@@ -25,6 +25,93 @@ def check(
     raise typer.Exit(run_check(repo, backends, devices, dtypes, k, format, output))
 
 
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the database schema (GRADCI_DATABASE_URL; default .gradci/gradci.db)."""
+    from services.db.migrate import upgrade
+    from services.settings import get_settings
+
+    settings = get_settings()
+    settings.ensure_local_directories()
+    upgrade(str(settings.database_url))
+    typer.echo("database is up to date")
+
+
+@app.command()
+def worker(
+    device: str = typer.Option("cpu", help="cpu or cuda:N: the device whose queue this worker consumes."),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="Jobs at once (default: CPU cores up to 4; 1 per GPU)."),
+    loglevel: str = typer.Option("INFO", help="Celery log level."),
+) -> None:
+    """Run a worker: checks the jobs of its device's queue and heartbeats into the workers table."""
+    from worker.start import start_worker
+
+    try:
+        start_worker(device, concurrency, loglevel)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def api(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 in a container)."),
+    port: int = typer.Option(8000, help="Port."),
+) -> None:
+    """Serve the REST API (and the dashboard) with uvicorn."""
+    from services.serve import serve_api
+
+    serve_api(host, port)
+
+
+@app.command()
+def up(
+    demo: bool = typer.Option(False, "--demo", help="Submit the built-in suite and report on it."),
+    exit_: bool = typer.Option(False, "--exit", help="With --demo: stop when the run ends, exit code as gradci check."),
+    port: int = typer.Option(8000, help="API port on 127.0.0.1."),
+    backends: Optional[str] = typer.Option(None, help="Demo: comma-separated backends (default: all)."),
+    dtypes: Optional[str] = typer.Option(None, help="Demo: comma-separated dtypes."),
+    scenarios: Optional[str] = typer.Option(None, help="Demo: a glob over scenario names."),
+) -> None:
+    """Everything on this machine: migrations, the API and one supervised worker per device."""
+    from services.serve import up as serve_up
+    from services.submit import split_list
+
+    matrix = {"backends": split_list(backends), "dtypes": split_list(dtypes), "scenarios": scenarios}
+    raise typer.Exit(serve_up(port=port, demo=demo, exit_after=exit_, matrix=matrix))
+
+
+@app.command()
+def submit(
+    server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
+    repo: Optional[str] = typer.Option(None, help="git URL, path on the server's machine, or owner/name; "
+                                                  "default: the built-in library."),
+    sha: Optional[str] = typer.Option(None, help="Commit to check."),
+    ref: Optional[str] = typer.Option(None, help="Branch or tag to check (when no sha)."),
+    backends: Optional[str] = typer.Option(None, help="Comma-separated backends."),
+    devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
+    dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes."),
+    scenarios: Optional[str] = typer.Option(None, help="A glob over scenario names."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
+) -> None:
+    """Submit a run to a gradci server."""
+    from services.submit import submit as submit_run
+
+    raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, backends=backends, devices=devices,
+                                dtypes=dtypes, scenarios=scenarios, wait=wait))
+
+
+@app.command()
+def status(
+    run: int = typer.Argument(..., help="Run id."),
+    server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
+) -> None:
+    """Show a run's status, counts and coverage."""
+    from services.submit import status as run_status
+
+    raise typer.Exit(run_status(run, server=server))
+
+
 @app.callback()
 def main() -> None:
     """gradci command line."""

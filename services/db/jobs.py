@@ -14,8 +14,10 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from datetime import timedelta
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session, lazyload
 
 from services.db.models import (
     FINISHED_RUN_STATUSES,
@@ -26,6 +28,7 @@ from services.db.models import (
     Run,
     RunStatus,
     ScenarioCatalogEntry,
+    Worker,
     utcnow,
 )
 from services.db.queries import cell_counts
@@ -46,7 +49,9 @@ class Claim(enum.Enum):
 
 def lock_run(session: Session, run_id: int) -> Run | None:
     """The run, locked until the transaction ends (PostgreSQL; SQLite's writes are serialised anyway)."""
-    return session.scalars(select(Run).where(Run.id == run_id).with_for_update()).one_or_none()
+    # lazyload: the repository is joined by default, and PostgreSQL cannot lock across an outer join.
+    statement = select(Run).options(lazyload(Run.repository)).where(Run.id == run_id).with_for_update()
+    return session.scalars(statement).one_or_none()
 
 
 def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> None:
@@ -166,3 +171,31 @@ def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[st
     if any(counts.get(status.value, 0) for status in UNSUCCESSFUL_CELL_STATUSES):
         return RunStatus.failed.value, None
     return RunStatus.passed.value, None
+
+
+def runs_reporting_against(session: Session, run: Run) -> list[int]:
+    """Runs of the same repository whose base commit ``run`` checked: their reports compare with it."""
+    if run.repository_id is None or not run.head_sha:
+        return []
+    return list(session.scalars(select(Run.id).where(
+        Run.repository_id == run.repository_id, Run.base_sha == run.head_sha, Run.id != run.id)))
+
+
+def orphaned_jobs(session: Session, queues: Sequence[str], *, online_within_s: float) -> list[int]:
+    """Running jobs of ``queues`` whose worker stopped beating: it died with the job, and a broker
+    may never redeliver it (the embedded transport keeps no unacknowledged copy; Redis only after
+    the visibility timeout)."""
+    cutoff = utcnow() - timedelta(seconds=online_within_s)
+    alive = select(Worker.name).where(Worker.last_heartbeat >= cutoff)
+    return list(session.scalars(select(Job.id).where(
+        Job.status == JobStatus.running.value, Job.queue.in_(list(queues)), Job.started_at < cutoff,
+        or_(Job.worker.is_(None), Job.worker.not_in(alive)),
+    )))
+
+
+def requeue_orphan(session: Session, job_id: int) -> bool:
+    """Put a running job back in the queue; True for the one worker whose update won (so that only
+    it re-sends the job). Its attempt stays counted: the next claim counts the next one."""
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.running.value)
+                             .values(status=JobStatus.queued.value, worker=None))
+    return result.rowcount == 1

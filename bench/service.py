@@ -1,0 +1,217 @@
+"""Service benchmarks, printed as figures (not a timed test; the machine is shared).
+
+1. The built-in suite on the CPU through the service — submit over HTTP → every result stored —
+   ÷ ``scenarios.check`` in a fresh process on the same cells (target ≤ 1.25). Both sides pay
+   for their imports once: the check process imports jax and torch, the worker's runner too.
+2. Ingestion of synthetic results through the batched upsert, committed every
+   ``BATCH_CELLS`` as a worker does (target ≥ 2,000 cells/s), first write and a redelivery's rewrite.
+
+Run: .venv/bin/python bench/service.py [--sample N | --all] [--database-url URL --broker-url URL]
+Without URLs the service runs embedded (SQLite, SQLite broker transport) in a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# The storage layer is imported where it is used, so that the timed check process loads only the engine.
+
+TOKEN = "bench-token"
+INGEST_CELLS = 20_000
+BATCH_CELLS = 500  # worker.execute.BATCH_CELLS: a worker commits at most this many cells at once
+STATUSES = ("pass", "pass", "pass", "fail", "error", "skip", "xfail", "xpass")
+
+
+# --- 1. the suite through the service ------------------------------------------------------------
+
+
+def chosen_scenarios(sample: int) -> list[str]:
+    """Every ``sample``-th scenario of the default library: each family represented."""
+    from scenarios import library
+
+    return [scenario.name for scenario in library.default()][::sample]
+
+
+def check_in_process(names_file: Path) -> None:
+    """Child mode: check the named scenarios, print cells and seconds as JSON."""
+    start = time.perf_counter()
+    import scenarios
+    from scenarios import library
+
+    wanted = set(json.loads(names_file.read_text()))
+    report = scenarios.check([s for s in library.default() if s.name in wanted], devices=["cpu"])
+    cells = {f"{c.scenario}|{c.backend}|{c.device}|{c.dtype}": c.status for c in report.cells}
+    print(json.dumps({"seconds": time.perf_counter() - start, "cells": cells}))
+
+
+def time_in_process(names: list[str], workdir: Path) -> tuple[float, dict[str, str]]:
+    names_file = workdir / "names.json"
+    names_file.write_text(json.dumps(names))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--check-in-process", str(names_file)],
+                          capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    return wall, json.loads(done.stdout.strip().splitlines()[-1])["cells"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_service(env: dict[str, str], port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    gradci = [sys.executable, "-m", "services.cli"]
+    commands = {"api": [*gradci, "api", "--port", str(port)],
+                "worker": [*gradci, "worker", "--device", "cpu", "--concurrency", "1", "--loglevel", "WARNING"]}
+    processes = []
+    for name, argv in commands.items():
+        with open(logs / f"{name}.log", "wb") as log:
+            processes.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+    return processes
+
+
+def wait_ready(client: httpx.Client, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            health = client.get("/api/health").json()
+            if health.get("workers_online", {}).get("cpu"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("the service did not come up")
+
+
+def stored_cells(database_url: str, run_id: int) -> int:
+    from sqlalchemy import func, select
+
+    from services.db.models import Result
+    from services.db.session import session_scope
+
+    with session_scope(database_url, readonly=True) as session:
+        return int(session.scalar(select(func.count()).where(Result.run_id == run_id)) or 0)
+
+
+def time_service(names: list[str], expected: int, env: dict[str, str], database_url: str,
+                 logs: Path) -> tuple[float, float, dict[str, Any]]:
+    """(seconds until every cell is stored, seconds until the run is finished, the run)."""
+    port = free_port()
+    processes = start_service(env, port, logs)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"},
+                          timeout=30) as client:
+            wait_ready(client)
+            start = time.perf_counter()
+            run_id = client.post("/api/runs", json={"scenarios": names, "devices": ["cpu"]}).json()["id"]
+            while stored_cells(database_url, run_id) < expected:
+                if client.get(f"/api/runs/{run_id}").json()["status"] in ("error", "cancelled"):
+                    raise RuntimeError(f"run {run_id} ended early: {client.get(f'/api/runs/{run_id}').json()}")
+                time.sleep(0.1)
+            stored = time.perf_counter() - start
+            while (run := client.get(f"/api/runs/{run_id}").json())["status"] not in ("passed", "failed", "error"):
+                time.sleep(0.1)
+            return stored, time.perf_counter() - start, run
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+# --- 2. ingestion --------------------------------------------------------------------------------
+
+
+def synthetic_cell(index: int) -> dict[str, Any]:
+    return {"scenario": f"scenario_{index:06d}", "operator": "gradient", "framework": "jax", "backend": "jax-rev",
+            "mode": "reverse", "device": "cpu", "dtype": "float64", "status": STATUSES[index % len(STATUSES)],
+            "max_abs_err": 1e-12 * index, "max_rel_err": 1e-13 * index, "atol": 1e-9, "rtol": 1e-6,
+            "time_ms": 0.4, "first_call_ms": 12.0, "peak_memory_bytes": None,
+            "message": "" if index % 8 < 3 else "max abs error above tolerance", "fingerprint": f"{index:020x}"}
+
+
+def ingestion_rate(database_url: str) -> tuple[float, float]:
+    """cells/s of the first write and of a redelivery's rewrite of the same cells."""
+    from services.db.results import upsert_results
+    from services.db.runs import create_run
+    from services.db.session import session_scope
+
+    with session_scope(database_url) as session:
+        run_id = create_run(session).id
+    cells = [synthetic_cell(i) for i in range(INGEST_CELLS)]
+    rates = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for offset in range(0, len(cells), BATCH_CELLS):
+            with session_scope(database_url) as session:
+                upsert_results(session, run_id, cells[offset:offset + BATCH_CELLS], job_id=None)
+        rates.append(len(cells) / (time.perf_counter() - start))
+    assert stored_cells(database_url, run_id) == INGEST_CELLS
+    return rates[0], rates[1]
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sample", type=int, default=6, help="every N-th scenario of the library (default 6)")
+    parser.add_argument("--all", action="store_true", help="the whole default() library (long on a small machine)")
+    parser.add_argument("--database-url", help="PostgreSQL URL (an empty database); default: embedded SQLite")
+    parser.add_argument("--broker-url", help="Redis URL; default: the embedded SQLite transport")
+    parser.add_argument("--check-in-process", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.check_in_process:
+        check_in_process(args.check_in_process)
+        return
+
+    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-"))
+    database_url = args.database_url or f"sqlite:///{workdir / 'gradci.db'}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GRADCI_")}
+    env.update(GRADCI_WORKDIR=str(workdir), GRADCI_API_TOKEN=TOKEN, GRADCI_DATABASE_URL=database_url,
+               GRADCI_WORKER_HEARTBEAT_S="1", PYTHONPATH=str(ROOT))
+    if args.broker_url:
+        env["GRADCI_BROKER_URL"] = args.broker_url
+    from services.db.migrate import upgrade
+
+    upgrade(database_url)
+
+    names = chosen_scenarios(1 if args.all else args.sample)
+    print(f"{len(names)} scenarios, every available backend, cpu, each scenario's dtypes; "
+          f"{'PostgreSQL' if args.database_url else 'SQLite'} + {'Redis' if args.broker_url else 'SQLite transport'}; "
+          f"worker concurrency 1; workdir {workdir}")
+    check_s, check_cells = time_in_process(names, workdir)
+    stored_s, finished_s, run = time_service(names, len(check_cells), env, database_url, workdir)
+    print(f"gradci check in a fresh process: {len(check_cells)} cells in {check_s:.1f} s")
+    print(f"through the service: every result stored after {stored_s:.1f} s, run {run['status']} after "
+          f"{finished_s:.1f} s")
+    print(f"service ÷ check: {stored_s / check_s:.2f}  (target ≤ 1.25)")
+    print(f"status counts: check {_counts(check_cells.values())}, service {run['counts']}")
+
+    first, rewrite = ingestion_rate(database_url)
+    print(f"ingestion, {INGEST_CELLS} synthetic cells in commits of {BATCH_CELLS}: "
+          f"{first:,.0f} cells/s first write, {rewrite:,.0f} cells/s rewrite  (target ≥ 2,000)")
+
+
+def _counts(statuses: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+if __name__ == "__main__":
+    main()

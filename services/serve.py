@@ -1,0 +1,139 @@
+"""``gradci up``: the whole service on one machine, with nothing to install or configure.
+
+Migrations, the API on 127.0.0.1 and one ``gradci worker`` per local device, all supervised. With
+no ``GRADCI_DATABASE_URL``/``GRADCI_BROKER_URL`` it runs embedded (SQLite database, SQLite broker
+transport) under ``.gradci/``; with them, against Postgres and Redis like a deployment would.
+``--demo`` submits the built-in suite through the API like any client and reports on it.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from services.client import ClientError, GradciClient, exit_code, print_summary, progress_line, token_file
+from services.settings import Settings, get_settings
+from services.supervisor import Supervisor
+
+READY_TIMEOUT_S = 180.0
+
+
+def serve_api(host: str, port: int) -> None:
+    """``gradci api``: the FastAPI app under uvicorn, in this process."""
+    import uvicorn
+
+    uvicorn.run("services.api.app:create_app", factory=True, host=host, port=port, log_level="info",
+                proxy_headers=True)
+
+
+def ensure_api_token(settings: Settings, console: Console) -> str:
+    """GRADCI_API_TOKEN, else the stored one, else a new one stored (readable by its owner only) and printed."""
+    if settings.api_token is not None:
+        return settings.api_token.get_secret_value()
+    path = token_file(settings)
+    if path.is_file() and path.read_text().strip():
+        token = path.read_text().strip()
+        console.print(f"API token: stored in {path}", markup=False, highlight=False)
+        return token
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    console.print(f"API token: {token}  (stored in {path}; writes need 'Authorization: Bearer <token>')",
+                  markup=False, highlight=False)
+    return token
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) != 0
+
+
+def start_services(settings: Settings, port: int, token: str, devices: list[str]) -> Supervisor:
+    # Children read the same settings, with the absolute workdir and the token made here.
+    env = {**os.environ, "GRADCI_WORKDIR": str(settings.workdir), "GRADCI_API_TOKEN": token,
+           "GRADCI_API_PORT": str(port)}
+    logs = Path(settings.workdir) / "logs"
+    supervisor = Supervisor()
+    gradci = [sys.executable, "-m", "services.cli"]
+    supervisor.add("api", [*gradci, "api", "--host", settings.api_host, "--port", str(port)], env, logs / "api.log")
+    for device in devices:
+        supervisor.add(f"worker {device}", [*gradci, "worker", "--device", device], env,
+                       logs / f"worker-{device.replace(':', '')}.log")
+    return supervisor
+
+
+def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list[str]) -> None:
+    """The API answers, and a worker of every device has registered."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        supervisor.poll()
+        try:
+            health = client.health()
+            online = health.get("workers_online", {})
+            if all(online.get(device, 0) for device in devices):
+                return
+        except ClientError:
+            pass
+        if time.monotonic() > deadline:
+            raise ClientError(f"the service was not ready after {READY_TIMEOUT_S:g} s")
+        time.sleep(0.5)
+
+
+def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, matrix: dict[str, Any]) -> dict[str, Any]:
+    created = client.submit(**matrix)
+    console.print(f"demo: run {created['id']} submitted: {created['url']}", markup=False, highlight=False)
+    with console.status("checking") as status:
+        def update(run: dict[str, Any]) -> None:
+            supervisor.poll()
+            status.update(progress_line(run))
+
+        run = client.wait(created["id"], on_update=update)
+    print_summary(run, console)
+    return run
+
+
+def up(*, port: int, demo: bool, exit_after: bool, matrix: dict[str, Any] | None = None) -> int:
+    from services.db.migrate import upgrade
+    from worker.devices import discover_devices
+
+    console = Console()
+    # `docker stop` and service managers send SIGTERM: stop the children as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    settings = get_settings()
+    settings.ensure_local_directories()
+    if not port_is_free(settings.api_host, port):
+        console.print(f"error: port {port} on {settings.api_host} is in use (try --port)")
+        return 2
+    upgrade(str(settings.database_url))
+    token = ensure_api_token(settings, console)
+    devices = [device.name for device in discover_devices()]
+    supervisor = start_services(settings, port, token, devices)
+    server = f"http://{settings.api_host}:{port}"
+    try:
+        with GradciClient(server, token) as client:
+            wait_until_ready(client, supervisor, devices)
+            console.print(f"gradci is up: {server}/docs (workers: {', '.join(devices)}; logs in "
+                          f"{Path(settings.workdir) / 'logs'})", markup=False, highlight=False)
+            run = run_demo(client, supervisor, console, matrix or {}) if demo else None
+        if exit_after:
+            return exit_code(run) if run is not None else 0
+        console.print("serving; Ctrl-C stops", markup=False)
+        supervisor.serve_forever()
+    except ClientError as exc:
+        console.print(f"error: {exc}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        supervisor.stop()
+    return 0
+

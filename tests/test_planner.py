@@ -1,0 +1,95 @@
+"""The planner: matrix resolution, scenario selection and chunking, without a database."""
+from __future__ import annotations
+
+import pytest
+
+from services.planner import (
+    PlanError,
+    ScenarioInfo,
+    chunked,
+    job_cells,
+    plan_run,
+    requested_dtypes,
+    resolve_matrix,
+    select_scenarios,
+)
+from worker.devices import queue_for_device
+
+KNOWN = ("jax-rev", "torch-rev", "fd")
+SCENARIOS = tuple(
+    ScenarioInfo(name=f"family/s{i}", operator="gradient", dtypes=("float64",) if i == 4 else ("float64", "float32"))
+    for i in range(5)
+)
+
+
+def plan(run_matrix=None, file_matrix=None, chunk_size=2, **kwargs):
+    return plan_run(SCENARIOS, run_matrix=run_matrix, file_matrix=file_matrix, available_backends=("jax-rev", "fd"),
+                    known_backends=KNOWN, chunk_size=chunk_size, **kwargs)
+
+
+def test_run_matrix_overrides_the_file_and_the_file_overrides_the_defaults() -> None:
+    file_matrix = {"backends": ["torch-rev"], "dtypes": ["float32"], "devices": ["cpu", "cuda"]}
+    matrix = resolve_matrix({"backends": ["fd"]}, file_matrix, available_backends=["jax-rev"], known_backends=KNOWN)
+    assert matrix.backends == ("fd",)
+    assert matrix.devices == ("cpu", "cuda")
+    assert matrix.dtypes == ("float32",)
+    defaults = resolve_matrix({}, None, available_backends=["jax-rev", "fd"], known_backends=KNOWN)
+    assert defaults.backends == ("jax-rev", "fd") and defaults.devices == ("cpu",) and defaults.dtypes is None
+
+
+def test_none_on_an_axis_means_not_given() -> None:
+    stored = {"backends": None, "devices": None, "dtypes": None, "scenarios": None}
+    assert requested_dtypes(stored, {"dtypes": ["float64"]}) == ("float64",)
+    assert requested_dtypes(stored, {}) is None
+
+
+def test_unknown_backend_or_device_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="unknown backend 'nope'"):
+        plan({"backends": ["nope"]})
+    with pytest.raises(PlanError, match="unknown device 'tpu'"):
+        plan({"devices": ["tpu"]})
+
+
+def test_no_matching_scenario_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="no scenario matches 'other/\\*'"):
+        plan({"scenarios": "other/*"})
+
+
+def test_scenario_globs_and_names() -> None:
+    assert [s.name for s in select_scenarios(SCENARIOS, "family/s[12]")] == ["family/s1", "family/s2"]
+    assert [s.name for s in select_scenarios(SCENARIOS, ["family/s4", "family/s0"])] == ["family/s0", "family/s4"]
+    assert select_scenarios(SCENARIOS, None) == list(SCENARIOS)
+
+
+def test_jobs_are_one_backend_one_device_and_a_chunk() -> None:
+    result = plan({"devices": ["cpu", "cuda:1"]})
+    assert len(result.jobs) == 2 * 2 * 3  # devices × backends × ceil(5 / 2)
+    for job in result.jobs:
+        assert len(job.scenarios) <= 2
+        assert job.queue == queue_for_device(job.device)
+    covered = [(job.device, job.backend, name) for job in result.jobs for name in job.scenarios]
+    assert len(covered) == len(set(covered)) == 2 * 2 * 5
+
+
+def test_cell_count_follows_each_scenarios_dtypes_unless_the_run_names_them() -> None:
+    assert plan().cell_count == 2 * (4 * 2 + 1)  # two backends; s4 declares float64 only
+    assert plan({"dtypes": ["float64", "float32"]}).cell_count == 2 * 5 * 2  # undeclared: a skip cell
+
+
+def test_job_cells_and_a_scenario_the_checkout_no_longer_declares() -> None:
+    declared = {"a": ("float64", "float32"), "b": ("float64",)}
+    assert job_cells(["a", "b"], declared, None) == [("a", "float64"), ("a", "float32"), ("b", "float64")]
+    assert job_cells(["a", "gone"], declared, ("float32",)) == [("a", "float32"), ("gone", "float32")]
+    assert job_cells(["gone"], declared, None) == [("gone", "float64")]
+
+
+def test_chunked() -> None:
+    assert list(chunked(["a", "b", "c"], 2)) == [("a", "b"), ("c",)]
+    with pytest.raises(ValueError):
+        list(chunked(["a"], 0))
+
+
+@pytest.mark.parametrize(("device", "queue"), [("cpu", "cpu"), ("cuda", "cuda"), ("cuda:3", "cuda"),
+                                               ("cuda.sm90", "cuda.sm90")])
+def test_queues_by_device(device: str, queue: str) -> None:
+    assert queue_for_device(device) == queue

@@ -1,0 +1,158 @@
+"""The warm runner: crash containment, per-cell timeouts, restarts and the scrubbed environment,
+with real subprocesses that really segfault, abort and hang."""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.runner import CellSpec, WarmRunner, scrubbed_environment
+
+CELL_TIMEOUT_S = 4.0
+
+SCENARIO_MODULE = '''
+import ctypes
+import os
+import signal
+import time
+
+import numpy as np
+
+from scenarios import Scenario
+from scenarios.arrays import namespace
+
+
+def smooth(x):
+    xp = namespace(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+def noisy(x):
+    print("scenario code printing to stdout must not break the protocol")
+    return smooth(x)
+
+
+def segfault(x):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def null_pointer(x):
+    return ctypes.string_at(0)
+
+
+def abort(x):
+    os.abort()
+
+
+def hang(x):
+    time.sleep(3600)
+
+
+def environment(x):
+    seen = sorted(name for name in os.environ
+                  if name.startswith("GRADCI_") or any(w in name for w in ("TOKEN", "SECRET", "PASSWORD", "KEY")))
+    raise RuntimeError(f"seen={seen} path={'PATH' in os.environ} home={'HOME' in os.environ}")
+
+
+def scenarios():
+    x = np.array([0.3, -0.2, 0.7])
+    functions = [smooth, noisy, segfault, null_pointer, abort, hang, environment]
+    return [Scenario(f.__name__, "gradient", f, x, dtypes=("float64",)) for f in functions]
+'''
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("crashy")
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["crashy_scenarios"]\n')
+    (root / "crashy_scenarios.py").write_text(textwrap.dedent(SCENARIO_MODULE))
+    return root
+
+
+@pytest.fixture(scope="module")
+def runner(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmRunner]:
+    with pytest.MonkeyPatch.context() as patch:
+        # Credentials the worker holds: none may reach scenario code.
+        patch.setenv("GRADCI_DATABASE_URL", "postgresql://gradci:hunter2@db/gradci")
+        patch.setenv("GRADCI_BROKER_URL", "redis://:hunter2@redis/0")
+        patch.setenv("GRADCI_API_TOKEN", "api-token")
+        patch.setenv("GRADCI_GITHUB_TOKEN", "ghp_secret")
+        patch.setenv("DEPLOY_TOKEN", "x")
+        patch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+        patch.setenv("PGPASSWORD", "x")
+        the_runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner-work"))
+        the_runner.start()
+    yield the_runner
+    the_runner.close()
+
+
+def cell(runner: WarmRunner, project: Path, scenario: str, timeout_s: float | None = None) -> dict:
+    spec = CellSpec(scenario=scenario, backend="fd", device="cpu", dtype="float64", operator="gradient",
+                    framework="numpy", mode="finite", source=str(project))
+    return runner.run_cell(spec, timeout_s=timeout_s)
+
+
+def test_lists_the_checkouts_scenarios(runner: WarmRunner, project: Path) -> None:
+    listing = runner.list_source(str(project))
+    names = [item["name"] for item in listing["scenarios"]]
+    assert names == ["smooth", "noisy", "segfault", "null_pointer", "abort", "hang", "environment"]
+    assert all(len(item["fingerprint"]) == 20 for item in listing["scenarios"])
+    assert "fd" in [backend["name"] for backend in listing["backends"]]
+
+
+def test_a_healthy_cell_passes_and_printing_does_not_break_the_runner(runner: WarmRunner, project: Path) -> None:
+    for name in ("smooth", "noisy"):
+        result = cell(runner, project, name)
+        assert result["status"] == "pass", result
+        assert result["fingerprint"]
+
+
+@pytest.mark.parametrize(("scenario", "expected"), [
+    ("segfault", "killed by SIGSEGV"),
+    ("null_pointer", "killed by SIGSEGV"),
+    ("abort", "killed by SIGABRT"),
+])
+def test_a_crash_is_an_error_cell_and_the_next_cell_runs_in_a_new_runner(
+    runner: WarmRunner, project: Path, scenario: str, expected: str
+) -> None:
+    starts, pid = runner.starts, runner.pid
+    result = cell(runner, project, scenario)
+    assert result["status"] == "error"
+    assert expected in result["message"]
+    assert (result["scenario"], result["backend"], result["device"], result["dtype"]) == (scenario, "fd", "cpu", "float64")
+    after = cell(runner, project, "smooth")
+    assert after["status"] == "pass"
+    assert runner.starts == starts + 1 and runner.pid != pid
+
+
+def test_a_hang_times_out_and_the_runner_is_restarted(runner: WarmRunner, project: Path) -> None:
+    starts = runner.starts
+    result = cell(runner, project, "hang", timeout_s=2)
+    assert result["status"] == "error"
+    assert "timeout after 2 s" in result["message"]
+    assert cell(runner, project, "smooth")["status"] == "pass"
+    assert runner.starts == starts + 1
+
+
+def test_scenario_code_sees_no_credential(runner: WarmRunner, project: Path) -> None:
+    result = cell(runner, project, "environment")
+    assert result["status"] == "error"
+    assert "seen=[]" in result["message"], result["message"]
+    assert "path=True home=True" in result["message"]
+
+
+def test_scrubbed_environment_keeps_what_programs_need() -> None:
+    env = scrubbed_environment({"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "1", "PYTHONPATH": "/x",
+                                "GRADCI_WORKDIR": "/w", "GITHUB_TOKEN": "t", "SSH_PRIVATE_KEY": "k",
+                                "DATABASE_URL": "postgres://u:p@h/d", "my_password": "p"})
+    assert env["PATH"] == "/bin" and env["HOME"] == "/root" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["PYTHONPATH"].endswith("/x")
+    for gone in ("GRADCI_WORKDIR", "GITHUB_TOKEN", "SSH_PRIVATE_KEY", "DATABASE_URL", "my_password"):
+        assert gone not in env
+
+
+def test_an_unknown_scenario_is_an_error_cell(runner: WarmRunner, project: Path) -> None:
+    result = cell(runner, project, "not-there")
+    assert result["status"] == "error" and "not declared" in result["message"]

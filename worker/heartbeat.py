@@ -1,0 +1,99 @@
+"""The worker registry's writer: a worker records itself when Celery is ready and beats every
+``worker_heartbeat_s`` from a daemon thread of its main process (pool processes come and go; the
+main process lives as long as the worker). ``GET /api/workers`` and ``/api/health`` read it.
+After each beat the worker does its periodic chores (``install(after_beat=...)``: recovering the
+jobs of dead workers).
+"""
+from __future__ import annotations
+
+import logging
+import platform
+import socket
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+from celery import signals
+
+from services.db.session import session_scope
+from services.db.workers import record_heartbeat
+from services.settings import Settings
+from worker.context import WorkerContext, current
+
+log = logging.getLogger(__name__)
+
+VERSIONED_PACKAGES = ("gradci", "torch", "jax", "jaxlib", "celery")
+
+
+def versions() -> dict[str, Any]:
+    """Versions from package metadata: nothing is imported (no framework in a worker's parent)."""
+    found: dict[str, Any] = {"python": platform.python_version()}
+    for package in VERSIONED_PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+class Heartbeat:
+    def __init__(self, name: str, context: WorkerContext, after_beat: Callable[[], Any] | None = None) -> None:
+        self.name, self.context, self.after_beat = name, context, after_beat
+        self.settings: Settings = context.settings
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
+        self._versions = versions()
+        self._first = True
+
+    def beat(self) -> None:
+        from services.db.models import utcnow
+
+        with session_scope(str(self.settings.database_url)) as session:
+            record_heartbeat(
+                session, name=self.name, host=socket.gethostname(), device=self.context.device.name,
+                queue=",".join(self.context.device.queues), versions=self._versions,
+                started_at=utcnow() if self._first else None,
+            )
+        self._first = False
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+                if self.after_beat is not None:
+                    self.after_beat()
+            except Exception as exc:  # the database may be briefly away; the next beat retries
+                log.warning("heartbeat failed: %s", exc)
+            self._stop.wait(self.settings.worker_heartbeat_s)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+_heartbeat: Heartbeat | None = None
+_after_beat: Callable[[], Any] | None = None
+
+
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    global _heartbeat
+    name = getattr(sender, "hostname", None) or current().name
+    _heartbeat = Heartbeat(name, current(), _after_beat)
+    _heartbeat.start()
+
+
+def _on_worker_shutdown(**_: Any) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()
+
+
+def install(after_beat: Callable[[], Any] | None = None) -> None:
+    """Connect to Celery's worker signals (weak=False: the handlers are module functions anyway)."""
+    global _after_beat
+    _after_beat = after_beat
+    signals.worker_ready.connect(_on_worker_ready, weak=False)
+    signals.worker_shutdown.connect(_on_worker_shutdown, weak=False)

@@ -1,0 +1,262 @@
+"""The warm runner: one sandboxed subprocess per worker process, where scenario code runs.
+
+The worker process itself never imports scenario code or a framework. It asks its runner
+(``worker.runner_child``) for one cell at a time over JSON lines, with a per-cell timeout. When
+the runner segfaults, aborts, exits or hangs, that one cell becomes an ``error`` cell naming the
+signal or the timeout, the runner is killed (with anything it started: it leads its own process
+group) and the next request starts a fresh one, so the job goes on with its next cell.
+
+The runner's environment is scrubbed of every credential the worker holds (database and broker
+URLs, API and GitHub tokens, anything that looks like a secret): pull-request code must not be
+able to read them.
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
+LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
+SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment without gradci's settings and anything that looks like a credential."""
+    environ = dict(os.environ if environ is None else environ)
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if not name.upper().startswith("GRADCI_")
+        and name.upper() not in SECRET_NAMES
+        and not any(marker in name.upper() for marker in SECRET_MARKERS)
+    }
+    # The runner imports gradci's own packages from wherever this worker found them.
+    kept["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), kept.get("PYTHONPATH")]))
+    return kept
+
+
+class RunnerError(RuntimeError):
+    """The runner died, hung or refused a request; the message says which."""
+
+
+class RunnerTimeout(RunnerError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class CellSpec:
+    """One cell to check. ``device`` is the label stored with the result (the run's device);
+    ``run_on`` the device the runner computes on, when the worker maps the label to its own GPU."""
+
+    scenario: str
+    backend: str
+    device: str
+    dtype: str
+    operator: str = ""
+    framework: str = ""
+    mode: str = ""
+    source: str | None = None  # checkout root; None: the built-in library
+    run_on: str | None = None
+    fingerprint: str | None = None
+
+    def error_cell(self, message: str) -> dict[str, Any]:
+        return {"scenario": self.scenario, "operator": self.operator, "framework": self.framework,
+                "backend": self.backend, "mode": self.mode, "device": self.device, "dtype": self.dtype,
+                "status": "error", "message": message[:500], "fingerprint": self.fingerprint}
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class WarmRunner:
+    """The parent side. Not thread-safe: one per worker process (see ``shared_runner``)."""
+
+    def __init__(self, *, cell_timeout_s: float, workdir: Path | None = None,
+                 extra_env: dict[str, str] | None = None, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        self.cell_timeout_s = cell_timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.workdir = Path(workdir) if workdir else None
+        self.extra_env = dict(extra_env or {})
+        self.starts = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self._warm: set[str] = set()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.alive else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        if self.alive:
+            return
+        self._discard()
+        cwd = None
+        if self.workdir is not None:  # scenario code that writes files writes them here
+            cwd = self.workdir / "runner"
+            cwd.mkdir(parents=True, exist_ok=True)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "worker.runner_child"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
+            env={**scrubbed_environment(), **self.extra_env}, start_new_session=True,
+        )
+        self.starts += 1
+        self._buffer, self._warm = b"", set()
+        self._read_reply(self.startup_timeout_s, what="starting")
+
+    def close(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            try:
+                self._process.stdin.close()  # type: ignore[union-attr]
+                self._process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._discard()
+
+    def _discard(self) -> None:
+        """Kill the runner and whatever it spawned; forget it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    # --- the protocol ---------------------------------------------------------------------------
+
+    def _read_reply(self, timeout_s: float, *, what: str) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._discard()
+                raise RunnerTimeout(f"timeout after {timeout_s:g} s {what} (the runner was killed and restarted)")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self._on_death(what)
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _on_death(self, what: str) -> None:
+        assert self._process is not None
+        try:
+            returncode = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        self._discard()
+        raise RunnerError(f"runner {describe_exit(returncode)} while {what} (it was restarted)")
+
+    def request(self, payload: dict[str, Any], timeout_s: float, *, what: str) -> dict[str, Any]:
+        """Send one request and wait for its answer; start the runner first when it is not running."""
+        self.start()
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            try:
+                self._process.stdin.write(json.dumps(payload).encode() + b"\n")
+                self._process.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self._on_death(what)
+            return self._read_reply(timeout_s, what=what)
+        except RunnerError:
+            raise
+        except BaseException:
+            # Interrupted mid-request (a soft time limit, a signal): its answer would be read as the
+            # next request's, so this runner cannot be trusted again.
+            self._discard()
+            raise
+
+    # --- what the worker asks -------------------------------------------------------------------
+
+    def list_source(self, source: str | None, *, availability: bool = False) -> dict[str, Any]:
+        """Scenarios, backends and file matrix of a checkout (None: the built-in library).
+        ``availability`` also says which backends can run here, at the price of importing every framework."""
+        request = {"op": "list", "source": source, "availability": availability}
+        reply = self.request(request, LIST_TIMEOUT_S, what="listing scenarios")
+        if not reply.get("ok"):
+            raise RunnerError(reply.get("error", "listing failed"))
+        return reply
+
+    def warm(self, backends: list[str]) -> None:
+        """Import the frameworks of ``backends`` once, outside any cell's timeout."""
+        missing = [name for name in backends if name not in self._warm]
+        if missing:
+            self.request({"op": "warm", "backends": missing}, self.startup_timeout_s, what="importing frameworks")
+            self._warm.update(missing)
+
+    def run_cell(self, spec: CellSpec, timeout_s: float | None = None) -> dict[str, Any]:
+        """The cell's record; an ``error`` cell when the runner crashed, hung or refused."""
+        timeout_s = timeout_s or self.cell_timeout_s
+        payload = {"op": "cell", "source": spec.source, "scenario": spec.scenario, "backend": spec.backend,
+                   "device": spec.run_on or spec.device, "dtype": spec.dtype}
+        try:
+            if spec.backend not in self._warm:
+                self.warm([spec.backend])
+            reply = self.request(payload, timeout_s, what="checking this cell")
+        except RunnerError as exc:
+            log.warning("cell %s %s %s %s: %s", spec.scenario, spec.backend, spec.device, spec.dtype, exc)
+            return spec.error_cell(str(exc))
+        if not reply.get("ok"):
+            return spec.error_cell(reply.get("error", "the runner refused the cell"))
+        return {**reply["cell"], "device": spec.device}
+
+
+# One runner per worker process, or per thread in a threads pool: a runner serves one request at a time.
+_local = threading.local()
+
+
+def shared_runner(*, cell_timeout_s: float, workdir: Path | None = None) -> WarmRunner:
+    """This worker's runner, started on first use and kept warm between jobs."""
+    runner = getattr(_local, "runner", None)
+    if runner is None:
+        runner = _local.runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir)
+        atexit.register(runner.close)
+    runner.cell_timeout_s = cell_timeout_s
+    return runner
+
+
+def close_shared_runner() -> None:
+    runner = getattr(_local, "runner", None)
+    if runner is not None:
+        runner.close()
+        _local.runner = None

@@ -1,0 +1,156 @@
+"""The sandbox side of the warm runner: ``python -m worker.runner_child``.
+
+The only process where scenario code (untrusted: it comes from pull requests) and the frameworks
+run. It reads one JSON request per line on stdin and answers one JSON line on a private copy of
+the original stdout; scenario code printing to stdout is sent to stderr instead, so that it can
+never corrupt the protocol. Requests:
+
+- ``{"op": "list", "source": ROOT|null, "availability": bool}`` → the scenarios of the checkout at
+  ROOT (null: the built-in library), the registered backends (with why each cannot run here, when
+  ``availability`` is asked) and the checkout's ``[matrix]``;
+- ``{"op": "warm", "backends": [...]}`` → imports the frameworks of those backends;
+- ``{"op": "cell", "source", "scenario", "backend", "device", "dtype"}`` → one checked cell.
+
+It holds no secret (the parent scrubs its environment) and writes nothing but its answers; the
+parent owns timeouts and restarts.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class SourceCache:
+    """The scenarios of one source at a time. Checkouts of one repository at two commits have the
+    same module names, so switching source first forgets the modules imported from the previous
+    checkout: ``import`` would otherwise return the old commit's code."""
+
+    def __init__(self) -> None:
+        self.root: str | None = None
+        self.loaded = False
+        self.scenarios: dict[str, Any] = {}
+        self.file_matrix: dict[str, Any] = {}
+        # Every job lists its source: each scenario is fingerprinted once per runner, not per job.
+        self.fingerprints: dict[str, str] = {}
+        self.listing: list[dict[str, Any]] = []
+
+    def get(self, root: str | None) -> SourceCache:
+        if self.loaded and root == self.root:
+            return self
+        self._forget_modules_under(self.root)
+        self.root, self.loaded = root, False
+        found, self.file_matrix = _load(root)
+        self.scenarios = {scenario.name: scenario for scenario in found}
+        self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
+        self.listing = [
+            {"name": s.name, "operator": s.operator, "dtypes": list(s.dtypes), "tags": list(s.tags),
+             "fingerprint": self.fingerprints[s.name]}
+            for s in found
+        ]
+        self.loaded = True
+        return self
+
+    @staticmethod
+    def _forget_modules_under(root: str | None) -> None:
+        if root is None:
+            return
+        prefix = str(Path(root).resolve()) + os.sep
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(prefix):
+                del sys.modules[name]
+
+
+def _load(root: str | None) -> tuple[list[Any], dict[str, Any]]:
+    if root is None:
+        from scenarios import library
+
+        return library.default(), {}
+    from scenarios.project import load_project, load_scenarios
+
+    project = load_project(root)
+    matrix = {key: value for key, value in vars(project.matrix).items() if value is not None}
+    return load_scenarios(project), matrix
+
+
+def _describe(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
+    from scenarios.backends import registry
+
+    source = cache.get(request.get("source"))
+    backends = [{"name": b.name, "framework": b.framework, "mode": b.mode} for b in registry().values()]
+    if request.get("availability"):
+        # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
+        for backend, entry in zip(registry().values(), backends):
+            entry["unavailable"] = backend.unavailable()
+    return {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
+
+
+def warm(request: dict[str, Any]) -> dict[str, Any]:
+    from scenarios.backends import get_backend
+
+    # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
+    reasons = {name: get_backend(name).unavailable() for name in request.get("backends", [])}
+    return {"ok": True, "unavailable": reasons}
+
+
+def check_cell(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
+    import scenarios
+
+    source = cache.get(request.get("source"))
+    scenario = source.scenarios.get(request["scenario"])
+    if scenario is None:
+        return {"ok": False, "error": f"scenario {request['scenario']!r} is not declared by this checkout"}
+    report = scenarios.check([scenario], backends=[request["backend"]], devices=[request["device"]],
+                             dtypes=[request["dtype"]])
+    (cell,) = report.cells
+    return {"ok": True, "cell": {**cell.to_dict(), "fingerprint": source.fingerprints[scenario.name]}}
+
+
+def handle(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    try:
+        if op == "list":
+            return list_source(cache, request)
+        if op == "warm":
+            return warm(request)
+        if op == "cell":
+            return check_cell(cache, request)
+        return {"ok": False, "error": f"unknown request {op!r}"}
+    except Exception as exc:  # user code may raise anything; the runner stays up
+        return {"ok": False, "error": _describe(exc)}
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (a peak-memory count, say) as plain numbers."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def serve(requests: TextIO, replies: TextIO) -> None:
+    cache = SourceCache()
+    replies.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    replies.flush()
+    for line in requests:
+        if not line.strip():
+            continue
+        reply = handle(cache, json.loads(line))
+        replies.write(json.dumps(reply, default=_plain) + "\n")
+        replies.flush()
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # user prints land in the worker's log
+    faulthandler.enable()  # a segfault leaves a Python traceback in the worker's log
+    serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()

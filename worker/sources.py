@@ -1,0 +1,68 @@
+"""A run's scenarios as a worker sees them: its checkout, and what the runner lists there.
+
+Planning and every job of a run go through ``load_source`` so that they agree on the commit, the
+scenarios (and their dtypes) and the matrix the repository's gradci.toml declares.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from services.db.models import Run
+from services.planner import ScenarioInfo, requested_dtypes
+from worker.runner import WarmRunner
+from worker.checkout import Checkouts
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    sha: str | None  # None: the built-in library
+    root: str | None
+    scenarios: tuple[ScenarioInfo, ...]
+    backends: dict[str, dict[str, Any]]  # name → framework, mode (and unavailable, when asked)
+    file_matrix: dict[str, Any]
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, ScenarioInfo]:
+        return {info.name: info for info in self.scenarios}
+
+    @property
+    def available_backends(self) -> list[str]:
+        """Backends that can run on this worker (listed with ``availability=True``)."""
+        return [name for name, info in self.backends.items() if "unavailable" in info and info["unavailable"] is None]
+
+    def dtypes_for(self, run_matrix: dict[str, Any] | None) -> tuple[str, ...] | None:
+        return requested_dtypes(run_matrix, self.file_matrix)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRef:
+    """The parts of a run a worker needs, read once so that no session stays open while cells run."""
+
+    id: int
+    repo_url: str | None
+    revision: str | None  # head sha, else ref; None: the default branch
+    matrix: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: Run) -> RunRef:
+        return cls(id=run.id, repo_url=run.repository.url if run.repository else None,
+                   revision=run.head_sha or run.ref, matrix=dict(run.matrix or {}))
+
+
+def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:
+    """Check the run's commit out (raises ``CheckoutError``) and list its scenarios in the runner
+    (raises ``RunnerError`` with the import error of a broken scenario module)."""
+    sha, root = None, None
+    if run.repo_url is not None:
+        sha, path = checkouts.checkout(run.repo_url, run.revision)
+        root = str(path)
+    listing = runner.list_source(root, availability=availability)
+    return Source(
+        sha=sha,
+        root=root,
+        scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing["scenarios"]),
+        backends={item["name"]: item for item in listing["backends"]},
+        file_matrix=listing.get("file_matrix") or {},
+    )

@@ -1,0 +1,51 @@
+"""``gradci worker --device cpu|cuda:N``: a Celery worker consuming its device's queues.
+
+CPU workers use the prefork pool; GPU workers a solo (or, with ``--concurrency`` above one, a
+threads) pool, so that no process is ever forked after CUDA could have been initialised. CUDA
+lives only in the runner subprocesses anyway: the worker itself never imports a framework.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+from worker.devices import CPU, parse_worker_device
+
+DEFAULT_MAX_CPU_CONCURRENCY = 4  # each pool process keeps a runner with jax and torch loaded
+
+
+def worker_argv(device: str, queues: list[str], concurrency: int, name: str, loglevel: str) -> list[str]:
+    if device == CPU:
+        pool = "prefork"
+    else:
+        pool = "solo" if concurrency == 1 else "threads"
+    return [
+        "worker",
+        f"--hostname={name}",
+        f"--queues={','.join(queues)}",
+        f"--pool={pool}",
+        f"--concurrency={concurrency}",
+        f"--loglevel={loglevel}",
+        # Gossip and mingle chatter between workers: nothing here uses it.
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
+def default_concurrency(device: str) -> int:
+    if device != CPU:
+        return 1
+    return max(1, min(os.cpu_count() or 1, DEFAULT_MAX_CPU_CONCURRENCY))
+
+
+def start_worker(device: str, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None) -> None:
+    """Run a worker in this process until it is stopped."""
+    from worker import context
+
+    local = parse_worker_device(device)
+    name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
+    context.configure(local, name=name)
+    from worker.celery_app import app
+
+    argv = worker_argv(local.name, local.queues, concurrency or default_concurrency(local.name), name, loglevel)
+    app.worker_main(argv)
