@@ -20,7 +20,7 @@ from scenarios.numpy_function import FlatFunction, ravel
 from scenarios.scenario import Scenario, Tangents
 
 # Above these many input elements, first-order operators are checked through probes...
-FULL_FIRST_ORDER_LIMIT = 64
+FULL_FIRST_ORDER_LIMIT = 16
 # ...and second-order ones (a finite-difference Hessian costs O(m²) evaluations) sooner.
 FULL_SECOND_ORDER_LIMIT = 4
 # Two random directions: one already exposes any wrong derivative (with probability 1); the second

@@ -36,9 +36,12 @@ class FakeGitHub:
 
     def _handle(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, object]:
         with self._lock:
-            self.calls.append({"method": method, "path": path, "body": body, "headers": headers})
+            call = {"method": method, "path": path, "body": body, "headers": headers}
+            self.calls.append(call)
             if self.fail_next:
-                return self.fail_next.pop(0), {"message": "planned failure"}
+                call["answered"] = self.fail_next.pop(0)
+                return call["answered"], {"message": "planned failure"}
+            call["answered"] = "ok"
             parts = urlparse(path).path.strip("/").split("/")
             if method == "POST" and len(parts) == 5 and parts[0] == "repos" and parts[3] == "statuses":
                 if len(body.get("description", "")) > 140:

@@ -148,7 +148,7 @@ def test_repositories_outside_the_allow_list_are_refused(settings: Settings) -> 
 def test_a_broker_that_is_down_gives_503_and_an_errored_run(settings: Settings) -> None:
     with client_for(settings, broker_url=UNREACHABLE_REDIS) as no_broker:
         response = no_broker.post("/api/runs", json={}, headers=AUTH)
-    assert response.status_code == 503 and "could not queue run" in response.json()["detail"]
+    assert response.status_code == 503 and "could not queue gradci.plan_run for run" in response.json()["detail"]
     with session_scope(str(settings.database_url)) as session:
         (run,) = session.query(Run).all()
         assert run.status == "error" and "could not queue" in run.error_message

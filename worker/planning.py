@@ -8,8 +8,11 @@ import, no matching scenario — ends as ``error`` with the reason as its messag
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
 
+from scenarios.project import CONFIG_NAME
 from services import planner
 from services.db.jobs import jobs_of_run, lock_run, record_catalog, store_jobs
 from services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
@@ -77,9 +80,20 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
         if source.sha and run.head_sha != source.sha:
             run.head_sha = source.sha  # a ref resolved now: every job checks this exact commit
         record_catalog(session, run_id, source.scenarios)
+        run.config = repository_config(source.root)
         jobs = store_jobs(session, run, the_plan.jobs)
         log.info("run %s: %d cells in %d jobs", run_id, the_plan.cell_count, len(jobs))
         return [(job.id, job.queue) for job in jobs]
+
+
+def repository_config(root: str | None) -> dict:
+    """The checkout's gradci.toml as data (report targets live there); plain TOML, no code runs."""
+    if root is None:
+        return {}
+    try:
+        return tomllib.loads((Path(root) / CONFIG_NAME).read_text())
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return {}  # the runner already refused a broken file; nothing more to keep
 
 
 def _fail(database: str, run_id: int, message: str) -> None:

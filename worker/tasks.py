@@ -75,9 +75,19 @@ def publish_github(run_id: int) -> None:
 # --- the worker's lifecycle ---------------------------------------------------------------------
 
 
+# A report still pending this long after its last attempt lost its retry (a worker died holding
+# it, or the retries ran out during a long outage): send it again. Publishing is idempotent.
+STALE_REPORT_S = 900
+
+
 def _recover_orphans() -> None:
+    from services.github.publish import stale_pending_reports
+
     context = current()
     recover_orphaned_jobs(context.settings, context.device.queues, send_job)
+    if CPU in context.device.queues:
+        for run_id in stale_pending_reports(context.settings, STALE_REPORT_S):
+            publish_github.apply_async(args=[run_id], queue=CPU)
 
 
 heartbeat.install(after_beat=_recover_orphans)
