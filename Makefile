@@ -17,8 +17,10 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The embedded service: API, dashboard and workers on 127.0.0.1:8000, the built-in suite submitted
+# to it; it keeps serving until Ctrl-C. `gradci check` is the same engine without the service.
 demo: $(STAMP)
-	$(VENV)/bin/gradci check
+	$(VENV)/bin/gradci up --demo
 
 services:
 	bash scripts/start-services.sh
@@ -26,8 +28,9 @@ services:
 test: $(STAMP) services
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) services
 	$(PY) bench/engine.py
+	$(PY) bench/service.py
 
 clean:
 	rm -rf $(VENV) .gradci build *.egg-info

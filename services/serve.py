@@ -29,7 +29,8 @@ def serve_api(host: str, port: int) -> None:
     """``gradci api``: the FastAPI app under uvicorn, in this process."""
     import uvicorn
 
-    uvicorn.run("services.api.app:create_app", factory=True, host=host, port=port, log_level="info",
+    # web.app adds the dashboard pages (where commit statuses link) to the REST API.
+    uvicorn.run("web.app:create_app", factory=True, host=host, port=port, log_level="info",
                 proxy_headers=True)
 
 
