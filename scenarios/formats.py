@@ -1,10 +1,18 @@
-"""Machine-readable reports of a check: JSON (a list of Cell dicts) and JUnit XML."""
+"""Machine-readable reports of a check: JSON (a list of Cell dicts) and JUnit XML.
+
+JUnit: one testsuite per backend × device × dtype, one testcase per scenario. fail and xpass are
+failures (xpass: a declared expected failure no longer fails), error is an error, skip and xfail
+are skipped — the same split ``gradci check`` uses for its exit code. The service's
+``/api/runs/{id}/junit.xml`` writes stored rows through the same function.
+"""
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import xml.etree.ElementTree as ET
-from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from scenarios.cell import Cell
 
@@ -14,26 +22,71 @@ def cells_to_json(cells: Iterable[Cell]) -> str:
 
 
 def cells_to_junit(cells: Iterable[Cell], name: str = "gradci") -> str:
-    """One testsuite per backend × device × dtype; fail and xpass are failures, error errors,
-    skip and xfail skipped."""
-    suites: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
-    for cell in cells:
-        suites[(cell.backend, cell.device, cell.dtype)].append(cell)
+    """The JUnit XML of a local check (cells in any order)."""
+    grouped = sorted(cells, key=lambda c: (c.backend, c.device, c.dtype))  # stable: scenario order kept
+    return junit_xml(name, grouped).decode()
+
+
+# XML 1.0 cannot carry most control characters, and tracebacks in messages sometimes do.
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# (child element, JUnit counter it increments, message prefix) per cell status; pass has none.
+_OUTCOME = {
+    "fail": ("failure", "failures", ""),
+    "xpass": ("failure", "failures", "unexpectedly passed (declared as an expected failure)"),
+    "error": ("error", "errors", ""),
+    "skip": ("skipped", "skipped", ""),
+    "xfail": ("skipped", "skipped", "expected failure"),
+}
+_COUNTERS = ("tests", "failures", "errors", "skipped")
+
+
+def _text(value: str) -> str:
+    return _NOT_XML.sub("\ufffd", value)
+
+
+def _seconds(time_ms: float | None) -> str:
+    return f"{(time_ms or 0.0) / 1000:.6f}"
+
+
+def _testcase(suite: ET.Element, suite_name: str, result: Any) -> str | None:
+    """Append the result's testcase; returns the counter its outcome increments, if any."""
+    case = ET.SubElement(
+        suite, "testcase", name=_text(result.scenario), classname=_text(suite_name), time=_seconds(result.time_ms)
+    )
+    outcome = _OUTCOME.get(result.status)
+    if outcome is None:
+        return None
+    element, counter, prefix = outcome
+    message = _text(": ".join(part for part in (prefix, result.message or "") if part) or result.status)
+    child = ET.SubElement(case, element, message=message.splitlines()[0][:500] if message else "", type=result.status)
+    if element != "skipped":
+        child.text = message
+    return counter
+
+
+def junit_xml(name: str, results: Iterable[Any]) -> bytes:
+    """``results`` (Cells, or anything with their attributes, such as stored rows) must arrive grouped
+    by (backend, device, dtype), e.g. from ``queries.iter_results_by_matrix_cell``."""
     root = ET.Element("testsuites", name=name)
-    for (backend, device, dtype), members in suites.items():
-        suite = ET.SubElement(root, "testsuite", name=f"{backend}/{device}/{dtype}", tests=str(len(members)),
-                              failures=str(sum(c.status in ("fail", "xpass") for c in members)),
-                              errors=str(sum(c.status == "error" for c in members)),
-                              skipped=str(sum(c.status in ("skip", "xfail") for c in members)))
-        for cell in members:
-            case = ET.SubElement(suite, "testcase", classname=f"{backend}.{device}.{dtype}", name=cell.scenario,
-                                 time=f"{(cell.time_ms or 0) / 1e3:.6f}")
-            detail = (f"{cell.message} (max_abs_err={cell.max_abs_err}, max_rel_err={cell.max_rel_err}, "
-                      f"atol={cell.atol}, rtol={cell.rtol})")
-            if cell.status in ("fail", "xpass"):
-                ET.SubElement(case, "failure", message=cell.message or cell.status).text = detail
-            elif cell.status == "error":
-                ET.SubElement(case, "error", message=cell.message).text = cell.message
-            elif cell.status in ("skip", "xfail"):
-                ET.SubElement(case, "skipped", message=cell.message)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+    totals = dict.fromkeys(_COUNTERS, 0)
+    total_time = 0.0
+    for (backend, device, dtype), group in itertools.groupby(results, key=lambda r: (r.backend, r.device, r.dtype)):
+        name = f"{backend}.{device}.{dtype}"
+        suite = ET.SubElement(root, "testsuite", name=_text(name))
+        counts = dict.fromkeys(_COUNTERS, 0)
+        suite_time = 0.0
+        for result in group:
+            counts["tests"] += 1
+            counter = _testcase(suite, name, result)
+            if counter:
+                counts[counter] += 1
+            suite_time += (result.time_ms or 0.0) / 1000
+        suite.set("time", f"{suite_time:.6f}")
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        total_time += suite_time
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{total_time:.6f}")
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from services import dispatch
 from services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
-from services.api.junit import junit_xml
+from scenarios.formats import junit_xml
 from services.api.repo_refs import is_allowed, parse_repo_ref
 from services.api.schemas import (
     SHA_PREFIX_PATTERN,
@@ -175,7 +175,7 @@ def list_results(
 def get_junit(run_id: RunId, session: ReadSession) -> Response:
     """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype."""
     find_run(session, run_id)
-    body = junit_xml(run_id, queries.iter_results_by_matrix_cell(session, run_id))
+    body = junit_xml(f"gradci run {run_id}", queries.iter_results_by_matrix_cell(session, run_id))
     return Response(content=body, media_type="application/xml")
 
 
