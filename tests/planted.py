@@ -8,17 +8,18 @@ from scenarios import Scenario, namespace
 X = np.array([0.3, -0.7, 1.1, 0.5])
 
 
-def torch_sin(backward_scale: float = 1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
-    """sin as a torch.autograd.Function (setup_context style, so torch.func can use it), with its
-    backward and jvp rules scaled: 1.0 is correct."""
+def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
+    """An elementwise torch.autograd.Function (setup_context style, so torch.func can use it) whose
+    backward and jvp rules are scaled: 1.0 is correct. ``backward_scale`` may be a callable of x, to
+    plant an error in some elements only."""
     import torch
 
-    class Sin(torch.autograd.Function):
+    class Elementwise(torch.autograd.Function):
         generate_vmap_rule = True
 
         @staticmethod
         def forward(x):
-            return torch.sin(x)
+            return forward(x)
 
         @staticmethod
         def setup_context(ctx, inputs, output):
@@ -28,15 +29,22 @@ def torch_sin(backward_scale: float = 1.0, jvp_scale: float = 1.0, jvp_rule: boo
         @staticmethod
         def backward(ctx, grad):
             (x,) = ctx.saved_tensors
-            return grad * torch.cos(x) * backward_scale
+            scale = backward_scale(x) if callable(backward_scale) else backward_scale
+            return grad * derivative(x) * scale
 
     if jvp_rule:
         def jvp(ctx, tangent):
             (x,) = ctx.saved_tensors
-            return tangent * torch.cos(x) * jvp_scale
+            return tangent * derivative(x) * jvp_scale
 
-        Sin.jvp = staticmethod(jvp)
-    return Sin.apply
+        Elementwise.jvp = staticmethod(jvp)
+    return Elementwise.apply
+
+
+def torch_sin(backward_scale: float = 1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
+    import torch
+
+    return torch_elementwise(torch.sin, torch.cos, backward_scale, jvp_scale, jvp_rule)
 
 
 def jax_sin_vjp(scale: float = 1.0):

@@ -143,33 +143,15 @@ def test_forward_and_reverse_disagreement_beyond_probes_fails():
     # float32 tolerance, the elementwise forward/reverse agreement check does not.
     import torch
 
-    class Tanh(torch.autograd.Function):
-        generate_vmap_rule = True
+    def one_element_wrong(x):
+        scale = torch.ones_like(x)
+        scale[7] = 1.01
+        return scale
 
-        @staticmethod
-        def forward(x):
-            return torch.tanh(x)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            scale = torch.ones_like(x)
-            scale[7] = 1.01
-            return g * (1 - torch.tanh(x) ** 2) * scale
-
-        @staticmethod
-        def jvp(ctx, t):
-            (x,) = ctx.saved_tensors
-            return t * (1 - torch.tanh(x) ** 2)
-
+    tanh = planted.torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale=one_element_wrong)
     x = np.linspace(-1, 1, 2000)
     s = Scenario("tanh2000", "gradient", {"numpy": lambda x: np.sum(np.tanh(x)),
-                                         "torch": lambda x: Tanh.apply(x).sum()}, x)
+                                         "torch": lambda x: tanh(x).sum()}, x)
     report = run(s, ["torch-rev", "torch-func-fwd"], dtypes=("float32",))
     assert statuses(report) == {"torch-rev": "fail", "torch-func-fwd": "fail"}
     assert all("forward and reverse modes disagree" in c.message for c in report.cells)
