@@ -17,6 +17,10 @@ from scenarios.library._common import eye_like, operator_tags, rng, scenario_nam
 
 FAMILY = "linalg"
 N = 3
+# torch's JVP rules for det, slogdet and solve use the LU saved from the primal as a constant, so
+# differentiating them again (forward over forward) drops the d(A^-1) term: a silent upstream bug.
+TORCH_NESTED_JVP = {"torch-func-fwd": "torch nested forward AD through linalg.det/slogdet/solve drops "
+                                      "the d(A^-1) term (pytorch/pytorch#192540)"}
 
 
 def spd(x):
@@ -135,7 +139,8 @@ def _draws():
     square = g.normal(size=(N, N))
     return {
         "square": square,
-        "rect": g.normal(size=(4, N)),
+        # Singular values near 3, 2, 1: distinct and away from zero.
+        "rect": np.vstack([np.diag([3.0, 2.0, 1.0]), np.zeros((1, N))]) + 0.3 * g.normal(size=(4, N)),
         "vector": g.normal(size=N),
         "spd": spd(g.normal(size=(N, N))),
         "weights": g.normal(size=(N, N)),
@@ -147,7 +152,7 @@ def _draws():
 def scenarios() -> list[Scenario]:
     d = _draws()
     expm = {fw: matrix_exp(fw) for fw in ("torch", "jax", "numpy")}
-    # (what, function, x, contexts, operators)
+    # (what, function, x, contexts, operators); expected failures per operator below
     table = [
         ("solve", solve_sum, d["square"], (d["rhs"],), ("gradient", "hvp", "jvp")),
         ("solve-rhs", solve_rhs, d["vector"], (d["spd"],), ("jacobian", "vjp")),
@@ -165,10 +170,11 @@ def scenarios() -> list[Scenario]:
         ("trace-products", trace_products, d["square"], (d["weights"],), ("gradient", "hvp")),
         ("expm", expm, d["square"], (), ("gradient", "jvp")),
     ]
+    xfail = {"solve/hvp": TORCH_NESTED_JVP, "det/hessian": TORCH_NESTED_JVP, "slogdet/hvp": TORCH_NESTED_JVP}
     out = []
     for what, fn, x, contexts, operators in table:
         tags = (FAMILY,) + (("contexts",) if contexts else ()) + (("per-framework",) if isinstance(fn, dict) else ())
         out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
-                         tags=tags + operator_tags(op))
+                         xfail=dict(xfail.get(f"{what}/{op}", {})), tags=tags + operator_tags(op))
                 for op in operators]
     return out

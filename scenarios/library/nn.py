@@ -29,9 +29,22 @@ def square_loss(forward):
     return derived(loss, forward)
 
 
+MAX_ATTEMPTS = 100
+
+
 def draw(layer: Layer) -> tuple[dict, np.ndarray, np.ndarray, dict]:
-    """Parameters, input, target and buffers of a layer, from a seed named after it."""
-    g = rng(f"{FAMILY}/{layer.name}")
+    """Parameters, input, target and buffers of a layer, from seeds named after it.
+
+    Draws again, from the next seed, until the layer's ``valid`` predicate holds.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        drawn = _draw_once(layer, rng(f"{FAMILY}/{layer.name}" + (f"/{attempt}" if attempt else "")))
+        if layer.valid is None or layer.valid(drawn[0], drawn[1]):
+            return drawn
+    raise RuntimeError(f"layer {layer.name!r}: no valid point in {MAX_ATTEMPTS} draws")
+
+
+def _draw_once(layer: Layer, g: np.random.Generator) -> tuple[dict, np.ndarray, np.ndarray, dict]:
     params = {}
     for name, spec in layer.params.items():
         fan_in = math.prod(spec.shape[1:]) if len(spec.shape) > 1 else 1

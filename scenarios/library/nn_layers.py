@@ -40,6 +40,8 @@ class Layer:
     torch: Callable  # forward(params, inputs, buffers) -> outputs
     jax: Callable
     buffers: Mapping[str, Buffer] = dataclasses.field(default_factory=dict)
+    # A numpy predicate on (params, inputs) the drawn point must satisfy, such as "no ties at a max".
+    valid: Callable | None = None
 
 
 # ---- forwards -------------------------------------------------------------------------------------
@@ -141,6 +143,14 @@ def maxout_jax(p, x, buffers):
 
     pieces = jnp.einsum("bi,koi->kbo", x, p["w"]) + p["b"][:, None, :]
     return jnp.max(pieces, axis=0)
+
+
+def maxout_untied(p, x, margin=0.05):
+    """The winning piece beats the runner-up by ``margin`` everywhere: finite differences see one piece."""
+    import numpy as np
+
+    top_two = np.sort(np.einsum("bi,koi->kbo", x, p["w"]) + p["b"][:, None, :], axis=0)[-2:]
+    return bool(np.min(top_two[1] - top_two[0]) > margin)
 
 
 BILINEAR_SPLIT = 3  # the input's first 3 features are x1, the rest x2
@@ -322,7 +332,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("conv-meanpool", {"w": Param((2, 1, 3, 3)), "b": Param((2,), scale=0.1)}, (2, 1, 6, 6), (2, 2, 2, 2),
           conv_pool_torch, conv_pool_jax),
     Layer("maxout", {"w": Param((3, 4, 3)), "b": Param((3, 4), scale=0.1)}, (3, 3), (3, 4),
-          maxout_torch, maxout_jax),
+          maxout_torch, maxout_jax, valid=maxout_untied),
     Layer("bilinear", {"w": Param((2, 3, 2)), "b": Param((2,), scale=0.1)}, (3, 5), (3, 2),
           bilinear_torch, bilinear_jax),
     Layer("conv-transpose", {"w": Param((2, 3, 3, 3)), "b": Param((3,), scale=0.1)}, (2, 2, 3, 3), (2, 3, 5, 5),
@@ -335,8 +345,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("batch-norm", {"gamma": Param((3,), loc=1.0, scale=0.2), "beta": Param((3,), scale=0.2)},
           (4, 3, 2), (4, 3, 2), batch_norm_torch, batch_norm_jax,
           buffers={"mean": Buffer((3,), -0.5, 0.5), "var": Buffer((3,), 0.5, 2.0)}),
-    Layer("attention", {name: Param((4, 4)) for name in ("wq", "wk", "wv", "wo")}, (2, 3, 4), (2, 3, 4),
-          attention_torch, attention_jax),
+    Layer("attention", {"wq": Param((2, 4)), "wk": Param((2, 4)), "wv": Param((2, 4)), "wo": Param((4, 2))},
+          (2, 3, 4), (2, 3, 4), attention_torch, attention_jax),
 )
 
 LARGE_MLP = ("tanh", "tanh", "tanh")
