@@ -131,6 +131,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     except Exception as exc:  # the backend could not differentiate it: truthfully an error
         cell.status, cell.message = "error", _describe(exc)
         return None
+    if prepared.error_estimate is not None:
+        refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
     comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
     if not _trees_equal(before, intact):
         comparison = comparison.merge(Comparison(ok=False, message="scenario not intact: the backend "
@@ -140,6 +142,12 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     cell.atol = comparison.atol or cell.atol
     cell.message = comparison.message[:MESSAGE_LIMIT]
     return numpy_result
+
+
+def _widened(reference, own_error: Any):
+    """The reference with a backend's own error estimate added to its own."""
+    total = optree.tree_map(lambda a, b: np.abs(a) + np.abs(b), reference.full_error, own_error)
+    return dataclasses.replace(reference, full_error=total)
 
 
 def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:

@@ -26,8 +26,9 @@ FULL_SECOND_ORDER_LIMIT = 4
 # Two random directions: one already exposes any wrong derivative (with probability 1); the second
 # guards against an unlucky direction. Each costs a handful of function evaluations.
 PROBES = 2
-# scipy.differentiate starts from this step and shrinks it; retried smaller where f is not finite.
-INITIAL_STEPS = (0.5, 0.05, 0.005)
+# scipy.differentiate starts from this step and shrinks it; retried smaller where f is not finite
+# (a domain edge within the step: log or sqrt at x = 1e-7 needs a step below 1e-7).
+INITIAL_STEPS = (0.5, 0.05, 5e-3, 5e-4, 5e-5, 5e-6, 5e-7, 5e-8, 5e-9)
 
 
 @dataclasses.dataclass
@@ -68,16 +69,21 @@ class Reference:
         return self.full is not None
 
 
+class ReferenceUnavailable(Exception):
+    """Finite differences found no finite derivative at x: the scenario needs an analytic reference."""
+
+
 def _richardson(compute: Callable[[float], Any], settings: FDSettings):
     """Run a scipy.differentiate routine, retrying smaller initial steps where f was not finite
-    (a domain edge within the first, large step)."""
-    result = None
+    (a domain edge within the first, large step). A non-finite result is never a reference: a NaN
+    there would let a NaN derivative pass."""
     for step in settings.initial_steps:
         result = compute(step)
         values = result.ddf if hasattr(result, "ddf") else result.df
         if np.all(np.isfinite(values)) and np.all(result.status != -3):
             return result
-    return result
+    raise ReferenceUnavailable("finite differences found no finite derivative at x (a singularity or a "
+                               "domain edge); give the scenario an analytic reference")
 
 
 def _jacobian(g: FlatFunction, point: np.ndarray, settings: FDSettings):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 from typing import Any, Callable, Mapping
@@ -94,7 +95,7 @@ class Scenario:
         implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
         for key, fn in sorted(implementations, key=lambda kv: kv[0]):
             digest.update(key.encode())
-            digest.update(_source_of(fn).encode())
+            _hash_code(digest, fn)
         for part in (self.x, self.tangent, self.contexts, self.reference):
             leaves, spec = optree.tree_flatten(part, none_is_leaf=True)
             digest.update(str(spec).encode())
@@ -105,6 +106,40 @@ class Scenario:
                 else:
                     digest.update(repr(leaf).encode())
         return digest.hexdigest()[:20]
+
+
+def _hash_code(digest, obj: Any, depth: int = 0) -> None:
+    """Hash what decides a function's values: its source, its defaults and what its closure captured
+    (arrays by content, nested functions recursively), so that a closure over changed data, or over
+    another function, changes the fingerprint."""
+    if depth > 4:
+        return
+    if isinstance(obj, np.ndarray):
+        digest.update(f"{obj.dtype}{obj.shape}".encode())
+        digest.update(np.ascontiguousarray(obj).tobytes())
+    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        digest.update(repr(obj).encode())
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _hash_code(digest, item, depth + 1)
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=repr):
+            digest.update(repr(key).encode())
+            _hash_code(digest, obj[key], depth + 1)
+    elif isinstance(obj, functools.partial):
+        for part in (obj.func, obj.args, obj.keywords):
+            _hash_code(digest, part, depth + 1)
+    elif callable(obj):
+        digest.update(_source_of(obj).encode())
+        for part in (getattr(obj, "__defaults__", None), getattr(obj, "__kwdefaults__", None)):
+            _hash_code(digest, part, depth + 1)
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                _hash_code(digest, cell.cell_contents, depth + 1)
+            except ValueError:  # an empty cell (a name not bound yet)
+                pass
+    else:
+        digest.update(type(obj).__qualname__.encode())
 
 
 def _source_of(fn: Callable) -> str:

@@ -248,3 +248,41 @@ def test_timings_recorded():
     s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))
     cell = run(s, ["jax-rev-jit"]).cells[0]
     assert cell.first_call_ms > cell.time_ms > 0  # the first call includes compilation
+
+
+def test_reference_near_a_domain_edge_takes_smaller_steps():
+    s = Scenario("log-tiny", "gradient", lambda x: namespace(x).sum(namespace(x).log(x)), np.array([1e-7, 2e-6]))
+    assert statuses(run(s, ["torch-rev", "fd"])) == {"torch-rev": "pass", "fd": "pass"}
+
+
+def test_a_non_finite_finite_difference_is_no_reference():
+    # sqrt'(0) is infinite: a backend answering inf must not pass against an "inf" guessed by
+    # finite differences; an analytic reference may say inf, and then it passes.
+    def sqrt_sum(x):
+        return namespace(x).sum(namespace(x).sqrt(x))
+
+    cell = run(Scenario("sqrt0", "gradient", sqrt_sum, np.array([0.0, 1.0])), ["torch-rev"]).cells[0]
+    assert cell.status == "error" and "analytic reference" in cell.message
+    analytic = Scenario("sqrt0-analytic", "gradient", sqrt_sum, np.array([0.0, 1.0]),
+                        reference=np.array([np.inf, 0.5]))
+    assert statuses(run(analytic, ["torch-rev"])) == {"torch-rev": "pass"}
+
+
+def test_forward_mode_skips_per_input_operators_on_huge_inputs():
+    s = Scenario("big", "gradient", lambda x: namespace(x).sum(x * x), np.linspace(0, 1, 5000))
+    got = {c.backend: c for c in run(s, ["torch-func-fwd", "torch-func-rev"]).cells}
+    assert got["torch-func-fwd"].status == "skip" and "one JVP per input element" in got["torch-func-fwd"].message
+    assert got["torch-func-rev"].status == "pass"
+
+
+def test_fingerprint_sees_data_captured_in_a_closure():
+    def make(weights):
+        def f(x):
+            return namespace(x).sum(x * weights)
+        return f
+
+    x = np.array([1.0, 2.0])
+    a = Scenario("closure", "gradient", make(np.array([1.0, 2.0])), x)
+    b = Scenario("closure", "gradient", make(np.array([1.0, 3.0])), x)
+    c = Scenario("closure", "gradient", make(np.array([1.0, 2.0])), x)
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()

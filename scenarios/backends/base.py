@@ -22,6 +22,9 @@ class Prepared:
     call: Callable[[], Any]
     to_numpy: Callable[[Any], Any]
     inputs: Any
+    # A backend that is itself an approximation (finite differences) reports its own error estimate
+    # per (co)tangent after a call; the comparison widens by it as by the reference's.
+    error_estimate: Callable[[], list] | None = None
 
 
 class Backend:

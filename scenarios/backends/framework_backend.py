@@ -10,6 +10,13 @@ from scenarios.frameworks import FrameworkUnavailable, get_framework
 from scenarios.scenario import Tangents, map_tangents
 
 
+# Forward mode builds these operators from one JVP per input element (all at once, vectorised): past
+# this many elements that is too much memory and time to be worth it (a 100k-parameter gradient
+# would ask for tens of GB); such cells are skipped with the reason.
+FORWARD_INPUT_LIMIT = 4096
+PER_INPUT_IN_FORWARD = frozenset({"gradient", "value_and_gradient", "vjp", "jacobian", "hvp", "hessian"})
+
+
 class FrameworkBackend(Backend):
     """Converts inputs to the framework on the device and dtype, then applies ``operator_fn``.
 
@@ -51,6 +58,11 @@ class FrameworkBackend(Backend):
         if fn is None:
             raise CellSkipped(f"the scenario has no {self.framework} implementation")
         operator = scenario.operator
+        if self.mode == "forward" and operator in PER_INPUT_IN_FORWARD:
+            size = sum(leaf.size for leaf in optree.tree_leaves(scenario.x, none_is_leaf=True))
+            if size > FORWARD_INPUT_LIMIT:
+                raise CellSkipped(f"forward mode needs one JVP per input element: {size} elements is over "
+                                  f"{FORWARD_INPUT_LIMIT} (the reverse-mode cells check this operator)")
         adapter = self.adapter
         fx = adapter.to_framework(scenario.x, dtype, device, requires_grad=self.requires_grad)
         ft = map_tangents(lambda t: adapter.to_framework(t, dtype, device), tangent)
