@@ -78,7 +78,10 @@ def _richardson(compute: Callable[[float], Any], settings: FDSettings):
     (a domain edge within the first, large step). A non-finite result is never a reference: a NaN
     there would let a NaN derivative pass."""
     for step in settings.initial_steps:
-        result = compute(step)
+        # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about
+        # it are ours, not the user's.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            result = compute(step)
         values = result.ddf if hasattr(result, "ddf") else result.df
         if np.all(np.isfinite(values)) and np.all(result.status != -3):
             return result
