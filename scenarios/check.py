@@ -19,7 +19,7 @@ from scenarios.scenario import Scenario, Tangents
 from scenarios.tolerances import Tolerance, tolerance_for
 
 # Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
-TIMING_REPEATS = 5
+TIMING_REPEATS = 3
 TIMING_BUDGET_S = 0.05
 MESSAGE_LIMIT = 500
 

@@ -81,9 +81,9 @@ def _worst(diff, threshold, a, r) -> str:
             f"got {a[worst]:.10g}, reference {r[worst]:.10g} (element {worst})")
 
 
-def probe_projection(result: Any, probe: Probe) -> tuple[float, float]:
-    """(u·R, or w·R·u for matrix results; and its rounding-noise scale, the norm of the terms)."""
-    flat = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]])
+def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
+    """(u·R, or w·R·u for matrix results, of the flattened result R; and its rounding-noise scale,
+    the norm of the terms)."""
     if probe.w is None:
         terms = flat * probe.u
     else:
@@ -93,12 +93,12 @@ def probe_projection(result: Any, probe: Probe) -> tuple[float, float]:
 
 def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
     total = Comparison(ok=True)
-    flat_size = sum(leaf.size for leaf in _leaves(result)[0])
-    if flat_size != expected_size:
+    flat = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]])
+    if flat.size != expected_size:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
-                          message=f"result has {flat_size} elements, expected {expected_size}")
+                          message=f"result has {flat.size} elements, expected {expected_size}")
     for probe in probes:
-        projection, noise_scale = probe_projection(result, probe)
+        projection, noise_scale = probe_projection(flat, probe)
         if not np.isfinite(projection):
             return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                               message=f"non-finite result along a probe direction (got {projection})")

@@ -89,7 +89,16 @@ class Scenario:
         return self.f
 
     def fingerprint(self) -> str:
-        """A stable hash of everything that decides the reference: code, inputs, operator."""
+        """A stable hash of everything that decides the reference: code, inputs, operator.
+
+        Computed once: a scenario is a record, not to be changed after it is made (hashing a large
+        parameter pytree and reading source files is not free)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = self.__dict__["_fingerprint"] = self._compute_fingerprint()
+        return cached
+
+    def _compute_fingerprint(self) -> str:
         digest = hashlib.sha256()
         digest.update(f"{self.name}\0{self.operator}\0".encode())
         implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]

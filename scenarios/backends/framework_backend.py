@@ -81,17 +81,18 @@ class FrameworkBackend(Backend):
             return self.operator_fn(operator, f, x_, tangent_)
 
         compiled = self.compile(computation)
+        ready = self.result_ready
+        sync = (lambda: adapter.synchronize(device)) if device != "cpu" else (lambda: None)
 
         def call():
-            result = self.result_ready(compiled(fx, ft, fcontexts))
-            adapter.synchronize(device)
+            result = ready(compiled(fx, ft, fcontexts))
+            sync()
             return result
 
         return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts))
 
 
 def block_until_ready(tree: Any) -> Any:
-    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
-        if hasattr(leaf, "block_until_ready"):
-            leaf.block_until_ready()
-    return tree
+    import jax
+
+    return jax.block_until_ready(tree)
