@@ -3,8 +3,6 @@ over real HTTP, the report and its markdown."""
 from __future__ import annotations
 
 import copy
-import json
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +12,8 @@ from services.reports.markdown import MARKER, render
 from services.reports.pr_report import build_report, tolerance_ratio
 from services.reports.targets import Target, TargetConfigError, parse_report_config
 from tests.fake_github import FakeGitHub
+from tests.payloads import payload
 
-PAYLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "github-payloads"
-
-
-def payload(name: str) -> dict:
-    return json.loads((PAYLOADS / f"{name}.json").read_text())
 
 
 def test_signature_roundtrip_and_rejections():

@@ -17,15 +17,11 @@ from services.db.models import Delivery, GitHubReport, Run
 from services.db.session import session_scope
 from services.github.signature import sign
 from services.settings import Settings
+from tests.payloads import payload
 from tests.test_api import queued_plan_runs
 
 SECRET = "webhook-s3cret"
-PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "github-payloads"
 HEAD, BASE = "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
-
-
-def payload(name: str) -> dict:
-    return json.loads((PAYLOADS / f"{name}.json").read_text())
 
 
 @pytest.fixture
