@@ -4,13 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from services.github.client import COMMENT_BODY_LIMIT
+from services.reports.pr_report import percent
 
 MARKER = "<!-- gradci:report -->"
 LIST_LIMIT = 25  # rows per list before "and N more": the comment must stay under GitHub's limit
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}%"
 
 
 def _short(sha: str | None) -> str:
@@ -23,7 +20,7 @@ def _diff_row(label: str, base: Any, head: Any, better_when: str | None, fmt=str
     if isinstance(base, (int, float)) and isinstance(head, (int, float)):
         change = head - base
         if change:
-            delta = f"{change:+.2f}%" if fmt is _pct else f"{change:+d}"
+            delta = f"{change:+.2f}%" if fmt is percent else f"{change:+d}"
             if better_when == "up":
                 sign = "+" if change > 0 else "-"
             elif better_when == "down":
@@ -43,7 +40,7 @@ def diff_block(report: dict) -> str:
         "@@           Gradient Coverage Diff           @@",
         f"##{'base':>16}{pr:>10}{'+/-':>10}   ##",
         "=" * 48,
-        _diff_row("Coverage", report["project"]["base_coverage"], report["project"]["coverage"], "up", _pct),
+        _diff_row("Coverage", report["project"]["base_coverage"], report["project"]["coverage"], "up", percent),
         "=" * 48,
         _diff_row("Cells", counted(base), counted(head), None),
         _diff_row("Passed", base.get("pass"), head["pass"], "up"),
@@ -76,13 +73,13 @@ def _num(value: float | None) -> str:
 def render(report: dict, run_url: str | None = None) -> str:
     project, patch = report["project"], report["patch"]
     title = f"[gradci]({run_url}) report" if run_url else "gradci report"
-    header = (f"## {title}\n\nPatch coverage is **{_pct(patch['coverage'])}** and project coverage is "
-              f"**{_pct(project['coverage'])}** (head `{_short(report.get('head_sha'))}` compared to base "
+    header = (f"## {title}\n\nPatch coverage is **{percent(patch['coverage'])}** and project coverage is "
+              f"**{percent(project['coverage'])}** (head `{_short(report.get('head_sha'))}` compared to base "
               f"`{_short(report.get('base_sha'))}`).")
     table = ["| backend | device | pass % | missing cells |", "| --- | --- | --- | --- |"]
     for g in report["groups"]:
         missing = ", ".join(f"`{m}`" for m in g["missing"][:10]) + (" …" if len(g["missing"]) > 10 else "")
-        table.append(f"| {g['backend']} | {g['device']} | {_pct(g['coverage'])} | {missing or '—'} |")
+        table.append(f"| {g['backend']} | {g['device']} | {percent(g['coverage'])} | {missing or '—'} |")
     sections = [MARKER, header, "\n".join(table), diff_block(report),
                 _cells_table("Regressions", report["regressions"]),
                 _cells_table("Fixes", report["fixes"]),

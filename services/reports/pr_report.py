@@ -39,7 +39,7 @@ class CoverageStatus:
     description: str
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}%"
 
 
@@ -118,11 +118,11 @@ def _project_status(coverage, base_coverage, target: Target, base_sha) -> Covera
     state = target.state(coverage, base_coverage)
     resolved = target.resolve(base_coverage)
     if base_coverage is not None and coverage is not None:
-        description = f"{_pct(coverage)} ({coverage - base_coverage:+.2f}%) compared to {(base_sha or '')[:7]}"
+        description = f"{percent(coverage)} ({coverage - base_coverage:+.2f}%) compared to {(base_sha or '')[:7]}"
     else:
-        description = f"{_pct(coverage)} of cells pass"
+        description = f"{percent(coverage)} of cells pass"
     if resolved is not None and not target.informational:
-        description += f", target {_pct(resolved)}"
+        description += f", target {percent(resolved)}"
     return CoverageStatus(coverage, base_coverage, resolved, state, description)
 
 
@@ -132,7 +132,7 @@ def _patch_status(patch_coverage, n_cells: int, base_coverage, target: Target) -
                               "No changed scenarios")
     state = target.state(patch_coverage, base_coverage)
     resolved = target.resolve(base_coverage)
-    description = f"{_pct(patch_coverage)} of {n_cells} changed cells pass"
+    description = f"{percent(patch_coverage)} of {n_cells} changed cells pass"
     if resolved is not None and not target.informational:
-        description += f", target {_pct(resolved)}"
+        description += f", target {percent(resolved)}"
     return CoverageStatus(patch_coverage, base_coverage, resolved, state, description)
