@@ -146,8 +146,9 @@ def test_scenario_code_sees_no_credential(runner: WarmRunner, project: Path) -> 
 def test_scrubbed_environment_keeps_what_programs_need() -> None:
     env = scrubbed_environment({"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "1", "PYTHONPATH": "/x",
                                 "GRADCI_WORKDIR": "/w", "GITHUB_TOKEN": "t", "SSH_PRIVATE_KEY": "k",
-                                "DATABASE_URL": "postgres://u:p@h/d", "my_password": "p"})
+                                "DATABASE_URL": "postgres://u:p@h/d", "my_password": "p", "GRADCI_JAX_CACHE_DIR": "off"})
     assert env["PATH"] == "/bin" and env["HOME"] == "/root" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["GRADCI_JAX_CACHE_DIR"] == "off"  # an engine setting, not a credential
     assert env["PYTHONPATH"].endswith("/x")
     for gone in ("GRADCI_WORKDIR", "GITHUB_TOKEN", "SSH_PRIVATE_KEY", "DATABASE_URL", "my_password"):
         assert gone not in env

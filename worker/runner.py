@@ -32,6 +32,8 @@ STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
+# gradci settings meant for the engine itself, which the runner keeps (no credential among them).
+ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR"})
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,7 +43,7 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
     kept = {
         name: value
         for name, value in environ.items()
-        if not name.upper().startswith("GRADCI_")
+        if (name.upper() in ENGINE_SETTINGS or not name.upper().startswith("GRADCI_"))
         and name.upper() not in SECRET_NAMES
         and not any(marker in name.upper() for marker in SECRET_MARKERS)
     }
