@@ -34,6 +34,11 @@ def _leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
     return [np.asarray(leaf, dtype=np.float64) for leaf in leaves], spec
 
 
+def _flat(tree: Any) -> np.ndarray:
+    """Every leaf of a pytree, float64, in one vector."""
+    return np.concatenate([leaf.reshape(-1) for leaf in _leaves(tree)[0]] or [np.zeros(0)])
+
+
 def structure_mismatch(result: Any, expected: Any) -> str | None:
     got, got_spec = _leaves(result)
     want, want_spec = _leaves(expected)
@@ -51,9 +56,7 @@ def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance) -> Co
     mismatch = structure_mismatch(result, expected)
     if mismatch:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"), message=mismatch)
-    a = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]] or [np.zeros(0)])
-    r = np.concatenate([leaf.reshape(-1) for leaf in _leaves(expected)[0]] or [np.zeros(0)])
-    e = np.concatenate([leaf.reshape(-1) for leaf in _leaves(error)[0]] or [np.zeros(0)])
+    a, r, e = _flat(result), _flat(expected), _flat(error)
     finite_r, finite_a = np.isfinite(r), np.isfinite(a)
     same_nonfinite = (~finite_r & ~finite_a) & ((np.isnan(r) & np.isnan(a)) | (a == r))
     bad_nonfinite = ~finite_a & ~same_nonfinite
@@ -93,7 +96,7 @@ def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
 
 def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
     total = Comparison(ok=True)
-    flat = np.concatenate([leaf.reshape(-1) for leaf in _leaves(result)[0]])
+    flat = _flat(result)
     if flat.size != expected_size:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                           message=f"result has {flat.size} elements, expected {expected_size}")

@@ -39,7 +39,11 @@ def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
 
 
 def _fwd_value_and_grad(T: Transforms, f: Callable, x: Any) -> Any:
-    gradient, value = T.jacfwd(lambda z: (f(z), f(z)), has_aux=True)(x)
+    def value_twice(z):  # once differentiated, once carried out as the value: one evaluation
+        value = f(z)
+        return value, value
+
+    gradient, value = T.jacfwd(value_twice, has_aux=True)(x)
     return value, gradient
 
 
