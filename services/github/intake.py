@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services import dispatch
-from services.db.models import Delivery, GitHubReport, Run, RunStatus, Trigger
+from services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
 from services.db.runs import (RunAlreadyFinished, create_run, get_or_create_repository, mark_run_error,
                              request_cancel)
 from services.github.events import Decision, decide
@@ -52,8 +52,8 @@ def cancel_runs(session: Session, runs: list[Run]) -> list[int]:
     return cancelled
 
 
-def _tracked_run(session: Session, decision: Decision, trigger: str, **fields: Any) -> Run:
-    repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
+def _tracked_run(session: Session, decision: Decision, repository: Repository, trigger: str,
+                 **fields: Any) -> Run:
     run = create_run(session, repository=repository, trigger=trigger, **fields)
     session.add(GitHubReport(run_id=run.id, full_name=decision.full_name))
     return run
@@ -75,38 +75,37 @@ def handle(session: Session, settings: Settings, event: str, delivery_id: str, p
         return 400, {"detail": "payload lacks the repository, clone URL or head commit"}
 
     new_runs: list[Run] = []
-    to_notify: list[int] = []
+    cancelled: list[int] = []
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
     if decision.kind in ("run_pr", "cancel_pr") and decision.pr_number is not None:
+        active = active_pr_runs(session, repository.id, decision.pr_number)
         # A newer push supersedes the older run; a closed pull request needs none.
-        older = [r for r in active_pr_runs(session, repository.id, decision.pr_number) if r.head_sha != decision.head_sha
-                 or decision.kind == "cancel_pr"]
-        to_notify += cancel_runs(session, older)
-    if decision.kind == "run_pr":
-        if any(r.head_sha == decision.head_sha for r in active_pr_runs(session, repository.id, decision.pr_number)):
+        cancelled = cancel_runs(session, [r for r in active if decision.kind == "cancel_pr"
+                                          or r.head_sha != decision.head_sha])
+        if decision.kind == "run_pr" and any(r.head_sha == decision.head_sha for r in active):
             session.commit()
-            return 202, {"ignored": "a run of this commit is already in progress", "cancelled": to_notify}
-        run = _tracked_run(session, decision, Trigger.webhook.value, head_sha=decision.head_sha,
+            return 202, {"ignored": "a run of this commit is already in progress", "cancelled": cancelled}
+    if decision.kind == "run_pr":
+        run = _tracked_run(session, decision, repository, Trigger.webhook.value, head_sha=decision.head_sha,
                            base_sha=decision.base_sha, ref=decision.ref, pr_number=decision.pr_number)
         new_runs.append(run)
         if decision.base_sha and base_run(session, run, finished_only=False) is None:
             # No base to compare with: schedule one; the pull request's report waits for it.
-            new_runs.append(_tracked_run(session, decision, Trigger.push.value, head_sha=decision.base_sha))
+            new_runs.append(_tracked_run(session, decision, repository, Trigger.push.value,
+                                         head_sha=decision.base_sha))
     elif decision.kind == "baseline":
-        new_runs.append(_tracked_run(session, decision, Trigger.push.value, head_sha=decision.head_sha,
-                                     ref=decision.ref))
+        new_runs.append(_tracked_run(session, decision, repository, Trigger.push.value,
+                                     head_sha=decision.head_sha, ref=decision.ref))
     delivery.run_id = new_runs[0].id if new_runs else None
     session.commit()
     try:
         for run in new_runs:
             dispatch.submit_plan(run.id, settings)
-            to_notify.append(run.id)
-        for run_id in to_notify:
+        for run_id in cancelled + [run.id for run in new_runs]:
             dispatch.submit_publish(run_id, settings)
     except dispatch.DispatchError as exc:
         for run in new_runs:
             mark_run_error(session, run, str(exc))
         session.commit()
         return 503, {"detail": str(exc)}
-    return 202, {"runs": [r.id for r in new_runs], "cancelled": [i for i in to_notify if i not in
-                                                                 {r.id for r in new_runs}]}
+    return 202, {"runs": [r.id for r in new_runs], "cancelled": cancelled}

@@ -18,8 +18,7 @@ def dashboard_url(settings: Settings, run_id: int) -> str | None:
     return f"{settings.public_url.rstrip('/')}/runs/{run_id}" if settings.public_url else None
 
 
-def _pending_description(session: Session, run: Run) -> str:
-    base = waiting_for_base(session, run)
+def _pending_description(run: Run, base: Run | None) -> str:
     if run.status == RunStatus.queued.value:
         return "Queued: waiting for a worker"
     if run.status == RunStatus.running.value:
@@ -27,16 +26,18 @@ def _pending_description(session: Session, run: Run) -> str:
     return f"Waiting for the base run of {(base.head_sha or '')[:7]}" if base else "Preparing the report"
 
 
-def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str, str]], str | None]:
-    """(phase, [(context, state, description)], comment body or None) for the run as it stands."""
+def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str, str]], dict | None]:
+    """(phase, [(context, state, description)], the report or None) for the run as it stands."""
     contexts = CONTEXTS if run.pr_number else CONTEXTS[:1]
     if run.status in (RunStatus.cancelled.value, RunStatus.error.value):
         why = "cancelled (superseded or closed)" if run.status == RunStatus.cancelled.value else \
             f"error: {run.error_message or 'the run failed'}"
         return "final", [(c, "error", f"Run {why}") for c in contexts], None
     finished = run.status in (RunStatus.passed.value, RunStatus.failed.value)
-    if not finished or waiting_for_base(session, run) is not None:
-        return "pending", [(c, "pending", _pending_description(session, run)) for c in contexts], None
+    base = waiting_for_base(session, run)
+    if not finished or base is not None:
+        description = _pending_description(run, base)
+        return "pending", [(c, "pending", description) for c in contexts], None
     report = report_for_run(session, run)
     statuses = [("gradci/project", report["project"]["state"], report["project"]["description"])]
     if run.pr_number:
