@@ -13,7 +13,7 @@ import time
 
 
 import scenarios
-from scenarios.check import resolve_backends
+from scenarios.checker import resolve_backends
 from scenarios.library.nn import mlp_100k
 from scenarios.reference import ReferenceCache
 

@@ -73,7 +73,7 @@ def free_port() -> int:
 
 
 def start_service(env: dict[str, str], port: int, logs: Path) -> list[subprocess.Popen[bytes]]:
-    gradci = [sys.executable, "-m", "services.cli"]
+    gradci = [sys.executable, "-m", "gradci"]
     commands = {"api": [*gradci, "api", "--port", str(port)],
                 "worker": [*gradci, "worker", "--device", "cpu", "--concurrency", "1", "--loglevel", "WARNING"]}
     processes = []

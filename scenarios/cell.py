@@ -1,13 +1,68 @@
-"""The record of one checked cell: scenario × backend × device × dtype."""
+"""The record of one checked cell — scenario × backend × device × dtype — and its vocabularies.
+
+This module is the contract between the engine, the store, the API and the reports: the stored
+columns, the API schema, the database's check constraints and ingestion's validation are all
+derived from ``Cell`` and the tuples below. It imports nothing but the standard library, so that
+the server side and REST clients can use it without loading numpy or a framework.
+"""
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 STATUSES = ("pass", "fail", "error", "skip", "xfail", "xpass")
-# Statuses that make a check (and `gradci check`) unsuccessful.
+# Statuses that make a check (and `gradci check`) unsuccessful; a rerun repeats them.
 FAILING = frozenset({"fail", "error", "xpass"})
+# Gradient coverage = pass / (pass + fail + error): skips and declared failures are shown, not counted.
+COUNTED = ("pass", "fail", "error")
+
+# The derivative operators (their definitions: scenarios.operators.OPERATOR_RECORDS).
+OPERATORS = (
+    "derivative",
+    "second_derivative",
+    "gradient",
+    "value_and_gradient",
+    "jacobian",
+    "jvp",
+    "vjp",
+    "hvp",
+    "hessian",
+)
+MODES = ("reverse", "forward", "finite")
+# The frameworks a backend computes with ("numpy": the finite-difference reference backend).
+FRAMEWORKS = ("jax", "torch", "numpy")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+# Which vocabulary each constrained field takes its values from.
+VOCABULARIES: dict[str, tuple[str, ...]] = {
+    "status": STATUSES,
+    "operator": OPERATORS,
+    "mode": MODES,
+    "framework": FRAMEWORKS,
+    "dtype": DTYPES,
+}
+# The fields that identify a cell within a run.
+KEY_FIELDS = ("scenario", "backend", "device", "dtype")
+# The longest key values the store keeps (its column widths come from here).
+KEY_LENGTHS = {"scenario": 255, "backend": 64, "device": 32, "dtype": 32}
+
+
+# A cell that errored before the engine saw it (its scenario vanished from the checkout, its job
+# failed for good) may leave these empty.
+UNKNOWN_WHEN_ERRORED = ("operator", "framework", "mode")
+
+
+def stored_values(field: str) -> tuple[str, ...]:
+    """The values a stored cell may hold in a vocabulary field (the database's check constraints
+    and the API schema's enumerations): an errored cell may leave some of them empty."""
+    values = VOCABULARIES[field]
+    return (*values, "") if field in UNKNOWN_WHEN_ERRORED else values
+
+
+class InvalidCell(ValueError):
+    """A cell the engine could never produce: a missing key field or a value outside a vocabulary."""
 
 
 @dataclasses.dataclass
@@ -40,3 +95,27 @@ class Cell:
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.scenario, self.backend, self.device, self.dtype)
+
+
+FIELDS: tuple[dataclasses.Field, ...] = dataclasses.fields(Cell)
+FIELD_NAMES = tuple(field.name for field in FIELDS)
+FLOAT_FIELDS = tuple(field.name for field in FIELDS if field.type == "float | None")
+INT_FIELDS = tuple(field.name for field in FIELDS if field.type == "int | None")
+
+
+def validate_cell(fields: Mapping[str, Any]) -> None:
+    """Refuse, with the field and the allowed values, a cell the engine could never produce."""
+    scenario = fields.get("scenario")
+    missing = [name for name in (*KEY_FIELDS, "status") if not fields.get(name)]
+    if missing:
+        raise InvalidCell(f"cell {scenario!r} is missing {', '.join(missing)}")
+    for name, allowed in VOCABULARIES.items():
+        value = fields.get(name)
+        if not value and name in UNKNOWN_WHEN_ERRORED and fields["status"] == "error":
+            continue
+        if value not in allowed:
+            raise InvalidCell(f"cell {scenario!r}: {name} {value!r} is not one of {', '.join(allowed)}")
+    for name, limit in KEY_LENGTHS.items():
+        value = fields[name]
+        if not isinstance(value, str) or len(value) > limit:
+            raise InvalidCell(f"cell {scenario!r}: {name} must be a string of at most {limit} characters")

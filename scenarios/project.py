@@ -4,41 +4,30 @@
 [scenarios]
 modules = ["pkg.grad_scenarios"]      # importable from the repository root; each has scenarios()
 
-[matrix]                               # optional; command-line flags override it
+[matrix]                               # optional; command-line flags and run requests override it
 backends = ["torch-rev", "jax-rev"]
 devices = ["cpu", "cuda"]
 dtypes = ["float64", "float32"]
+scenarios = ["nn/*"]                   # selection patterns (scenarios.matrix: glob, or a plain word as a substring)
 ```
 """
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import importlib
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from scenarios.matrix import Matrix, MatrixError
 from scenarios.scenario import Scenario
 
 CONFIG_NAME = "gradci.toml"
-MATRIX_KEYS = ("backends", "devices", "dtypes")
 
 
 class ProjectError(Exception):
     """A broken gradci.toml or scenario module: reported in one line, never as a traceback."""
-
-
-@dataclasses.dataclass
-class Matrix:
-    backends: list[str] | None = None
-    devices: list[str] | None = None
-    dtypes: list[str] | None = None
-
-    def overridden(self, **flags: Sequence[str] | None) -> "Matrix":
-        """Flags given on the command line win over the file."""
-        return Matrix(**{key: list(flags[key]) if flags.get(key) else getattr(self, key) for key in MATRIX_KEYS})
 
 
 @dataclasses.dataclass
@@ -49,28 +38,30 @@ class Project:
     config: dict[str, Any]
 
 
-def load_project(root: str | Path) -> Project:
-    root = Path(root).resolve()
-    path = root / CONFIG_NAME
+def read_config(root: str | Path) -> dict[str, Any]:
+    """The repository's gradci.toml as data (plain TOML: no code runs)."""
+    path = Path(root) / CONFIG_NAME
     if not path.is_file():
         raise ProjectError(f"{path}: not found")
     try:
-        config = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProjectError(f"{path}: invalid TOML: {exc}") from None
-    modules = config.get("scenarios", {}).get("modules")
+
+
+def load_project(root: str | Path) -> Project:
+    root = Path(root).resolve()
+    path = root / CONFIG_NAME
+    config = read_config(root)
+    scenarios_table = config.get("scenarios", {})
+    modules = scenarios_table.get("modules") if isinstance(scenarios_table, dict) else None
     if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
         raise ProjectError(f"{path}: [scenarios] modules must be a non-empty list of module names")
-    matrix_table = config.get("matrix", {})
-    if not isinstance(matrix_table, dict):
-        raise ProjectError(f"{path}: [matrix] must be a table")
-    unknown = set(matrix_table) - set(MATRIX_KEYS)
-    if unknown:
-        raise ProjectError(f"{path}: unknown [matrix] keys {sorted(unknown)}; expected {list(MATRIX_KEYS)}")
-    for key, value in matrix_table.items():
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ProjectError(f"{path}: [matrix] {key} must be a list of strings")
-    return Project(root=root, modules=modules, matrix=Matrix(**matrix_table), config=config)
+    try:
+        matrix = Matrix.from_mapping(config.get("matrix", {}))
+    except MatrixError as exc:
+        raise ProjectError(f"{path}: [matrix]: {exc}") from None
+    return Project(root=root, modules=modules, matrix=matrix, config=config)
 
 
 def load_scenarios(project: Project) -> list[Scenario]:
@@ -103,12 +94,3 @@ def load_scenarios(project: Project) -> list[Scenario]:
     if duplicates:
         raise ProjectError(f"duplicate scenario names: {', '.join(duplicates[:5])}")
     return found
-
-
-def select(scenarios: list[Scenario], pattern: str | None) -> list[Scenario]:
-    """-k PATTERN: a glob on the name, or a substring when the pattern has no wildcard."""
-    if not pattern:
-        return scenarios
-    if any(ch in pattern for ch in "*?["):
-        return [s for s in scenarios if fnmatch.fnmatchcase(s.name, pattern)]
-    return [s for s in scenarios if pattern in s.name]

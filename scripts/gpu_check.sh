@@ -22,7 +22,7 @@ print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "tf32 matmu
 print("jax", jax.__version__, jax.devices(), "default matmul precision", jax.config.jax_default_matmul_precision)
 PY
 status=0
-timeout 420 python3 -m services.cli check --devices cpu,cuda:0 --dtypes float64,float32 \
+timeout 420 python3 -m gradci check --devices cpu,cuda:0 --dtypes float64,float32 \
   -k 'nn/*' --format json -o "$OUT/cells.json" || status=$?
 python3 - "$OUT/cells.json" <<'PY'
 import json, sys

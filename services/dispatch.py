@@ -1,17 +1,16 @@
-"""The one place the API touches the queue: sending ``plan_run`` and probing the broker.
-
-Messages are sent by task *name* through the worker's Celery app, so the API never imports the
-tasks' code (nor the frameworks they load).
-"""
+"""The one place the API touches the queue: sending ``plan_run`` and ``publish_github`` by name,
+and probing the broker. The producer app comes from ``services.queues``: the API never imports the
+worker's tasks (nor the frameworks they load)."""
 from __future__ import annotations
 
+import threading
+
+from celery import Celery
 from kombu import Connection
 
-from services.settings import Settings, get_settings
+from services.queues import CONTROL_QUEUE, PLAN_RUN, PUBLISH_GITHUB, create_celery
+from services.settings import Settings
 
-PLAN_RUN_TASK = "gradci.plan_run"
-PUBLISH_TASK = "gradci.publish_github"
-PLAN_QUEUE = "cpu"  # planning needs no accelerator
 BROKER_TIMEOUT_S = 3.0
 
 
@@ -19,25 +18,31 @@ class DispatchError(RuntimeError):
     """The broker refused or could not be reached; the run was not queued."""
 
 
+_producers: dict[str, Celery] = {}
+_producers_lock = threading.Lock()
+
+
+def _producer(settings: Settings) -> Celery:
+    """One producer app per broker, made on first use (a sending app only needs the broker)."""
+    with _producers_lock:
+        if settings.broker_url not in _producers:
+            _producers[settings.broker_url] = create_celery(settings)
+        return _producers[settings.broker_url]
+
+
 def _broker_connection(settings: Settings) -> Connection:
     settings.ensure_local_directories()
-    return Connection(
-        str(settings.broker_url),
-        transport_options=settings.broker_transport_options(),
-        connect_timeout=BROKER_TIMEOUT_S,
-    )
+    return Connection(settings.broker_url, transport_options=settings.broker_transport_options(),
+                      connect_timeout=BROKER_TIMEOUT_S)
 
 
-def _send(task: str, run_id: int, settings: Settings | None) -> None:
-    from worker.celery_app import app
-
-    settings = settings or get_settings()
+def _send(task: str, run_id: int, settings: Settings) -> None:
     try:
         with _broker_connection(settings) as connection:
-            app.send_task(
+            _producer(settings).send_task(
                 task,
                 args=[run_id],
-                queue=PLAN_QUEUE,
+                queue=CONTROL_QUEUE,
                 connection=connection,
                 retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
             )
@@ -45,25 +50,24 @@ def _send(task: str, run_id: int, settings: Settings | None) -> None:
         raise DispatchError(f"could not queue {task} for run {run_id}: {exc}") from exc
 
 
-def submit_plan(run_id: int, settings: Settings | None = None) -> None:
-    """Queue ``gradci.plan_run(run_id)`` on the ``cpu`` queue. Call it after the run's row is
-    committed: a fast worker could otherwise look for a run that does not exist yet."""
-    _send(PLAN_RUN_TASK, run_id, settings)
+def submit_plan(run_id: int, settings: Settings) -> None:
+    """Queue ``gradci.plan_run(run_id)``. Call it after the run's row is committed: a fast worker
+    could otherwise look for a run that does not exist yet."""
+    _send(PLAN_RUN, run_id, settings)
 
 
-def submit_publish(run_id: int, settings: Settings | None = None) -> None:
+def submit_publish(run_id: int, settings: Settings) -> None:
     """Queue ``gradci.publish_github(run_id)``: the run's commit statuses and PR comment."""
-    _send(PUBLISH_TASK, run_id, settings)
+    _send(PUBLISH_GITHUB, run_id, settings)
 
 
-def broker_status(settings: Settings | None = None) -> tuple[bool, str | None, int | None]:
-    """(reachable, error message, messages waiting on the ``cpu`` queue)."""
-    settings = settings or get_settings()
+def broker_status(settings: Settings) -> tuple[bool, str | None, int | None]:
+    """(reachable, error message, messages waiting on the control queue)."""
     try:
         with _broker_connection(settings) as connection:
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_S)
             # A real round trip on every transport (Redis LLEN, an SQL count for the embedded one).
-            declared = connection.default_channel.queue_declare(queue=PLAN_QUEUE, passive=False)
+            declared = connection.default_channel.queue_declare(queue=CONTROL_QUEUE, passive=False)
             return True, None, int(declared.message_count)
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}", None

@@ -9,13 +9,12 @@ follows (a dtype the run asks for but the scenario does not declare is a ``skip`
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from worker.devices import CPU, queue_for_device, validate_device
-
-MATRIX_AXES = ("backends", "devices", "dtypes")
+from scenarios.devices import CPU, validate_device
+from scenarios.matrix import Matrix, select_scenarios
+from services.queues import queue_for_device
 
 
 class PlanError(ValueError):
@@ -36,15 +35,6 @@ class ScenarioInfo:
     def from_dict(cls, data: Mapping[str, Any]) -> ScenarioInfo:
         return cls(name=data["name"], operator=data.get("operator", ""), dtypes=tuple(data.get("dtypes", ())),
                    tags=tuple(data.get("tags", ())), fingerprint=data.get("fingerprint"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Matrix:
-    """The resolved axes of a run. ``dtypes=None``: each scenario's own dtypes."""
-
-    backends: tuple[str, ...]
-    devices: tuple[str, ...]
-    dtypes: tuple[str, ...] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,58 +62,31 @@ def cell_dtypes(declared: Sequence[str], requested: Sequence[str] | None) -> tup
     return tuple(requested) if requested is not None else tuple(declared)
 
 
-def _axis(run_matrix: Mapping[str, Any], file_matrix: Mapping[str, Any], axis: str) -> list[str] | None:
-    """The run's request wins over the repository's gradci.toml; None: neither says."""
-    for source in (run_matrix, file_matrix):
-        value = source.get(axis)
-        if value:
-            return list(value)
-    return None
-
-
-def requested_dtypes(run_matrix: Mapping[str, Any] | None, file_matrix: Mapping[str, Any] | None) -> tuple[str, ...] | None:
-    """The dtypes a run asks for (None: each scenario's own). Planner and worker both use it."""
-    dtypes = _axis(run_matrix or {}, file_matrix or {}, "dtypes")
-    return tuple(_unique(dtypes)) if dtypes else None
-
-
-def requested_backends(run_matrix: Mapping[str, Any] | None, file_matrix: Mapping[str, Any] | None) -> list[str] | None:
-    """The backends a run asks for (None: every backend available on the workers)."""
-    return _axis(run_matrix or {}, file_matrix or {}, "backends")
-
-
 def resolve_matrix(
-    run_matrix: Mapping[str, Any] | None,
-    file_matrix: Mapping[str, Any] | None,
+    run_matrix: Matrix,
+    file_matrix: Matrix,
     *,
     available_backends: Sequence[str],
     known_backends: Sequence[str],
     default_devices: Sequence[str] = (CPU,),
 ) -> Matrix:
-    """Axes from the run, else the file, else every available backend, the default devices and
-    each scenario's dtypes. Unknown backends or devices are a ``PlanError``."""
-    run_matrix, file_matrix = run_matrix or {}, file_matrix or {}
-    backends = requested_backends(run_matrix, file_matrix) or list(available_backends)
+    """The run's request over the repository's gradci.toml, with backends and devices filled in:
+    every available backend and the default devices where neither says. ``dtypes`` stays None
+    when neither says (each scenario's own dtypes). Unknown backends or devices are a ``PlanError``."""
+    wanted = file_matrix.overridden(run_matrix)
+    backends = wanted.backends or tuple(available_backends)
     unknown = [name for name in backends if name not in known_backends]
     if unknown:
         raise PlanError(f"unknown backend {unknown[0]!r}; known: {', '.join(known_backends)}")
     if not backends:
         raise PlanError("no backend is available on the workers")
-    devices = _axis(run_matrix, file_matrix, "devices") or list(default_devices)
+    devices = wanted.devices or tuple(dict.fromkeys(default_devices))
     try:
         for device in devices:
             validate_device(device)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
-    return Matrix(tuple(_unique(backends)), tuple(_unique(devices)), requested_dtypes(run_matrix, file_matrix))
-
-
-def select_scenarios(scenarios: Sequence[ScenarioInfo], patterns: str | Sequence[str] | None) -> list[ScenarioInfo]:
-    """Scenarios whose name matches one of the globs (a plain name matches itself), in listing order."""
-    if not patterns:
-        return list(scenarios)
-    globs = [patterns] if isinstance(patterns, str) else list(patterns)
-    return [info for info in scenarios if any(fnmatch.fnmatchcase(info.name, glob) for glob in globs)]
+    return dataclasses.replace(wanted, backends=backends, devices=devices)
 
 
 def chunked(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:
@@ -147,8 +110,8 @@ def job_specs(scenarios: Sequence[ScenarioInfo], matrix: Matrix, chunk_size: int
 def plan_run(
     scenarios: Sequence[ScenarioInfo],
     *,
-    run_matrix: Mapping[str, Any] | None,
-    file_matrix: Mapping[str, Any] | None,
+    run_matrix: Matrix,
+    file_matrix: Matrix,
     available_backends: Sequence[str],
     known_backends: Sequence[str],
     default_devices: Sequence[str] = (CPU,),
@@ -157,10 +120,11 @@ def plan_run(
     """The whole plan of a run from the scenarios its checkout lists."""
     matrix = resolve_matrix(run_matrix, file_matrix, available_backends=available_backends,
                             known_backends=known_backends, default_devices=default_devices)
-    pattern = (run_matrix or {}).get("scenarios")
-    chosen = select_scenarios(scenarios, pattern)
+    patterns = matrix.scenarios
+    chosen = select_scenarios(scenarios, patterns)
     if not chosen:
-        raise PlanError(f"no scenario matches {pattern!r}" if pattern else "the repository declares no scenario")
+        raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
+                        "the repository declares no scenario")
     return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(job_specs(chosen, matrix, chunk_size)))
 
 
@@ -177,7 +141,3 @@ def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequen
         else:
             cells.extend((name, dtype) for dtype in cell_dtypes(declared, requested_dtypes))
     return cells
-
-
-def _unique(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from services.db.urls import ensure_sqlite_directory, normalize_database_url
+
 EMBEDDED_DATABASE_FILE = "gradci.db"
 EMBEDDED_BROKER_FILE = "broker.db"
 EMBEDDED_BROKER_SCHEMES = ("sqla+", "sqlalchemy+")
@@ -25,9 +27,10 @@ VISIBILITY_MARGIN_S = 600
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRADCI_", extra="ignore")
 
-    # Storage and queue. None means the embedded default (see _fill_embedded_defaults).
-    database_url: str | None = None
-    broker_url: str | None = None
+    # Storage and queue, resolved once when the settings are built: unset (or empty) means the
+    # embedded default under workdir (see _resolve_urls), so callers never test or convert them.
+    database_url: str = ""
+    broker_url: str = ""
     workdir: Path = Path(".gradci")
 
     # API
@@ -66,10 +69,11 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _fill_embedded_defaults(self) -> Settings:
+    def _resolve_urls(self) -> Settings:
         self.workdir = self.workdir.expanduser().resolve()
         if not self.database_url:
             self.database_url = f"sqlite:///{self.workdir / EMBEDDED_DATABASE_FILE}"
+        self.database_url = normalize_database_url(self.database_url).render_as_string(hide_password=False)
         if not self.broker_url:
             self.broker_url = f"sqla+sqlite:///{self.workdir / EMBEDDED_BROKER_FILE}"
         if self.job_soft_time_limit_s >= self.job_hard_time_limit_s:
@@ -82,14 +86,12 @@ class Settings(BaseSettings):
 
     def broker_transport_options(self) -> dict[str, Any]:
         """Celery's ``broker_transport_options`` for this broker."""
-        return transport_options_for(str(self.broker_url), self.broker_visibility_timeout_s)
+        return transport_options_for(self.broker_url, self.broker_visibility_timeout_s)
 
     def ensure_local_directories(self) -> None:
         """Create the folders of the SQLite files (database and embedded broker) this configuration
         uses: SQLite creates a missing file but not its folder."""
-        from services.db.session import ensure_sqlite_directory
-
-        for url in (str(self.database_url), _strip_broker_scheme(str(self.broker_url))):
+        for url in (self.database_url, _strip_broker_scheme(self.broker_url)):
             ensure_sqlite_directory(url)
 
 

@@ -110,13 +110,14 @@ STATUS_CYCLE = ("pass", "pass", "pass", "fail", "error", "skip", "xfail", "xpass
 
 def synthetic_cell(index: int, *, status: str | None = None, backend: str = "jax-rev",
                    device: str = "cpu", dtype: str = "float64") -> dict[str, Any]:
-    """A cell as a runner streams it: the scenarios.cell.Cell fields plus a fingerprint."""
+    """A cell as a runner streams it: the scenarios.cell.Cell fields plus a fingerprint, with
+    values the engine produces (ingestion refuses any other)."""
     return {
         "scenario": f"scenario_{index:05d}",
-        "operator": "grad",
-        "framework": backend.split("-")[0],
+        "operator": "gradient",
+        "framework": "numpy" if backend == "fd" else backend.split("-")[0],
         "backend": backend,
-        "mode": "rev",
+        "mode": {"fd": "finite"}.get(backend, "forward" if backend.endswith("-fwd") else "reverse"),
         "device": device,
         "dtype": dtype,
         "status": status or STATUS_CYCLE[index % len(STATUS_CYCLE)],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-GRADCI = [sys.executable, "-m", "services.cli"]
+GRADCI = [sys.executable, "-m", "gradci"]
 
 SCENARIOS = '''
 import numpy as np
@@ -90,7 +90,7 @@ def test_junit_output_file(tmp_path):
     ("[scenarios]\nmodules = []", SCENARIOS, "modules must be"),
     (TOML, "import not_a_module_anywhere\n", "cannot import scenario module"),
     (TOML, "def scenarios():\n    raise ValueError('nope')\n", "scenarios() failed"),
-    (TOML.replace("dtypes", "colours"), SCENARIOS, "unknown [matrix] keys"),
+    (TOML.replace("dtypes", "colours"), SCENARIOS, "[matrix]: unknown keys ['colours']"),
 ])
 def test_broken_project_is_one_line_and_exit_two(tmp_path, toml, module, needle):
     repo = make_repo(tmp_path, toml, module)

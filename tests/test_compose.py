@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import typer
 
-from services.cli import app
+from gradci.cli import app
 from services.settings import Settings
 
 yaml = pytest.importorskip("yaml")

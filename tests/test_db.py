@@ -13,19 +13,23 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
+
+from scenarios.cell import STATUSES, InvalidCell
 
 from services.db import queries
 from services.db.migrate import current_revision, upgrade
 from services.db.models import Base, CellStatus, Job, Result, Run, Worker, utcnow
 from services.db.pagination import InvalidCursor, decode_cursor, encode_cursor
-from services.db.results import upsert_results
+from services.db.results import result_row, upsert_results
 from services.db.runs import (
     RunAlreadyFinished,
     create_rerun,
     get_or_create_repository,
     request_cancel,
 )
-from services.db.session import engine_for, normalize_database_url, session_scope
+from services.db.session import engine_for, session_scope
+from services.db.urls import normalize_database_url
 from services.db.workers import online_counts_by_device, record_heartbeat
 from services.reports.coverage import coverage_percent, status_counts
 from services.settings import Settings
@@ -49,7 +53,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 
 def test_upgrade_is_idempotent_and_reports_head(database_url: str) -> None:
     upgrade(database_url)  # already at head: nothing to do, no error
-    assert current_revision(database_url) == "0002"
+    assert current_revision(database_url) == "0003"
 
 
 def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: str) -> None:
@@ -66,8 +70,7 @@ def test_postgres_urls_use_psycopg3() -> None:
 
 
 def test_cell_statuses_agree_with_the_engine() -> None:
-    cell = pytest.importorskip("scenarios.cell", reason="the engine package does not import yet")
-    assert set(CellStatus.values()) == set(cell.STATUSES)
+    assert CellStatus.values() == STATUSES
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -130,10 +133,33 @@ def test_non_finite_errors_are_stored_as_null_and_bad_cells_refused(database_url
     with session_scope(database_url) as session:
         row = session.scalars(select(Result)).one()
         assert (row.max_abs_err, row.max_rel_err, row.message) == (None, None, "")
-    with pytest.raises(ValueError, match="unknown status"), session_scope(database_url) as session:
+    with pytest.raises(InvalidCell, match="status 'great' is not one of pass, fail"), session_scope(database_url) as session:
         upsert_results(session, run_id, [dict(cell, status="great")])
-    with pytest.raises(ValueError, match="missing backend"), session_scope(database_url) as session:
+    with pytest.raises(InvalidCell, match="missing backend"), session_scope(database_url) as session:
         upsert_results(session, run_id, [dict(cell, backend="")])
+
+
+@pytest.mark.parametrize(("field", "value"), [("operator", "grad"), ("mode", "rev"), ("framework", "tensorflow"),
+                                              ("dtype", "float8"), ("status", "ok")])
+def test_cells_the_engine_never_produces_are_refused_by_ingestion_and_the_database(
+        database_url, make_run, cell_factory, field, value) -> None:
+    run_id = make_run(database_url)
+    with pytest.raises(InvalidCell, match=f"{field} '{value}' is not one of"), session_scope(database_url) as session:
+        upsert_results(session, run_id, [dict(cell_factory(0), **{field: value})])
+    # The migrated schema's check constraints, from the same vocabularies, refuse a raw insert too.
+    row = result_row(cell_factory(0), run_id=run_id)
+    with pytest.raises(IntegrityError), session_scope(database_url) as session:
+        session.execute(Result.__table__.insert(), [dict(row, **{field: value})])
+
+
+def test_an_errored_cell_may_leave_operator_framework_and_mode_empty(database_url, make_run, cell_factory) -> None:
+    run_id = make_run(database_url)
+    vanished = dict(cell_factory(0), status="error", operator="", framework="", mode="",
+                    message="the checkout no longer declares this scenario")
+    with session_scope(database_url) as session:
+        assert upsert_results(session, run_id, [vanished]) == 1
+    with pytest.raises(InvalidCell, match="operator '' is not one of"), session_scope(database_url) as session:
+        upsert_results(session, run_id, [dict(vanished, status="pass")])
 
 
 def test_objects_with_to_dict_are_accepted_like_engine_cells(sqlite_url, make_run, cell_factory) -> None:
@@ -287,8 +313,9 @@ def test_rerun_covers_the_unsuccessful_cells_of_the_same_commit(database_url, ma
             parent_id, "rerun", "c" * 40, "main", 3,
         )
         assert child.repository.url == "/srv/repos/kernels"
+        # Exact names: "scenario_00002" as a plain word would also select "scenario_000020".
         assert child.matrix == {
-            "scenarios": ["scenario_00002", "scenario_00003"],
+            "scenarios": ["scenario_0000[2]", "scenario_0000[3]"],
             "backends": ["jax-rev", "torch-rev"],
             "devices": ["cpu", "cuda:0"],
             "dtypes": ["float32", "float64"],
@@ -332,13 +359,13 @@ def test_heartbeats_upsert_and_count_online_per_device(database_url) -> None:
 WRITER = textwrap.dedent(
     """
     import sys
-    from services.db.results import upsert_results
+    from services.db.results import result_row, upsert_results
     from services.db.session import session_scope
     url, run_id, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     for batch in range(20):  # many small transactions, as workers stream results
         cells = [
-            {"scenario": f"w{worker}_s{batch}_{i}", "operator": "grad", "framework": "jax", "backend": "jax-rev",
-             "mode": "rev", "device": "cpu", "dtype": "float32", "status": "pass"}
+            {"scenario": f"w{worker}_s{batch}_{i}", "operator": "gradient", "framework": "jax", "backend": "jax-rev",
+             "mode": "reverse", "device": "cpu", "dtype": "float32", "status": "pass"}
             for i in range(50)
         ]
         with session_scope(url) as session:
@@ -382,7 +409,7 @@ def test_settings_read_the_environment(clean_environment, monkeypatch) -> None:
     monkeypatch.setenv("GRADCI_ALLOWED_REPOS", "acme/*, https://git.example/x.git")
     monkeypatch.setenv("GRADCI_JOB_HARD_TIME_LIMIT_S", "7200")
     settings = Settings()
-    assert settings.database_url == "postgresql://u@db/gradci"
+    assert settings.database_url == "postgresql+psycopg://u@db/gradci"  # resolved once: psycopg 3
     assert settings.api_token.get_secret_value() == "t0ken" and "t0ken" not in repr(settings)
     assert settings.allowed_repos == ["acme/*", "https://git.example/x.git"]
     # Redis must not redeliver a job that is still within its time limit.

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.client import exit_code
+from gradci.client import exit_code
 from worker.context import physical_gpu
-from worker.devices import LocalDevice, parse_worker_device, validate_device
+from scenarios.devices import validate_device
+from worker.devices import LocalDevice, parse_worker_device
 from worker.start import worker_argv
 
 

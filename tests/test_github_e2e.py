@@ -108,7 +108,7 @@ def server(postgres_database, redis_broker, mirror, github, tmp_path_factory) ->
     port = free_port()
     api = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
                  "--port", str(port)], env, logs / "api.log")
-    worker = spawn([sys.executable, "-m", "services.cli", "worker", "--device", "cpu", "--concurrency", "1"],
+    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"],
                    env, logs / "worker.log")
     url = f"http://127.0.0.1:{port}"
     try:

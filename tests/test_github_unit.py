@@ -7,9 +7,11 @@ import copy
 import pytest
 
 from services.github import events, signature
+from services.github.events import DecisionKind
 from services.github.client import GitHubClient, GitHubError
 from services.reports.markdown import MARKER, render
-from services.reports.pr_report import build_report, tolerance_ratio
+from services.reports.model import ReportSubject
+from services.reports.pr_report import RunCells, build_report, tolerance_ratio
 from services.reports.targets import Target, TargetConfigError, parse_report_config
 from tests.fake_github import FakeGitHub
 from tests.payloads import payload
@@ -27,52 +29,52 @@ def test_signature_roundtrip_and_rejections():
 
 
 @pytest.mark.parametrize("name, kind", [
-    ("pull_request.opened", "run_pr"), ("pull_request.synchronize", "run_pr"),
-    ("pull_request.reopened", "run_pr"), ("pull_request.closed", "cancel_pr"),
-    ("pull_request.opened.null-body", "run_pr"),
+    ("pull_request.opened", DecisionKind.run_pr), ("pull_request.synchronize", DecisionKind.run_pr),
+    ("pull_request.reopened", DecisionKind.run_pr), ("pull_request.closed", DecisionKind.cancel_pr),
+    ("pull_request.opened.null-body", DecisionKind.run_pr),
 ])
 def test_pull_request_actions(name, kind):
     d = events.decide("pull_request", payload(name), allowed=[])
-    assert d.kind == kind
+    assert d.kind is kind
     assert d.full_name == "Codertocat/Hello-World" and d.pr_number == 2 and len(d.head_sha) == 40
 
 
 def test_labeled_with_other_label_is_ignored_and_approval_label_runs():
     p = payload("pull_request.labeled")
-    assert events.decide("pull_request", p, allowed=[]).kind == "ignore"
+    assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.ignore
     p["label"]["name"] = "gradci:run"
-    assert events.decide("pull_request", p, allowed=[]).kind == "run_pr"
+    assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.run_pr
 
 
 def test_forks_wait_for_approval_including_deleted_forks():
     p = payload("pull_request.opened")
     p["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
-    assert events.decide("pull_request", p, allowed=[]).kind == "await_approval"
+    assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.await_approval
     p["pull_request"]["head"]["repo"] = None
-    assert events.decide("pull_request", p, allowed=[]).kind == "await_approval"
+    assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.await_approval
     p["pull_request"]["labels"] = [{"name": "gradci:run"}]
-    assert events.decide("pull_request", p, allowed=[]).kind == "run_pr"
+    assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.run_pr
 
 
 def test_allowed_repos_and_clone_url_template():
     p = payload("pull_request.opened")
-    assert events.decide("pull_request", p, allowed=["octo/*"]).kind == "refuse"
+    assert events.decide("pull_request", p, allowed=["octo/*"]).kind is DecisionKind.refuse
     d = events.decide("pull_request", p, allowed=["Codertocat/*"], clone_url_template="file:///m/{full_name}.git")
-    assert d.kind == "run_pr" and d.clone_url == "file:///m/Codertocat/Hello-World.git"
+    assert d.kind is DecisionKind.run_pr and d.clone_url == "file:///m/Codertocat/Hello-World.git"
 
 
 def test_push_to_default_branch_is_a_baseline_and_tags_are_ignored():
     p = payload("push")
-    assert events.decide("push", p, allowed=[]).kind == "ignore"  # refs/tags/simple-tag
+    assert events.decide("push", p, allowed=[]).kind is DecisionKind.ignore  # refs/tags/simple-tag
     p = copy.deepcopy(p)
     p["ref"], p["after"], p["deleted"] = "refs/heads/master", "a" * 40, False
     d = events.decide("push", p, allowed=[])
-    assert d.kind == "baseline" and d.head_sha == "a" * 40
+    assert d.kind is DecisionKind.baseline and d.head_sha == "a" * 40
 
 
 def test_ping_and_unknown_events():
-    assert events.decide("ping", payload("ping"), allowed=[]).kind == "ping"
-    assert events.decide("issues", {"action": "opened"}, allowed=[]).kind == "ignore"
+    assert events.decide("ping", payload("ping"), allowed=[]).kind is DecisionKind.ping
+    assert events.decide("issues", {"action": "opened"}, allowed=[]).kind is DecisionKind.ignore
 
 
 def test_client_retries_502_twice_then_succeeds():
@@ -109,20 +111,27 @@ def cell(scenario, status, backend="torch-rev", err=1e-12, dtype="float64"):
                 max_rel_err=err, atol=1e-9, rtol=1e-6, message="")
 
 
+def subject(**fields):
+    """The run a report is about: a finished run #1 unless told otherwise."""
+    return ReportSubject(**{"run_id": 1, "run_status": "passed", "finished": True, **fields})
+
+
 def test_report_regressions_fixes_near_misses_and_patch():
     base = [cell("a", "pass"), cell("b", "fail"), cell("c", "pass", err=1e-9), cell("d", "pass"), cell("s", "skip")]
     head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass", err=7e-7), cell("d", "pass"),
             cell("e", "error"), cell("s", "skip")]
-    report = build_report(head, base, {n: n for n in "abcdes"}, {"a": "a", "b": "changed", "c": "c", "d": "d"},
-                          Target(), Target(target=100.0), "h" * 40, "b" * 40, 5)
-    assert [c["scenario"] for c in report["regressions"]] == ["a"]
-    assert [c["scenario"] for c in report["fixes"]] == ["b"]
-    assert [c["scenario"] for c in report["near_misses"]] == ["c"]
-    assert report["changed_scenarios"] == ["b", "e", "s"]
-    assert report["project"]["coverage"] == pytest.approx(60.0) and report["project"]["base_coverage"] == 75.0
-    assert report["project"]["state"] == "failure"       # auto target: the base's 75%
-    assert report["patch"]["coverage"] == 50.0 and report["patch"]["state"] == "failure"
-    assert all(len(report[k]["description"]) <= 140 for k in ("project", "patch"))
+    report = build_report(subject(head_sha="h" * 40, base_sha="b" * 40, pr_number=5),
+                          RunCells(head, {n: n for n in "abcdes"}),
+                          RunCells(base, {"a": "a", "b": "changed", "c": "c", "d": "d"}),
+                          Target(), Target(target=100.0))
+    assert [c.scenario for c in report.regressions] == ["a"]
+    assert [c.scenario for c in report.fixes] == ["b"]
+    assert [c.scenario for c in report.near_misses] == ["c"]
+    assert report.changed_scenarios == ["b", "e", "s"]
+    assert report.project.coverage == pytest.approx(60.0) and report.project.base_coverage == 75.0
+    assert report.project.state == "failure"       # auto target: the base's 75%
+    assert report.patch.coverage == 50.0 and report.patch.state == "failure"
+    assert all(len(status.description) <= 140 for status in (report.project, report.patch))
 
 
 def test_targets_threshold_and_informational():
@@ -140,8 +149,9 @@ def test_targets_threshold_and_informational():
 def test_markdown_has_header_table_and_diff_block():
     base = [cell("a", "pass"), cell("b", "fail")]
     head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass")]
-    report = build_report(head, base, {"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "2"}, Target(), Target(),
-                          "1234567abc", "abcdef0123", 9)
+    report = build_report(subject(head_sha="1234567abc", base_sha="abcdef0123", pr_number=9),
+                          RunCells(head, {"a": "1", "b": "2", "c": "3"}), RunCells(base, {"a": "1", "b": "2"}),
+                          Target(), Target())
     text = render(report, "http://dash/runs/3")
     assert text.startswith(MARKER)
     assert "Patch coverage is **100.00%** and project coverage is **66.67%**" in text
@@ -157,7 +167,7 @@ def test_markdown_has_header_table_and_diff_block():
 
 def test_huge_report_stays_under_githubs_comment_limit():
     head = [cell(f"s{i:05d}/" + "x" * 200, "fail") for i in range(3000)]
-    report = build_report(head, None, {}, None, Target(), Target())
+    report = build_report(subject(), RunCells(head, {}), None, Target(), Target())
     assert len(render(report)) <= 65536
 
 

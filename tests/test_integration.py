@@ -195,7 +195,7 @@ class Service:
             raise
 
     def start_worker(self) -> None:
-        self.worker = spawn([sys.executable, "-m", "services.cli", "worker", "--device", "cpu", "--concurrency", "1"],
+        self.worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"],
                             self.env, self.logs / "worker.log")
 
 
@@ -418,7 +418,7 @@ def test_embedded_mode_serves_the_same_path(project: tuple[Path, str, Path], tmp
     repo, sha, _ = project
     workdir, port = tmp_path / "gradci", free_port()
     env = service_env(workdir=str(workdir), worker_heartbeat_s="1", job_chunk_size="2")
-    up = spawn([sys.executable, "-m", "services.cli", "up", "--demo", "--port", str(port), "--backends", "fd",
+    up = spawn([sys.executable, "-m", "gradci", "up", "--demo", "--port", str(port), "--backends", "fd",
                 "--dtypes", "float64", "--scenarios", "elementary/num-to-num/*"], env, tmp_path / "up.log", cwd=tmp_path)
     database_url = f"sqlite:///{workdir / 'gradci.db'}"
     try:
@@ -433,7 +433,7 @@ def test_embedded_mode_serves_the_same_path(project: tuple[Path, str, Path], tmp
         os.kill(first_worker.pop(), signal.SIGKILL)
         wait_for(lambda: _worker_pids(database_url) - first_worker, "the supervisor to restart the worker", timeout_s=60)
 
-        cli = [sys.executable, "-m", "services.cli"]
+        cli = [sys.executable, "-m", "gradci"]
         submitted = subprocess.run([*cli, "submit", "--server", f"http://127.0.0.1:{port}", "--repo", str(repo),
                                     "--sha", sha, "--scenarios", "ok/*", "--backends", "fd", "--wait"],
                                    env=env, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)

@@ -3,17 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.planner import (
-    PlanError,
-    ScenarioInfo,
-    chunked,
-    job_cells,
-    plan_run,
-    requested_dtypes,
-    resolve_matrix,
-    select_scenarios,
-)
-from worker.devices import queue_for_device
+from scenarios.matrix import Matrix, exact_pattern, select_scenarios
+from services.planner import PlanError, ScenarioInfo, chunked, job_cells, plan_run, resolve_matrix
+from services.queues import queue_for_device
 
 KNOWN = ("jax-rev", "torch-rev", "fd")
 SCENARIOS = tuple(
@@ -23,24 +15,26 @@ SCENARIOS = tuple(
 
 
 def plan(run_matrix=None, file_matrix=None, chunk_size=2, **kwargs):
-    return plan_run(SCENARIOS, run_matrix=run_matrix, file_matrix=file_matrix, available_backends=("jax-rev", "fd"),
-                    known_backends=KNOWN, chunk_size=chunk_size, **kwargs)
+    return plan_run(SCENARIOS, run_matrix=Matrix.from_mapping(run_matrix), file_matrix=Matrix.from_mapping(file_matrix),
+                    available_backends=("jax-rev", "fd"), known_backends=KNOWN, chunk_size=chunk_size, **kwargs)
 
 
 def test_run_matrix_overrides_the_file_and_the_file_overrides_the_defaults() -> None:
-    file_matrix = {"backends": ["torch-rev"], "dtypes": ["float32"], "devices": ["cpu", "cuda"]}
-    matrix = resolve_matrix({"backends": ["fd"]}, file_matrix, available_backends=["jax-rev"], known_backends=KNOWN)
+    file_matrix = Matrix.of(backends=["torch-rev"], dtypes=["float32"], devices=["cpu", "cuda"])
+    matrix = resolve_matrix(Matrix.of(backends=["fd"]), file_matrix, available_backends=["jax-rev"],
+                            known_backends=KNOWN)
     assert matrix.backends == ("fd",)
     assert matrix.devices == ("cpu", "cuda")
     assert matrix.dtypes == ("float32",)
-    defaults = resolve_matrix({}, None, available_backends=["jax-rev", "fd"], known_backends=KNOWN)
+    defaults = resolve_matrix(Matrix(), Matrix(), available_backends=["jax-rev", "fd"], known_backends=KNOWN)
     assert defaults.backends == ("jax-rev", "fd") and defaults.devices == ("cpu",) and defaults.dtypes is None
 
 
 def test_none_on_an_axis_means_not_given() -> None:
-    stored = {"backends": None, "devices": None, "dtypes": None, "scenarios": None}
-    assert requested_dtypes(stored, {"dtypes": ["float64"]}) == ("float64",)
-    assert requested_dtypes(stored, {}) is None
+    stored = Matrix.from_mapping({"backends": None, "devices": None, "dtypes": None, "scenarios": None})
+    assert Matrix.of(dtypes=["float64"]).overridden(stored).dtypes == ("float64",)
+    assert Matrix().overridden(stored).dtypes is None
+    assert Matrix.from_mapping(stored.to_mapping()) == stored
 
 
 def test_unknown_backend_or_device_is_a_plan_error() -> None:
@@ -51,14 +45,18 @@ def test_unknown_backend_or_device_is_a_plan_error() -> None:
 
 
 def test_no_matching_scenario_is_a_plan_error() -> None:
-    with pytest.raises(PlanError, match="no scenario matches 'other/\\*'"):
+    with pytest.raises(PlanError, match="no scenario matches other/\\*"):
         plan({"scenarios": "other/*"})
 
 
-def test_scenario_globs_and_names() -> None:
+def test_scenario_globs_words_and_exact_names() -> None:
     assert [s.name for s in select_scenarios(SCENARIOS, "family/s[12]")] == ["family/s1", "family/s2"]
     assert [s.name for s in select_scenarios(SCENARIOS, ["family/s4", "family/s0"])] == ["family/s0", "family/s4"]
+    assert [s.name for s in select_scenarios(SCENARIOS, "s3")] == ["family/s3"]  # a plain word: a substring
     assert select_scenarios(SCENARIOS, None) == list(SCENARIOS)
+    longer = (*SCENARIOS, ScenarioInfo(name="family/s1/closure"))
+    assert [s.name for s in select_scenarios(longer, "family/s1")] == ["family/s1", "family/s1/closure"]
+    assert [s.name for s in select_scenarios(longer, exact_pattern("family/s1"))] == ["family/s1"]
 
 
 def test_jobs_are_one_backend_one_device_and_a_chunk() -> None:

@@ -10,9 +10,11 @@ from fastapi.templating import Jinja2Templates
 from services.api.deps import ReadSession
 from services.db import queries
 from services.db.queries import ResultFilter
+from services.reports.coverage import percent
 from services.reports.run_report import report_for_run
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+templates.env.filters["percent"] = percent  # coverage printed as the PR comment prints it
 router = APIRouter(include_in_schema=False)
 ORDER = {"fail": 0, "error": 1, "xpass": 2, "pass": 3, "xfail": 4, "skip": 5}
 

@@ -1,8 +1,7 @@
 """What a worker process knows about itself: its settings, name, device, runner and checkouts.
 
 ``gradci worker --device cuda:1`` calls ``configure`` before Celery starts; pool processes forked
-from it inherit the configuration. A worker started as ``celery -A worker.celery_app worker``
-serves the CPU.
+from it inherit the configuration.
 """
 from __future__ import annotations
 
@@ -13,7 +12,8 @@ from pathlib import Path
 
 from services.settings import Settings, get_settings
 from worker.checkout import Checkouts
-from worker.devices import CPU, LocalDevice
+from scenarios.devices import CPU
+from worker.devices import LocalDevice
 from worker.runner import WarmRunner, shared_runner
 
 

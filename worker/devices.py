@@ -1,10 +1,9 @@
-"""Devices and the queues that serve them.
+"""This machine's devices, and which one a worker serves.
 
-A run names devices logically: ``cpu``, ``cuda`` (any GPU), ``cuda:N`` or ``cuda.smXY`` (a GPU of
-compute capability X.Y). Jobs go to the queue of their device's kind, and a GPU worker consumes
-``cuda`` plus the queue of its own capability: the worker, not the run, picks the physical GPU,
-and results keep the run's device label so that a redelivery on another GPU rewrites the same
-rows.
+A run names devices logically (``scenarios.devices``); jobs go to the queue of their device's kind
+and a GPU worker consumes ``cuda`` plus the queue of its own capability (``services.queues``): the
+worker, not the run, picks the physical GPU, and results keep the run's device label so that a
+redelivery on another GPU rewrites the same rows.
 
 Discovery never initialises CUDA in this process (a Celery prefork parent must stay CUDA-free):
 it asks NVML when nvidia-ml-py is installed, else torch in a throwaway subprocess.
@@ -18,9 +17,9 @@ import re
 import subprocess
 import sys
 
-CPU = "cpu"
-CUDA = "cuda"
-DEVICE_PATTERN = re.compile(r"^(cpu|cuda|cuda:\d+|cuda\.sm\d{2,3})$")
+from scenarios.devices import CPU, CUDA
+from services.queues import queues_of_worker
+
 PROBE_TIMEOUT_S = 60
 
 
@@ -38,25 +37,7 @@ class LocalDevice:
     @property
     def queues(self) -> list[str]:
         """The queues a worker for this device consumes."""
-        if self.name == CPU:
-            return [CPU]
-        return [CUDA] + ([f"{CUDA}.sm{self.capability}"] if self.capability else [])
-
-
-def validate_device(device: str) -> str:
-    if not DEVICE_PATTERN.match(device):
-        raise ValueError(f"unknown device {device!r}: expected cpu, cuda, cuda:N or cuda.smXY (e.g. cuda.sm90)")
-    return device
-
-
-def queue_for_device(device: str) -> str:
-    """The queue a job for ``device`` is sent to."""
-    validate_device(device)
-    if device == CPU:
-        return CPU
-    if device.startswith(f"{CUDA}.sm"):
-        return device
-    return CUDA
+        return queues_of_worker(self.name, self.capability)
 
 
 def parse_worker_device(device: str) -> LocalDevice:

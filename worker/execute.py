@@ -93,7 +93,7 @@ def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, con
 
 def cells_of(job: JobRef, source: Source | None, run: RunRef) -> list[tuple[str, str]]:
     declared = {info.name: info.dtypes for info in source.scenarios} if source else {}
-    dtypes = source.dtypes_for(run.matrix) if source else tuple((run.matrix or {}).get("dtypes") or ()) or None
+    dtypes = (source.requested(run.matrix) if source else run.matrix).dtypes
     return job_cells(job.scenarios, declared, dtypes)
 
 
@@ -106,7 +106,7 @@ class JobExecution:
     def __init__(self, job_id: int, context: WorkerContext, worker_name: str, send_finalize: SendFinalize) -> None:
         self.job_id, self.context, self.worker_name = job_id, context, worker_name
         self.send_finalize = send_finalize
-        self.database = str(context.settings.database_url)
+        self.database = context.settings.database_url
 
     def __call__(self) -> None:
         with session_scope(self.database) as session:

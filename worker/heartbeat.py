@@ -49,7 +49,7 @@ class Heartbeat:
     def beat(self) -> None:
         from services.db.models import utcnow
 
-        with session_scope(str(self.settings.database_url)) as session:
+        with session_scope(self.settings.database_url) as session:
             record_heartbeat(
                 session, name=self.name, host=socket.gethostname(), device=self.context.device.name,
                 queue=",".join(self.context.device.queues), versions=self._versions,

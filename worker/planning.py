@@ -8,11 +8,10 @@ import, no matching scenario — ends as ``error`` with the reason as its messag
 from __future__ import annotations
 
 import logging
-import tomllib
 from collections.abc import Callable
-from pathlib import Path
 
-from scenarios.project import CONFIG_NAME
+from scenarios.devices import CPU, CUDA
+from scenarios.project import ProjectError, read_config
 from services import planner
 from services.db.jobs import jobs_of_run, lock_run, record_catalog, store_jobs
 from services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
@@ -21,7 +20,6 @@ from services.db.session import session_scope
 from services.db.workers import online_counts_by_device
 from worker.checkout import CheckoutError
 from worker.context import WorkerContext
-from worker.devices import CPU, CUDA
 from worker.runner import RunnerError
 from worker.sources import RunRef, Source, load_source
 
@@ -36,7 +34,7 @@ def default_devices(online: dict[str, int]) -> list[str]:
 
 
 def plan(run_id: int, context: WorkerContext, send_job: SendJob) -> None:
-    database = str(context.settings.database_url)
+    database = context.settings.database_url
     with session_scope(database) as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -53,7 +51,7 @@ def plan(run_id: int, context: WorkerContext, send_job: SendJob) -> None:
         return
     try:
         source = load_source(ref, context.checkouts(), context.runner())
-        if not planner.requested_backends(ref.matrix, source.file_matrix):
+        if not source.requested(ref.matrix).backends:
             # "Every available backend": only now pay for importing every framework to find them.
             source = load_source(ref, context.checkouts(), context.runner(), availability=True)
         the_plan = planner.plan_run(
@@ -91,8 +89,8 @@ def repository_config(root: str | None) -> dict:
     if root is None:
         return {}
     try:
-        return tomllib.loads((Path(root) / CONFIG_NAME).read_text())
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return read_config(root)
+    except ProjectError:
         return {}  # the runner already refused a broken file; nothing more to keep
 
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def recover_orphaned_jobs(settings: Settings, queues: Sequence[str], send_job: Callable[[int, str], None]) -> list[int]:
     """Re-send this worker's share of orphaned jobs; returns their ids."""
-    database = str(settings.database_url)
+    database = settings.database_url
     with session_scope(database, readonly=True) as session:
         candidates = orphaned_jobs(session, queues, online_within_s=settings.worker_online_s)
     recovered = []

@@ -72,8 +72,7 @@ def _load(root: str | None) -> tuple[list[Any], dict[str, Any]]:
     from scenarios.project import load_project, load_scenarios
 
     project = load_project(root)
-    matrix = {key: value for key, value in vars(project.matrix).items() if value is not None}
-    return load_scenarios(project), matrix
+    return load_scenarios(project), project.matrix.to_mapping()
 
 
 def _describe(exc: BaseException) -> str:

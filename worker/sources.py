@@ -9,8 +9,9 @@ import dataclasses
 import functools
 from typing import Any
 
+from scenarios.matrix import Matrix
 from services.db.models import Run
-from services.planner import ScenarioInfo, requested_dtypes
+from services.planner import ScenarioInfo
 from worker.runner import WarmRunner
 from worker.checkout import Checkouts
 
@@ -21,7 +22,7 @@ class Source:
     root: str | None
     scenarios: tuple[ScenarioInfo, ...]
     backends: dict[str, dict[str, Any]]  # name → framework, mode (and unavailable, when asked)
-    file_matrix: dict[str, Any]
+    file_matrix: Matrix  # the checkout's gradci.toml [matrix]
 
     @functools.cached_property
     def by_name(self) -> dict[str, ScenarioInfo]:
@@ -32,8 +33,9 @@ class Source:
         """Backends that can run on this worker (listed with ``availability=True``)."""
         return [name for name, info in self.backends.items() if "unavailable" in info and info["unavailable"] is None]
 
-    def dtypes_for(self, run_matrix: dict[str, Any] | None) -> tuple[str, ...] | None:
-        return requested_dtypes(run_matrix, self.file_matrix)
+    def requested(self, run_matrix: Matrix) -> Matrix:
+        """What the run asks for over what the repository's file says."""
+        return self.file_matrix.overridden(run_matrix)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,12 +45,12 @@ class RunRef:
     id: int
     repo_url: str | None
     revision: str | None  # head sha, else ref; None: the default branch
-    matrix: dict[str, Any]
+    matrix: Matrix
 
     @classmethod
     def of(cls, run: Run) -> RunRef:
         return cls(id=run.id, repo_url=run.repository.url if run.repository else None,
-                   revision=run.head_sha or run.ref, matrix=dict(run.matrix or {}))
+                   revision=run.head_sha or run.ref, matrix=Matrix.from_mapping(run.matrix))
 
 
 def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:
@@ -64,5 +66,5 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
         root=root,
         scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing["scenarios"]),
         backends={item["name"]: item for item in listing["backends"]},
-        file_matrix=listing.get("file_matrix") or {},
+        file_matrix=Matrix.from_mapping(listing.get("file_matrix")),
     )

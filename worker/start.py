@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import socket
 
-from worker.devices import CPU, parse_worker_device
+from scenarios.devices import CPU
+from worker import context
+from worker.celery_app import create_worker_app
+from worker.devices import parse_worker_device
 
 DEFAULT_MAX_CPU_CONCURRENCY = 4  # each pool process keeps a runner with jax and torch loaded
 
@@ -40,12 +43,9 @@ def default_concurrency(device: str) -> int:
 
 def start_worker(device: str, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None) -> None:
     """Run a worker in this process until it is stopped."""
-    from worker import context
-
     local = parse_worker_device(device)
     name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
-    context.configure(local, name=name)
-    from worker.celery_app import app
-
+    configured = context.configure(local, name=name)
+    app = create_worker_app(configured.settings)
     argv = worker_argv(local.name, local.queues, concurrency or default_concurrency(local.name), name, loglevel)
     app.worker_main(argv)

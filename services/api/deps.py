@@ -24,12 +24,12 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 def read_session(settings: SettingsDep) -> Iterator[Session]:
     # Read-only: on SQLite it does not take the write lock the workers need (see db.session).
-    with sessionmaker_for(str(settings.database_url), readonly=True)() as session:
+    with sessionmaker_for(settings.database_url, readonly=True)() as session:
         yield session
 
 
 def write_session(settings: SettingsDep) -> Iterator[Session]:
-    with sessionmaker_for(str(settings.database_url))() as session:
+    with sessionmaker_for(settings.database_url)() as session:
         yield session
 
 

@@ -19,7 +19,7 @@ def health(settings: SettingsDep) -> JSONResponse:
     workers_online: dict[str, int] = {}
     # No session dependency: a database that is down must give a 503 with details, not an error page.
     try:
-        with sessionmaker_for(str(settings.database_url), readonly=True)() as session:
+        with sessionmaker_for(settings.database_url, readonly=True)() as session:
             session.execute(text("SELECT 1"))
             workers_online = online_counts_by_device(session, within_s=settings.worker_online_s)
         database = ComponentHealth(ok=True)

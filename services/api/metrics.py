@@ -36,7 +36,7 @@ class DatabaseCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("gradci_database_up", "1 when the database answered this scrape")
         try:
-            with sessionmaker_for(str(self.settings.database_url), readonly=True)() as session:
+            with sessionmaker_for(self.settings.database_url, readonly=True)() as session:
                 runs = dict.fromkeys(RunStatus.values(), 0) | totals_by_status(session, Run.status)
                 results = dict.fromkeys(CellStatus.values(), 0) | totals_by_status(session, Result.status)
                 online = online_counts_by_device(session, within_s=self.settings.worker_online_s)

@@ -9,15 +9,20 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from services.api.deps import ReadSession, SettingsDep
 from services.api.runs import RunId, find_run, run_url
 from services.reports.markdown import render
+from services.reports.model import RunReport
 from services.reports.run_report import report_for_run
 from services.reports.targets import TargetConfigError
 
 router = APIRouter(prefix="/api/runs", tags=["reports"])
 
 
-@router.get("/{run_id}/report", response_model=None)
+@router.get("/{run_id}/report", response_model=RunReport, responses={
+    200: {"content": {"text/markdown": {"schema": {"type": "string"}}}},
+})
 def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
-               format: Literal["json", "markdown"] = Query("json")) -> Response:
+               format: Literal["json", "markdown"] = Query("json")) -> RunReport | Response:
+    """The run's report against its base run; 422 when the repository's gradci.toml has an invalid
+    ``[report]`` table."""
     run = find_run(session, run_id)
     try:
         report = report_for_run(session, run)
@@ -25,4 +30,4 @@ def get_report(run_id: RunId, request: Request, session: ReadSession, settings: 
         return JSONResponse({"detail": f"gradci.toml: {exc}"}, status_code=422)
     if format == "markdown":
         return PlainTextResponse(render(report, run_url(settings, request, run.id)), media_type="text/markdown")
-    return JSONResponse(report)
+    return report

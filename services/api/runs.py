@@ -28,7 +28,6 @@ from services.db.runs import (
     create_rerun,
     create_run,
     get_or_create_repository,
-    make_matrix,
     mark_run_error,
     request_cancel,
 )
@@ -119,7 +118,7 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
         repository=repository,
         head_sha=body.sha,
         ref=body.ref,
-        matrix=make_matrix(body.backends, body.devices, body.dtypes, body.scenarios),
+        matrix=body.matrix(),
     )
     queue_run(session, run, settings)
     return RunCreated(id=run.id, status=run.status, url=run_url(settings, request, run.id))

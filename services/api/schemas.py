@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
+
+from scenarios.cell import FIELD_NAMES as CELL_FIELD_NAMES
+from scenarios.cell import VOCABULARIES, Cell, stored_values
+from scenarios.matrix import Matrix
 
 # PostgreSQL rejects NUL in text and nothing legitimate carries control characters: refuse them
 # with a 422 here rather than a database error later.
@@ -28,8 +32,12 @@ class RunCreate(BaseModel):
     devices: Annotated[list[AxisValue], Field(min_length=1, max_length=64)] | None = None
     dtypes: Annotated[list[AxisValue], Field(min_length=1, max_length=16)] | None = None
     scenarios: ScenarioGlob | Annotated[list[ScenarioGlob], Field(min_length=1, max_length=10_000)] | None = Field(
-        None, description="a glob (or a list of globs or names) over scenario names"
+        None, description="scenario patterns: a glob, or a plain word matching as a substring "
+        "(one pattern or a list; the same rule as `gradci check -k` and gradci.toml)"
     )
+
+    def matrix(self) -> Matrix:
+        return Matrix.of(backends=self.backends, devices=self.devices, dtypes=self.dtypes, scenarios=self.scenarios)
 
     @model_validator(mode="after")
     def _commit_needs_repository(self) -> RunCreate:
@@ -88,29 +96,29 @@ class RunsPage(BaseModel):
     next_cursor: str | None
 
 
-class CellOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+def _cell_field_types() -> dict[str, Any]:
+    """``scenarios.cell.Cell``'s fields as pydantic field definitions; vocabulary fields become
+    enumerations in the schema (with "" where an errored cell may leave them empty)."""
+    hints = get_type_hints(Cell)
+    types: dict[str, Any] = {}
+    for name in CELL_FIELD_NAMES:
+        if name in VOCABULARIES:
+            types[name] = (Literal[stored_values(name)], ...)  # type: ignore[valid-type]
+        else:
+            types[name] = (hints[name], ...)
+    return types
 
-    id: int
-    job_id: int | None
-    scenario: str
-    operator: str
-    framework: str
-    backend: str
-    mode: str
-    device: str
-    dtype: str
-    status: str
-    max_abs_err: float | None
-    max_rel_err: float | None
-    atol: float | None
-    rtol: float | None
-    time_ms: float | None
-    first_call_ms: float | None
-    peak_memory_bytes: int | None
-    message: str
-    fingerprint: str | None
-    created_at: datetime
+
+# A stored cell: the engine's Cell, plus where and when the service stored it.
+CellOut = create_model(
+    "CellOut",
+    __config__=ConfigDict(from_attributes=True),
+    id=(int, ...),
+    job_id=(int | None, ...),
+    **_cell_field_types(),
+    fingerprint=(str | None, ...),
+    created_at=(datetime, ...),
+)
 
 
 class ResultsPage(BaseModel):

@@ -55,7 +55,7 @@ async def github_webhook(request: Request, settings: SettingsDep) -> JSONRespons
         return _error(400, "the payload must be a JSON object")
 
     def work() -> tuple[int, dict]:
-        with sessionmaker_for(str(settings.database_url))() as session:
+        with sessionmaker_for(settings.database_url)() as session:
             return intake.handle(session, settings, event, delivery_id[:64], payload)
 
     status, content = await run_in_threadpool(work)

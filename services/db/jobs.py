@@ -19,9 +19,9 @@ from datetime import timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, lazyload
 
+from scenarios.cell import FAILING
 from services.db.models import (
     FINISHED_RUN_STATUSES,
-    UNSUCCESSFUL_CELL_STATUSES,
     Job,
     JobStatus,
     Result,
@@ -168,7 +168,7 @@ def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[st
         first = failed_jobs[0]
         return RunStatus.error.value, (f"{len(failed_jobs)} job(s) failed; job {first.id} "
                                        f"({first.backend} on {first.device}): {first.message}")
-    if any(counts.get(status.value, 0) for status in UNSUCCESSFUL_CELL_STATUSES):
+    if any(counts.get(status, 0) for status in FAILING):
         return RunStatus.failed.value, None
     return RunStatus.passed.value, None
 

@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from scenarios.cell import KEY_LENGTHS, STATUSES, VOCABULARIES, stored_values
+
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -68,20 +70,8 @@ class JobStatus(StrEnum):
     cancelled = "cancelled"
 
 
-class CellStatus(StrEnum):
-    """Must equal ``scenarios.cell.STATUSES`` (a test checks); not imported so that the storage
-    layer never loads the engine."""
-
-    pass_ = "pass"
-    fail = "fail"
-    error = "error"
-    skip = "skip"
-    xfail = "xfail"
-    xpass = "xpass"
-
-
-# Cells a rerun repeats; the same set that makes `gradci check` unsuccessful.
-UNSUCCESSFUL_CELL_STATUSES = frozenset({CellStatus.fail, CellStatus.error, CellStatus.xpass})
+# The engine's cell statuses as an enum (query parameters, OpenAPI), built from the contract.
+CellStatus = StrEnum("CellStatus", {("pass_" if status == "pass" else status): status for status in STATUSES})
 
 
 class Trigger(StrEnum):
@@ -120,6 +110,13 @@ class UTCDateTime(TypeDecorator[datetime]):
 def status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
     allowed = ", ".join(f"'{value}'" for value in values)
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+def cell_vocabulary_checks() -> list[CheckConstraint]:
+    """The results table's constraints, from ``scenarios.cell.VOCABULARIES``: the database refuses
+    what the engine could never produce (an errored cell may leave some fields empty, as ingestion
+    allows). Changing a vocabulary needs a migration (0003 shows how)."""
+    return [status_check(field, stored_values(field)) for field in VOCABULARIES]
 
 
 class Base(DeclarativeBase):
@@ -198,7 +195,7 @@ class Result(Base):
     __tablename__ = "results"
     __table_args__ = (
         UniqueConstraint("run_id", "scenario", "backend", "device", "dtype"),
-        status_check("status", CellStatus.values()),
+        *cell_vocabulary_checks(),
         Index(None, "run_id", "id"),  # cursor pagination within a run
         Index(None, "run_id", "status", "id"),  # counts per status, status-filtered pages
         Index(None, "job_id"),
@@ -207,13 +204,13 @@ class Result(Base):
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    scenario: Mapped[str] = mapped_column(String(255))
+    scenario: Mapped[str] = mapped_column(String(KEY_LENGTHS["scenario"]))
     operator: Mapped[str] = mapped_column(String(32))
     framework: Mapped[str] = mapped_column(String(32))
-    backend: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(KEY_LENGTHS["backend"]))
     mode: Mapped[str] = mapped_column(String(32))
-    device: Mapped[str] = mapped_column(String(32))
-    dtype: Mapped[str] = mapped_column(String(32))
+    device: Mapped[str] = mapped_column(String(KEY_LENGTHS["device"]))
+    dtype: Mapped[str] = mapped_column(String(KEY_LENGTHS["dtype"]))
     status: Mapped[str] = mapped_column(String(16))
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     max_rel_err: Mapped[float | None] = mapped_column(Float)

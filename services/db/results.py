@@ -11,18 +11,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from services.db.models import CellStatus, Result, utcnow
+from scenarios.cell import FIELD_NAMES as CELL_FIELDS
+from scenarios.cell import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS as CELL_KEY
+from scenarios.cell import UNKNOWN_WHEN_ERRORED, validate_cell
+from services.db.models import Result, utcnow
 from services.db.upsert import dialect_insert
 
-CELL_KEY = ("scenario", "backend", "device", "dtype")
 CONFLICT_KEY = ("run_id", *CELL_KEY)
-# The scenarios.cell.Cell fields, in its order.
-CELL_FIELDS = (
-    "scenario", "operator", "framework", "backend", "mode", "device", "dtype", "status",
-    "max_abs_err", "max_rel_err", "atol", "rtol", "time_ms", "first_call_ms",
-    "peak_memory_bytes", "message",
-)
-FLOAT_FIELDS = ("max_abs_err", "max_rel_err", "atol", "rtol", "time_ms", "first_call_ms")
 # What a rewrite of a cell replaces: everything but its key and when it was first stored.
 UPDATED_ON_CONFLICT = tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint")
 # Rows per statement: well under SQLite's and PostgreSQL's bound-parameter limits.
@@ -38,22 +33,17 @@ def _finite_or_none(value: Any) -> float | None:
 
 def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str, Any]:
     """One results row from a ``scenarios.cell.Cell`` or a mapping of its fields (as a runner
-    streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored."""
+    streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored. A cell the
+    engine could never produce raises ``scenarios.cell.InvalidCell`` saying which field is wrong."""
     fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
-    missing = [name for name in CELL_KEY + ("status",) if not fields.get(name)]
-    if missing:
-        raise ValueError(f"cell is missing {', '.join(missing)}: {dict(fields)!r}")
-    if fields["status"] not in CellStatus.values():
-        raise ValueError(f"cell {fields['scenario']!r} has unknown status {fields['status']!r}")
+    validate_cell(fields)
     row = {name: fields.get(name) for name in CELL_FIELDS}
     for name in FLOAT_FIELDS:
         row[name] = _finite_or_none(row[name])
-    if row["peak_memory_bytes"] is not None:
-        row["peak_memory_bytes"] = int(row["peak_memory_bytes"])
-    row["operator"] = row["operator"] or ""
-    row["framework"] = row["framework"] or ""
-    row["mode"] = row["mode"] or ""
-    row["message"] = row["message"] or ""
+    for name in INT_FIELDS:
+        row[name] = None if row[name] is None else int(row[name])
+    for name in (*UNKNOWN_WHEN_ERRORED, "message"):
+        row[name] = row[name] or ""
     row.update(run_id=run_id, job_id=job_id, fingerprint=fields.get("fingerprint"), created_at=utcnow())
     return row
 

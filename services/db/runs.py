@@ -9,9 +9,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from scenarios.cell import FAILING
+from scenarios.matrix import Matrix, exact_pattern
 from services.db.models import (
     FINISHED_RUN_STATUSES,
-    UNSUCCESSFUL_CELL_STATUSES,
     Job,
     JobStatus,
     Repository,
@@ -22,20 +23,6 @@ from services.db.models import (
 )
 from services.db.queries import unsuccessful_cells
 from services.db.upsert import dialect_insert
-
-MATRIX_AXES = ("backends", "devices", "dtypes", "scenarios")
-
-
-def make_matrix(
-    backends: list[str] | None = None,
-    devices: list[str] | None = None,
-    dtypes: list[str] | None = None,
-    scenarios: str | list[str] | None = None,
-) -> dict[str, Any]:
-    """The stored shape of a run's matrix; None on an axis means "all the configuration enables".
-    ``scenarios`` is one glob or a list of globs/names."""
-    return {"backends": backends, "devices": devices, "dtypes": dtypes, "scenarios": scenarios}
-
 
 def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:
     """Safe under concurrency: two requests for a new repository insert it once."""
@@ -59,7 +46,7 @@ def create_run(
     base_sha: str | None = None,
     ref: str | None = None,
     pr_number: int | None = None,
-    matrix: dict[str, Any] | None = None,
+    matrix: Matrix = Matrix(),
     trigger: str = Trigger.api.value,
     parent_run_id: int | None = None,
 ) -> Run:
@@ -71,7 +58,7 @@ def create_run(
         base_sha=base_sha,
         ref=ref,
         pr_number=pr_number,
-        matrix=matrix if matrix is not None else make_matrix(),
+        matrix=matrix.to_mapping(),
         trigger=Trigger(trigger).value,
         parent_run_id=parent_run_id,
         status=RunStatus.queued.value,
@@ -112,16 +99,17 @@ def request_cancel(session: Session, run: Run) -> Run:
     return run
 
 
-def rerun_matrix(session: Session, run: Run) -> dict[str, Any] | None:
+def rerun_matrix(session: Session, run: Run) -> Matrix | None:
     """The matrix of a rerun of ``run``'s failed, errored and unexpectedly passing cells, or None
     when it has none. Axes are independent, so the new run may re-check a few more cells than
     failed (a scenario that failed only in float32 is run in every failing dtype)."""
-    cells = unsuccessful_cells(session, run.id, [status.value for status in UNSUCCESSFUL_CELL_STATUSES])
+    cells = unsuccessful_cells(session, run.id, sorted(FAILING))
     if not cells:
         return None
     axes = [sorted({cell[axis] for cell in cells}) for axis in range(4)]
     scenarios, backends, devices, dtypes = axes
-    return make_matrix(backends=backends, devices=devices, dtypes=dtypes, scenarios=scenarios)
+    return Matrix.of(backends=backends, devices=devices, dtypes=dtypes,
+                     scenarios=[exact_pattern(name) for name in scenarios])
 
 
 def create_rerun(session: Session, run: Run) -> Run | None:

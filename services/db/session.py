@@ -13,37 +13,13 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from services.db.urls import ensure_sqlite_directory, normalize_database_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _SQLITE_BEGIN = "gradci_sqlite_begin"  # execution option: how an SQLite transaction begins
-
-
-def normalize_database_url(url: str) -> URL:
-    """``postgres://`` and ``postgresql://`` mean psycopg 3 here (psycopg2 is not a dependency)."""
-    parsed = make_url(url)
-    if parsed.drivername in ("postgres", "postgresql"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
-
-
-def sqlite_file(url: str | URL) -> Path | None:
-    """The database file of an SQLite URL; None for other databases and in-memory SQLite."""
-    parsed = make_url(url) if isinstance(url, str) else url
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
-def ensure_sqlite_directory(url: str | URL) -> None:
-    """SQLite creates the file but not its folder: create ``.gradci/`` on first use."""
-    path = sqlite_file(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -100,12 +76,8 @@ def sessionmaker_for(url: str, *, readonly: bool = False) -> sessionmaker[Sessio
 
 
 @contextmanager
-def session_scope(url: str | None = None, *, readonly: bool = False) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error; ``url`` defaults to the settings'."""
-    if url is None:
-        from services.settings import get_settings
-
-        url = str(get_settings().database_url)
+def session_scope(url: str, *, readonly: bool = False) -> Iterator[Session]:
+    """A session on ``url`` that commits on success and rolls back on error."""
     with sessionmaker_for(url, readonly=readonly)() as session, session.begin():
         yield session
 

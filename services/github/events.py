@@ -6,6 +6,7 @@ Payloads come in the shape GitHub sends, including a null pull-request body and 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 from services.api.repo_refs import RepoRef, is_allowed
@@ -14,11 +15,21 @@ PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 DEFAULT_APPROVAL_LABEL = "gradci:run"
 
 
+class DecisionKind(str, enum.Enum):
+    """What a delivery asks for."""
+
+    ping = "ping"                      # GitHub checking the hook: answer pong
+    run_pr = "run_pr"                  # check the pull request's head commit (superseding older runs of it)
+    cancel_pr = "cancel_pr"            # the pull request closed: cancel its runs
+    baseline = "baseline"              # a push to the default branch: check it, as future pull requests' base
+    ignore = "ignore"                  # nothing to do for this event or action
+    refuse = "refuse"                  # the repository is not allowed here
+    await_approval = "await_approval"  # a fork's pull request: runs only once a maintainer labels it
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """``kind`` is one of: ping, run_pr, cancel_pr, baseline, ignore, refuse, await_approval."""
-
-    kind: str
+    kind: DecisionKind
     reason: str = ""
     full_name: str | None = None      # base repository, owner/name
     clone_url: str | None = None      # where the head commit can be fetched
@@ -59,15 +70,15 @@ def clone_url(full_name: str | None, payload_url: str | None, template: str | No
 def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
            approval_label: str = DEFAULT_APPROVAL_LABEL) -> Decision:
     if event == "ping":
-        return Decision("ping", "pong")
+        return Decision(DecisionKind.ping, "pong")
     full_name = _get(payload, "repository", "full_name")
     if event in ("pull_request", "push") and not repository_allowed(full_name, allowed):
-        return Decision("refuse", f"repository {full_name!r} is not in GRADCI_ALLOWED_REPOS", full_name)
+        return Decision(DecisionKind.refuse, f"repository {full_name!r} is not in GRADCI_ALLOWED_REPOS", full_name)
     if event == "pull_request":
         return _pull_request(payload, full_name, clone_url_template, approval_label)
     if event == "push":
         return _push(payload, full_name, clone_url_template)
-    return Decision("ignore", f"event {event!r} is not handled")
+    return Decision(DecisionKind.ignore, f"event {event!r} is not handled")
 
 
 def _pull_request(payload: dict, full_name: str | None, template: str | None, label: str) -> Decision:
@@ -78,7 +89,7 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
                 pr_number=pr.get("number") or payload.get("number"), ref=_get(pr, "head", "ref"),
                 clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
     if action == "closed":
-        return Decision("cancel_pr", "pull request closed", **base)
+        return Decision(DecisionKind.cancel_pr, "pull request closed", **base)
     fork = is_fork(payload)
     if fork and not template:
         # A fork's commits are fetched from the base repository's pull/N/head ref, which GitHub keeps
@@ -86,13 +97,15 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
         base["clone_url"] = _get(payload, "repository", "clone_url") or head_repo.get("clone_url")
     if action == "labeled":
         if _get(payload, "label", "name") != label:
-            return Decision("ignore", f"label {_get(payload, 'label', 'name')!r} is not {label!r}", **base)
-        return Decision("run_pr", f"approved with label {label!r}", **base)
+            return Decision(DecisionKind.ignore, f"label {_get(payload, 'label', 'name')!r} is not {label!r}",
+                            **base)
+        return Decision(DecisionKind.run_pr, f"approved with label {label!r}", **base)
     if action not in PR_RUN_ACTIONS:
-        return Decision("ignore", f"pull_request action {action!r} is not handled", **base)
+        return Decision(DecisionKind.ignore, f"pull_request action {action!r} is not handled", **base)
     if fork and label not in [lbl.get("name") for lbl in pr.get("labels") or [] if isinstance(lbl, dict)]:
-        return Decision("await_approval", f"pull request from a fork: add the label {label!r} to run it", **base)
-    return Decision("run_pr", f"pull request {action}", **base)
+        return Decision(DecisionKind.await_approval,
+                        f"pull request from a fork: add the label {label!r} to run it", **base)
+    return Decision(DecisionKind.run_pr, f"pull request {action}", **base)
 
 
 def _push(payload: dict, full_name: str | None, template: str | None) -> Decision:
@@ -100,8 +113,8 @@ def _push(payload: dict, full_name: str | None, template: str | None) -> Decisio
     default_branch = _get(payload, "repository", "default_branch")
     after = payload.get("after") or ""
     if ref != f"refs/heads/{default_branch}":
-        return Decision("ignore", f"push to {ref!r}, not the default branch", full_name)
+        return Decision(DecisionKind.ignore, f"push to {ref!r}, not the default branch", full_name)
     if payload.get("deleted") or set(after) == {"0"}:
-        return Decision("ignore", "branch deleted", full_name)
-    return Decision("baseline", f"push to {default_branch}", full_name=full_name, head_sha=after, ref=ref,
-                    clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
+        return Decision(DecisionKind.ignore, "branch deleted", full_name)
+    return Decision(DecisionKind.baseline, f"push to {default_branch}", full_name=full_name, head_sha=after,
+                    ref=ref, clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))

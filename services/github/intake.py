@@ -12,7 +12,7 @@ from services import dispatch
 from services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
 from services.db.runs import (RunAlreadyFinished, create_run, get_or_create_repository, mark_run_error,
                              request_cancel)
-from services.github.events import Decision, decide
+from services.github.events import Decision, DecisionKind, decide
 from services.reports.run_report import base_run
 from services.settings import Settings
 
@@ -65,27 +65,28 @@ def handle(session: Session, settings: Settings, event: str, delivery_id: str, p
     if delivery is None:
         return 200, {"duplicate": True, "delivery": delivery_id}
     decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings))
-    if decision.kind == "ping":
+    if decision.kind == DecisionKind.ping:
         return 200, {"ping": "pong"}
-    if decision.kind == "refuse":
+    if decision.kind == DecisionKind.refuse:
         return 403, {"detail": decision.reason}
-    if decision.kind in ("ignore", "await_approval"):
+    if decision.kind in (DecisionKind.ignore, DecisionKind.await_approval):
         return 202, {"ignored": decision.reason}
-    if not decision.full_name or not decision.clone_url or (decision.kind != "cancel_pr" and not decision.head_sha):
+    needs_head = decision.kind != DecisionKind.cancel_pr  # cancelling needs only the pull request
+    if not decision.full_name or not decision.clone_url or (needs_head and not decision.head_sha):
         return 400, {"detail": "payload lacks the repository, clone URL or head commit"}
 
     new_runs: list[Run] = []
     cancelled: list[int] = []
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
-    if decision.kind in ("run_pr", "cancel_pr") and decision.pr_number is not None:
+    if decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr) and decision.pr_number is not None:
         active = active_pr_runs(session, repository.id, decision.pr_number)
         # A newer push supersedes the older run; a closed pull request needs none.
-        cancelled = cancel_runs(session, [r for r in active if decision.kind == "cancel_pr"
+        cancelled = cancel_runs(session, [r for r in active if decision.kind == DecisionKind.cancel_pr
                                           or r.head_sha != decision.head_sha])
-        if decision.kind == "run_pr" and any(r.head_sha == decision.head_sha for r in active):
+        if decision.kind == DecisionKind.run_pr and any(r.head_sha == decision.head_sha for r in active):
             session.commit()
             return 202, {"ignored": "a run of this commit is already in progress", "cancelled": cancelled}
-    if decision.kind == "run_pr":
+    if decision.kind == DecisionKind.run_pr:
         run = _tracked_run(session, decision, repository, Trigger.webhook.value, head_sha=decision.head_sha,
                            base_sha=decision.base_sha, ref=decision.ref, pr_number=decision.pr_number)
         new_runs.append(run)
@@ -93,7 +94,7 @@ def handle(session: Session, settings: Settings, event: str, delivery_id: str, p
             # No base to compare with: schedule one; the pull request's report waits for it.
             new_runs.append(_tracked_run(session, decision, repository, Trigger.push.value,
                                          head_sha=decision.base_sha))
-    elif decision.kind == "baseline":
+    elif decision.kind == DecisionKind.baseline:
         new_runs.append(_tracked_run(session, decision, repository, Trigger.push.value,
                                      head_sha=decision.head_sha, ref=decision.ref))
     delivery.run_id = new_runs[0].id if new_runs else None

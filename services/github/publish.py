@@ -8,6 +8,7 @@ from services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
 from services.db.session import session_scope
 from services.github.client import GitHubClient, GitHubError
 from services.reports.markdown import MARKER, render
+from services.reports.model import RunReport
 from services.reports.run_report import report_for_run, waiting_for_base
 from services.settings import Settings, get_settings
 
@@ -26,7 +27,7 @@ def _pending_description(run: Run, base: Run | None) -> str:
     return f"Waiting for the base run of {(base.head_sha or '')[:7]}" if base else "Preparing the report"
 
 
-def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str, str]], dict | None]:
+def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str, str]], RunReport | None]:
     """(phase, [(context, state, description)], the report or None) for the run as it stands."""
     contexts = CONTEXTS if run.pr_number else CONTEXTS[:1]
     if run.status in (RunStatus.cancelled.value, RunStatus.error.value):
@@ -39,9 +40,8 @@ def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str,
         description = _pending_description(run, base)
         return "pending", [(c, "pending", description) for c in contexts], None
     report = report_for_run(session, run)
-    statuses = [("gradci/project", report["project"]["state"], report["project"]["description"])]
-    if run.pr_number:
-        statuses.append(("gradci/patch", report["patch"]["state"], report["patch"]["description"]))
+    statuses = [(context, status.state, status.description)
+                for context, status in zip(contexts, (report.project, report.patch))]
     return "final", statuses, report
 
 

@@ -1,23 +1,20 @@
-"""Alembic environment: the URL comes from ``services.db.migrate.alembic_config`` (or the settings),
+"""Alembic environment: the URL comes from ``services.db.migrate.alembic_config``,
 and the engine from ``services.db.session`` so SQLite gets the same pragmas as the service."""
 from __future__ import annotations
 
 from alembic import context
 
 from services.db.models import Base
-from services.db.session import engine_for, normalize_database_url
+from services.db.session import engine_for
+from services.db.urls import normalize_database_url
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def database_url() -> str:
-    url = config.attributes.get("database_url")
-    if url is None:
-        from services.settings import get_settings
-
-        url = str(get_settings().database_url)
-    return url
+    # Set by services.db.migrate.alembic_config: migrations always run through it.
+    return config.attributes["database_url"]
 
 
 def run_offline() -> None:

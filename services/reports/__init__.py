@@ -1,1 +1,2 @@
-"""Reports on runs: gradient coverage, and (later) the diff against the base run and patch coverage."""
+"""Reports on runs: gradient coverage, the diff against the base run and patch coverage, as one typed
+record (``model.RunReport``) that the PR comment, the commit statuses, the dashboard and the API read."""

@@ -9,24 +9,34 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from services.db.models import CellStatus
+from scenarios.cell import COUNTED, STATUSES
 
-CELL_STATUSES = CellStatus.values()
-COUNTED = ("pass", "fail", "error")
+# Counted cells that did not pass: the ones that cost coverage (a group's "missing" cells).
+MISSING = tuple(status for status in COUNTED if status != "pass")
 
 
 def status_counts(statuses: Iterable[str]) -> dict[str, int]:
     """Cells per status, every status present (zeros included)."""
     tally = Counter(statuses)
-    unknown = set(tally) - set(CELL_STATUSES)
+    unknown = set(tally) - set(STATUSES)
     if unknown:
         raise ValueError(f"unknown cell status {sorted(unknown)}")
-    return {status: tally.get(status, 0) for status in CELL_STATUSES}
+    return {status: tally.get(status, 0) for status in STATUSES}
+
+
+def counted_cells(counts: Mapping[str, int]) -> int:
+    """Cells that count towards coverage: pass, fail and error."""
+    return sum(counts.get(status, 0) for status in COUNTED)
 
 
 def coverage_percent(counts: Mapping[str, int]) -> float | None:
     """Percentage of counted cells that passed; None when no cell counts (nothing to measure)."""
-    counted = sum(counts.get(status, 0) for status in COUNTED)
+    counted = counted_cells(counts)
     if counted == 0:
         return None
     return counts.get("pass", 0) / counted * 100.0
+
+
+def percent(value: float | None) -> str:
+    """A coverage as the comment, the statuses and the dashboard print it."""
+    return "n/a" if value is None else f"{value:.2f}%"

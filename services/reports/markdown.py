@@ -1,10 +1,12 @@
 """The pull-request comment, in the shape coverage services made familiar."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from services.github.client import COMMENT_BODY_LIMIT
-from services.reports.pr_report import percent
+from services.reports.coverage import percent
+from services.reports.model import CellBrief, RunReport, StatusCounts
 
 MARKER = "<!-- gradci:report -->"
 LIST_LIMIT = 25  # rows per list before "and N more": the comment must stay under GitHub's limit
@@ -29,38 +31,37 @@ def _diff_row(label: str, base: Any, head: Any, better_when: str | None, fmt=str
     return f"{sign} {label:<10}{base_text:>10}{fmt(head):>10}{delta:>10}"
 
 
-def diff_block(report: dict) -> str:
-    head, base = report["totals"]["head"], report["totals"]["base"] or {}
-    pr = f"#{report['pr_number']}" if report.get("pr_number") else _short(report.get("head_sha"))
+def diff_block(report: RunReport) -> str:
+    head, base = report.totals.head, report.totals.base
+    pr = f"#{report.pr_number}" if report.pr_number else _short(report.head_sha)
 
-    def counted(counts):
-        return sum(counts.get(s, 0) for s in ("pass", "fail", "error")) if counts else None
+    def count_row(label: str, count: Callable[[StatusCounts], int], better_when: str | None) -> str:
+        return _diff_row(label, count(base) if base is not None else None, count(head), better_when)
 
     rows = [
         "@@           Gradient Coverage Diff           @@",
         f"##{'base':>16}{pr:>10}{'+/-':>10}   ##",
         "=" * 48,
-        _diff_row("Coverage", report["project"]["base_coverage"], report["project"]["coverage"], "up", percent),
+        _diff_row("Coverage", report.project.base_coverage, report.project.coverage, "up", percent),
         "=" * 48,
-        _diff_row("Cells", counted(base), counted(head), None),
-        _diff_row("Passed", base.get("pass"), head["pass"], "up"),
-        _diff_row("Failed", base.get("fail"), head["fail"], "down"),
-        _diff_row("Errored", base.get("error"), head["error"], "down"),
+        count_row("Cells", lambda counts: counts.counted, None),
+        count_row("Passed", lambda counts: counts.pass_, "up"),
+        count_row("Failed", lambda counts: counts.fail, "down"),
+        count_row("Errored", lambda counts: counts.error, "down"),
     ]
     return "```diff\n" + "\n".join(rows) + "\n```"
 
 
-def _cells_table(title: str, cells: list[dict], show_base: bool = True) -> str:
+def _cells_table(title: str, cells: list[CellBrief]) -> str:
     if not cells:
         return ""
     lines = [f"**{title}** ({len(cells)})", "",
              "| scenario | backend | device | dtype | status | max abs err | max rel err | atol | rtol |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cells[:LIST_LIMIT]:
-        status = f"{c.get('base_status')} → {c['status']}" if show_base and c.get("base_status") else c["status"]
-        lines.append(f"| `{c['scenario']}` | {c['backend']} | {c['device']} | {c['dtype']} | {status} | "
-                     f"{_num(c.get('max_abs_err'))} | {_num(c.get('max_rel_err'))} | {_num(c.get('atol'))} | "
-                     f"{_num(c.get('rtol'))} |")
+        status = f"{c.base_status} → {c.status}"
+        lines.append(f"| `{c.scenario}` | {c.backend} | {c.device} | {c.dtype} | {status} | "
+                     f"{_num(c.max_abs_err)} | {_num(c.max_rel_err)} | {_num(c.atol)} | {_num(c.rtol)} |")
     if len(cells) > LIST_LIMIT:
         lines.append(f"| … and {len(cells) - LIST_LIMIT} more | | | | | | | | |")
     return "\n".join(lines) + "\n"
@@ -70,20 +71,20 @@ def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
 
-def render(report: dict, run_url: str | None = None) -> str:
-    project, patch = report["project"], report["patch"]
+def render(report: RunReport, run_url: str | None = None) -> str:
+    project, patch = report.project, report.patch
     title = f"[gradci]({run_url}) report" if run_url else "gradci report"
-    header = (f"## {title}\n\nPatch coverage is **{percent(patch['coverage'])}** and project coverage is "
-              f"**{percent(project['coverage'])}** (head `{_short(report.get('head_sha'))}` compared to base "
-              f"`{_short(report.get('base_sha'))}`).")
+    header = (f"## {title}\n\nPatch coverage is **{percent(patch.coverage)}** and project coverage is "
+              f"**{percent(project.coverage)}** (head `{_short(report.head_sha)}` compared to base "
+              f"`{_short(report.base_sha)}`).")
     table = ["| backend | device | pass % | missing cells |", "| --- | --- | --- | --- |"]
-    for g in report["groups"]:
-        missing = ", ".join(f"`{m}`" for m in g["missing"][:10]) + (" …" if len(g["missing"]) > 10 else "")
-        table.append(f"| {g['backend']} | {g['device']} | {percent(g['coverage'])} | {missing or '—'} |")
+    for g in report.groups:
+        missing = ", ".join(f"`{m}`" for m in g.missing[:10]) + (" …" if len(g.missing) > 10 else "")
+        table.append(f"| {g.backend} | {g.device} | {percent(g.coverage)} | {missing or '—'} |")
     sections = [MARKER, header, "\n".join(table), diff_block(report),
-                _cells_table("Regressions", report["regressions"]),
-                _cells_table("Fixes", report["fixes"]),
-                _cells_table("Near misses (over half the tolerance, 10× the base error)", report["near_misses"])]
+                _cells_table("Regressions", report.regressions),
+                _cells_table("Fixes", report.fixes),
+                _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses)]
     body = "\n\n".join(s for s in sections if s)
     if len(body) > COMMENT_BODY_LIMIT:
         body = body[: COMMENT_BODY_LIMIT - 200] + "\n\n… (truncated: the full report is on the dashboard)"

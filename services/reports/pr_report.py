@@ -3,17 +3,34 @@ near-misses. Pure functions over cell dicts, so the API, the finalizer and tests
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-from services.reports.coverage import coverage_percent, status_counts
+from services.reports.coverage import MISSING, percent
+from services.reports.model import (CellBrief, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
+                                    StatusCounts, StatusTotals)
 from services.reports.targets import Target
 
 CellKey = tuple[str, str, str, str]  # scenario, backend, device, dtype
 # A passing cell whose error uses more than half its tolerance, and 10× more than in the base run.
 NEAR_MISS_RATIO = 0.5
 NEAR_MISS_GROWTH = 10.0
+BRIEF_FIELDS = ("scenario", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err", "atol",
+                "rtol", "message")
+
+
+class RunCells(NamedTuple):
+    """One side of the comparison: a run's cells and its scenarios' fingerprints (name → fingerprint)."""
+
+    cells: Sequence[Mapping[str, Any]]
+    fingerprints: Mapping[str, str]
+
+
+class Changes(NamedTuple):
+    regressions: list[CellBrief]
+    fixes: list[CellBrief]
+    near_misses: list[CellBrief]
 
 
 def cell_key(cell: Mapping[str, Any]) -> CellKey:
@@ -30,27 +47,9 @@ def tolerance_ratio(cell: Mapping[str, Any]) -> float | None:
     return min(ratios) if ratios else None
 
 
-@dataclasses.dataclass
-class CoverageStatus:
-    coverage: float | None
-    base_coverage: float | None
-    target: float | None
-    state: str
-    description: str
-
-
-def percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}%"
-
-
-def _cell_brief(cell: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict:
-    out = {k: cell.get(k) for k in ("scenario", "backend", "device", "dtype", "status", "max_abs_err",
-                                    "max_rel_err", "atol", "rtol", "message")}
-    out["tolerance_ratio"] = tolerance_ratio(cell)
-    if base is not None:
-        out["base_status"] = base.get("status")
-        out["base_tolerance_ratio"] = tolerance_ratio(base)
-    return out
+def _cell_brief(cell: Mapping[str, Any], base: Mapping[str, Any]) -> CellBrief:
+    return CellBrief(**{k: cell.get(k) for k in BRIEF_FIELDS}, tolerance_ratio=tolerance_ratio(cell),
+                     base_status=base["status"], base_tolerance_ratio=tolerance_ratio(base))
 
 
 def changed_scenarios(head_fingerprints: Mapping[str, str], base_fingerprints: Mapping[str, str]) -> set[str]:
@@ -58,81 +57,92 @@ def changed_scenarios(head_fingerprints: Mapping[str, str], base_fingerprints: M
     return {name for name, fp in head_fingerprints.items() if base_fingerprints.get(name) != fp}
 
 
-def groups(cells: Iterable[Mapping[str, Any]]) -> list[dict]:
+def _counts(cells: Iterable[Mapping[str, Any]]) -> StatusCounts:
+    return StatusCounts.of(cell["status"] for cell in cells)
+
+
+def groups(cells: Iterable[Mapping[str, Any]]) -> list[GroupCoverage]:
     """Pass % and missing (failed, errored) cells per backend × device."""
     by_group: dict[tuple[str, str], list] = defaultdict(list)
     for cell in cells:
         by_group[(cell["backend"], cell["device"])].append(cell)
     out = []
     for (backend, device), members in sorted(by_group.items()):
-        counts = status_counts(c["status"] for c in members)
-        missing = [f"{c['scenario']} [{c['dtype']}]" for c in members if c["status"] in ("fail", "error")]
-        out.append({"backend": backend, "device": device, "coverage": coverage_percent(counts),
-                    "counts": counts, "missing": missing})
+        counts = _counts(members)
+        missing = [f"{c['scenario']} [{c['dtype']}]" for c in members if c["status"] in MISSING]
+        out.append(GroupCoverage(backend=backend, device=device, coverage=counts.coverage, counts=counts,
+                                 missing=missing))
     return out
 
 
-def build_report(head_cells: list[Mapping[str, Any]], base_cells: list[Mapping[str, Any]] | None,
-                 head_fingerprints: Mapping[str, str], base_fingerprints: Mapping[str, str] | None,
-                 project_target: Target, patch_target: Target, head_sha: str | None = None,
-                 base_sha: str | None = None, pr_number: int | None = None) -> dict:
-    base_cells = base_cells or []
+def _is_near_miss(cell: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    ratio, base_ratio = tolerance_ratio(cell), tolerance_ratio(base)
+    return ratio is not None and ratio > NEAR_MISS_RATIO and (
+        base_ratio is None or base_ratio == 0 or ratio >= NEAR_MISS_GROWTH * base_ratio)
+
+
+def changes(head_cells: Iterable[Mapping[str, Any]], base_cells: Iterable[Mapping[str, Any]]) -> Changes:
+    """Cells present in both runs whose status regressed or was fixed, or that passed closer to the edge."""
     base_by_key = {cell_key(c): c for c in base_cells}
-    head_counts = status_counts(c["status"] for c in head_cells)
-    base_counts = status_counts(c["status"] for c in base_cells)
-    coverage, base_coverage = coverage_percent(head_counts), (coverage_percent(base_counts) if base_cells else None)
-
-    changed = changed_scenarios(head_fingerprints, base_fingerprints or {}) if base_fingerprints is not None else set()
-    patch_cells = [c for c in head_cells if c["scenario"] in changed]
-    patch_counts = status_counts(c["status"] for c in patch_cells)
-    patch_coverage = coverage_percent(patch_counts)
-
-    regressions, fixes, near_misses = [], [], []
+    found = Changes([], [], [])
     for cell in head_cells:
         base = base_by_key.get(cell_key(cell))
         if base is None:
             continue
-        if base["status"] == "pass" and cell["status"] != "pass" and cell["status"] != "skip":
-            regressions.append(_cell_brief(cell, base))
-        elif base["status"] in ("fail", "error") and cell["status"] == "pass":
-            fixes.append(_cell_brief(cell, base))
-        elif cell["status"] == "pass":
-            ratio, base_ratio = tolerance_ratio(cell), tolerance_ratio(base)
-            if ratio is not None and ratio > NEAR_MISS_RATIO and (
-                    base_ratio is None or base_ratio == 0 or ratio >= NEAR_MISS_GROWTH * base_ratio):
-                near_misses.append(_cell_brief(cell, base))
+        if base["status"] == "pass" and cell["status"] not in ("pass", "skip"):
+            found.regressions.append(_cell_brief(cell, base))
+        elif base["status"] in MISSING and cell["status"] == "pass":
+            found.fixes.append(_cell_brief(cell, base))
+        elif cell["status"] == "pass" and _is_near_miss(cell, base):
+            found.near_misses.append(_cell_brief(cell, base))
+    return found
 
-    project = _project_status(coverage, base_coverage, project_target, base_sha)
-    patch = _patch_status(patch_coverage, len(patch_cells), base_coverage, patch_target)
-    return {
-        "head_sha": head_sha, "base_sha": base_sha, "pr_number": pr_number,
-        "project": dataclasses.asdict(project), "patch": dataclasses.asdict(patch),
-        "totals": {"head": head_counts, "base": base_counts if base_cells else None},
-        "groups": groups(head_cells),
-        "changed_scenarios": sorted(changed),
-        "regressions": regressions, "fixes": fixes, "near_misses": near_misses,
-    }
+
+def build_report(subject: ReportSubject, head: RunCells, base: RunCells | None, project_target: Target,
+                 patch_target: Target) -> RunReport:
+    """The whole report of ``subject``'s cells (``head``) against its base run's (``base``, None when
+    there is none: then no scenario counts as changed and nothing regresses)."""
+    head_counts = _counts(head.cells)
+    base_counts = _counts(base.cells) if base and base.cells else None
+    base_coverage = base_counts.coverage if base_counts else None
+    changed = changed_scenarios(head.fingerprints, base.fingerprints) if base else set()
+    patch_counts = _counts(c for c in head.cells if c["scenario"] in changed)
+    found = changes(head.cells, base.cells if base else ())
+    return RunReport(
+        **dict(subject),
+        project=_project_status(head_counts.coverage, base_coverage, project_target, subject.base_sha),
+        patch=_patch_status(patch_counts, base_coverage, patch_target),
+        totals=StatusTotals(head=head_counts, base=base_counts),
+        groups=groups(head.cells),
+        changed_scenarios=sorted(changed),
+        regressions=found.regressions, fixes=found.fixes, near_misses=found.near_misses,
+    )
+
+
+def _with_target(description: str, resolved: float | None, target: Target) -> str:
+    if resolved is not None and not target.informational:
+        return f"{description}, target {percent(resolved)}"
+    return description
 
 
 def _project_status(coverage, base_coverage, target: Target, base_sha) -> CoverageStatus:
-    state = target.state(coverage, base_coverage)
-    resolved = target.resolve(base_coverage)
     if base_coverage is not None and coverage is not None:
         description = f"{percent(coverage)} ({coverage - base_coverage:+.2f}%) compared to {(base_sha or '')[:7]}"
     else:
         description = f"{percent(coverage)} of cells pass"
-    if resolved is not None and not target.informational:
-        description += f", target {percent(resolved)}"
-    return CoverageStatus(coverage, base_coverage, resolved, state, description)
-
-
-def _patch_status(patch_coverage, n_cells: int, base_coverage, target: Target) -> CoverageStatus:
-    if n_cells == 0:
-        return CoverageStatus(None, base_coverage, target.resolve(base_coverage), "success",
-                              "No changed scenarios")
-    state = target.state(patch_coverage, base_coverage)
     resolved = target.resolve(base_coverage)
-    description = f"{percent(patch_coverage)} of {n_cells} changed cells pass"
-    if resolved is not None and not target.informational:
-        description += f", target {percent(resolved)}"
-    return CoverageStatus(patch_coverage, base_coverage, resolved, state, description)
+    return CoverageStatus(coverage=coverage, base_coverage=base_coverage, target=resolved,
+                          state=target.state(coverage, base_coverage),
+                          description=_with_target(description, resolved, target))
+
+
+def _patch_status(counts: StatusCounts, base_coverage, target: Target) -> CoverageStatus:
+    resolved = target.resolve(base_coverage)
+    n_cells = counts.total
+    if n_cells == 0:
+        return CoverageStatus(coverage=None, base_coverage=base_coverage, target=resolved, state="success",
+                              description="No changed scenarios")
+    description = f"{percent(counts.coverage)} of {n_cells} changed cells pass"
+    return CoverageStatus(coverage=counts.coverage, base_coverage=base_coverage, target=resolved,
+                          state=target.state(counts.coverage, base_coverage),
+                          description=_with_target(description, resolved, target))

@@ -7,7 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.db.models import FINISHED_RUN_STATUSES, Result, Run, RunStatus, ScenarioCatalogEntry
-from services.reports.pr_report import build_report
+from services.reports.model import ReportSubject, RunReport
+from services.reports.pr_report import RunCells, build_report
 from services.reports.targets import parse_report_config
 
 CELL_FIELDS = ("scenario", "operator", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err",
@@ -45,15 +46,15 @@ def _fingerprints(session: Session, run_id: int) -> dict[str, str]:
     return {name: fingerprint for name, fingerprint in rows}
 
 
-def report_for_run(session: Session, run: Run) -> dict:
+def _run_cells(session: Session, run: Run) -> RunCells:
+    return RunCells(_cells(session, run.id), _fingerprints(session, run.id))
+
+
+def report_for_run(session: Session, run: Run) -> RunReport:
     base = base_run(session, run)
     project_target, patch_target = parse_report_config(run.config or {})
-    report = build_report(
-        head_cells=_cells(session, run.id), base_cells=_cells(session, base.id) if base else None,
-        head_fingerprints=_fingerprints(session, run.id),
-        base_fingerprints=_fingerprints(session, base.id) if base else None,
-        project_target=project_target, patch_target=patch_target,
-        head_sha=run.head_sha, base_sha=run.base_sha, pr_number=run.pr_number)
-    report.update(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
-                  base_run_id=base.id if base else None)
-    return report
+    subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
+                            base_run_id=base.id if base else None, head_sha=run.head_sha,
+                            base_sha=run.base_sha, pr_number=run.pr_number)
+    return build_report(subject, _run_cells(session, run), _run_cells(session, base) if base else None,
+                        project_target, patch_target)

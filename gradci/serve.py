@@ -18,9 +18,10 @@ from typing import Any
 
 from rich.console import Console
 
-from services.client import ClientError, GradciClient, exit_code, print_summary, progress_line, token_file
+from gradci.client import ClientError, GradciClient, exit_code, print_summary, progress_line, token_file
+from gradci.supervisor import Supervisor
+from scenarios.matrix import Matrix
 from services.settings import Settings, get_settings
-from services.supervisor import Supervisor
 
 READY_TIMEOUT_S = 180.0
 
@@ -64,7 +65,7 @@ def start_services(settings: Settings, port: int, token: str, devices: list[str]
            "GRADCI_API_PORT": str(port)}
     logs = Path(settings.workdir) / "logs"
     supervisor = Supervisor()
-    gradci = [sys.executable, "-m", "services.cli"]
+    gradci = [sys.executable, "-m", "gradci"]
     supervisor.add("api", [*gradci, "api", "--host", settings.api_host, "--port", str(port)], env, logs / "api.log")
     for device in devices:
         supervisor.add(f"worker {device}", [*gradci, "worker", "--device", device], env,
@@ -89,8 +90,8 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
         time.sleep(0.5)
 
 
-def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, matrix: dict[str, Any]) -> dict[str, Any]:
-    created = client.submit(**matrix)
+def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, matrix: Matrix) -> dict[str, Any]:
+    created = client.submit(**matrix.to_mapping())
     console.print(f"demo: run {created['id']} submitted: {created['url']}", markup=False, highlight=False)
     with console.status("checking") as status:
         def update(run: dict[str, Any]) -> None:
@@ -102,7 +103,7 @@ def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, mat
     return run
 
 
-def up(*, port: int, demo: bool, exit_after: bool, matrix: dict[str, Any] | None = None) -> int:
+def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
     from services.db.migrate import upgrade
     from worker.devices import discover_devices
 
@@ -114,7 +115,7 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: dict[str, Any] | None
     if not port_is_free(settings.api_host, port):
         console.print(f"error: port {port} on {settings.api_host} is in use (try --port)")
         return 2
-    upgrade(str(settings.database_url))
+    upgrade(settings.database_url)
     token = ensure_api_token(settings, console)
     devices = [device.name for device in discover_devices()]
     supervisor = start_services(settings, port, token, devices)
@@ -124,7 +125,7 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: dict[str, Any] | None
             wait_until_ready(client, supervisor, devices)
             console.print(f"gradci is up: {server}/docs (workers: {', '.join(devices)}; logs in "
                           f"{Path(settings.workdir) / 'logs'})", markup=False, highlight=False)
-            run = run_demo(client, supervisor, console, matrix or {}) if demo else None
+            run = run_demo(client, supervisor, console, matrix) if demo else None
         if exit_after:
             return exit_code(run) if run is not None else 0
         console.print("serving; Ctrl-C stops", markup=False)

@@ -1,9 +1,29 @@
-"""The `gradci` command line."""
+"""The ``gradci`` command line: the one place that wires the engine, the server side, the worker
+and the dashboard together. Each command imports what it needs when it runs, so that
+``gradci submit`` and ``gradci status`` load no numpy or framework."""
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
+
+from scenarios.matrix import Matrix
+
+
+def split_list(value: str | None) -> list[str] | None:
+    """A comma-separated option as a list (None when not given)."""
+    return [part.strip() for part in value.split(",") if part.strip()] or None if value else None
+
+
+def matrix_of(backends: str | None = None, devices: str | None = None, dtypes: str | None = None,
+              scenarios: str | None = None) -> Matrix:
+    """The matrix the flags ask for: comma-separated axes, scenario patterns separated by commas."""
+    return Matrix.of(backends=split_list(backends), devices=split_list(devices), dtypes=split_list(dtypes),
+                     scenarios=split_list(scenarios))
+
+
+SCENARIOS_HELP = ("Scenario patterns, comma-separated: a glob, or a plain word matching as a substring "
+                  "(the rule of gradci.toml and the server).")
 
 app = typer.Typer(help="gradci: derivative checks for JAX and PyTorch, as a CI service.",
                   no_args_is_help=True, add_completion=False)
@@ -15,14 +35,14 @@ def check(
     backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all available)."),
     devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
     dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes, e.g. float64,float32."),
-    k: Optional[str] = typer.Option(None, "-k", help="Only scenarios whose name matches (glob or substring)."),
+    k: Optional[str] = typer.Option(None, "-k", help=SCENARIOS_HELP),
     format: str = typer.Option("table", "--format", help="table, json or junit."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file."),
 ) -> None:
     """Check derivatives locally: exit 0 iff no cell is fail, error or xpass."""
-    from services.check_command import run_check
+    from gradci.check import run_check
 
-    raise typer.Exit(run_check(repo, backends, devices, dtypes, k, format, output))
+    raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output))
 
 
 @app.command()
@@ -33,7 +53,7 @@ def migrate() -> None:
 
     settings = get_settings()
     settings.ensure_local_directories()
-    upgrade(str(settings.database_url))
+    upgrade(settings.database_url)
     typer.echo("database is up to date")
 
 
@@ -59,7 +79,7 @@ def api(
     port: int = typer.Option(8000, help="Port."),
 ) -> None:
     """Serve the REST API (and the dashboard) with uvicorn."""
-    from services.serve import serve_api
+    from gradci.serve import serve_api
 
     serve_api(host, port)
 
@@ -71,13 +91,12 @@ def up(
     port: int = typer.Option(8000, help="API port on 127.0.0.1."),
     backends: Optional[str] = typer.Option(None, help="Demo: comma-separated backends (default: all)."),
     dtypes: Optional[str] = typer.Option(None, help="Demo: comma-separated dtypes."),
-    scenarios: Optional[str] = typer.Option(None, help="Demo: a glob over scenario names."),
+    scenarios: Optional[str] = typer.Option(None, help="Demo: " + SCENARIOS_HELP),
 ) -> None:
     """Everything on this machine: migrations, the API and one supervised worker per device."""
-    from services.serve import up as serve_up
-    from services.submit import split_list
+    from gradci.serve import up as serve_up
 
-    matrix = {"backends": split_list(backends), "dtypes": split_list(dtypes), "scenarios": scenarios}
+    matrix = matrix_of(backends=backends, dtypes=dtypes, scenarios=scenarios)
     raise typer.Exit(serve_up(port=port, demo=demo, exit_after=exit_, matrix=matrix))
 
 
@@ -91,14 +110,14 @@ def submit(
     backends: Optional[str] = typer.Option(None, help="Comma-separated backends."),
     devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
     dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes."),
-    scenarios: Optional[str] = typer.Option(None, help="A glob over scenario names."),
+    scenarios: Optional[str] = typer.Option(None, help=SCENARIOS_HELP),
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
 ) -> None:
     """Submit a run to a gradci server."""
-    from services.submit import submit as submit_run
+    from gradci.submit import submit as submit_run
 
-    raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, backends=backends, devices=devices,
-                                dtypes=dtypes, scenarios=scenarios, wait=wait))
+    raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, wait=wait,
+                                matrix=matrix_of(backends, devices, dtypes, scenarios)))
 
 
 @app.command()
@@ -107,7 +126,7 @@ def status(
     server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
 ) -> None:
     """Show a run's status, counts and coverage."""
-    from services.submit import status as run_status
+    from gradci.submit import status as run_status
 
     raise typer.Exit(run_status(run, server=server))
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
-from services.check_command import split_list
-from services.client import ClientError, GradciClient, default_server, exit_code, find_token, print_summary, progress_line
+from gradci.client import ClientError, GradciClient, default_server, exit_code, find_token, print_summary, progress_line
+from scenarios.matrix import Matrix
 from services.settings import get_settings
 
 EXIT_USAGE = 2
@@ -25,11 +25,10 @@ def _client(server: str | None) -> GradciClient:
     return GradciClient(server or default_server(settings), find_token(settings))
 
 
-def submit(*, server: str | None, repo: str | None, sha: str | None, ref: str | None, backends: str | None,
-           devices: str | None, dtypes: str | None, scenarios: str | None, wait: bool) -> int:
+def submit(*, server: str | None, repo: str | None, sha: str | None, ref: str | None, matrix: Matrix,
+           wait: bool) -> int:
     console = Console(stderr=True)
-    fields: dict[str, Any] = {"repo": _repo_for_server(repo), "sha": sha, "ref": ref, "backends": split_list(backends),
-                              "devices": split_list(devices), "dtypes": split_list(dtypes), "scenarios": scenarios}
+    fields: dict[str, Any] = {"repo": _repo_for_server(repo), "sha": sha, "ref": ref, **matrix.to_mapping()}
     try:
         with _client(server) as client:
             created = client.submit(**fields)

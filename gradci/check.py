@@ -1,63 +1,42 @@
-"""`gradci check`: run the engine on a repository's scenarios (or the built-in library) and report."""
+"""``gradci check``: run the engine on a repository's scenarios (or the built-in library) and report."""
 from __future__ import annotations
 
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import scenarios
-from scenarios.cell import FAILING, STATUSES, Cell
+from scenarios.cell import COUNTED, FAILING, STATUSES, Cell
+from scenarios.devices import expand_devices
 from scenarios.formats import cells_to_json, cells_to_junit
-from scenarios.project import Matrix, ProjectError, load_project, load_scenarios, select
+from scenarios.matrix import Matrix, select_scenarios
+from scenarios.project import ProjectError, load_project, load_scenarios
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def split_list(value: str | None) -> list[str] | None:
-    return [part.strip() for part in value.split(",") if part.strip()] if value else None
-
-
-def gather(repo: str | None, pattern: str | None) -> tuple[list[scenarios.Scenario], Matrix]:
+def gather(repo: str | None, flags: Matrix) -> tuple[list[scenarios.Scenario], Matrix]:
+    """The scenarios and the matrix to check: flags over the repository's gradci.toml."""
     if repo:
         project = load_project(repo)
-        return select(load_scenarios(project), pattern), project.matrix
-    from scenarios import library
-
-    return select(library.default(), pattern), Matrix()
-
-
-def expand_devices(devices: Sequence[str] | None) -> list[str] | None:
-    """'cuda' means every CUDA device here (none: one 'cuda' column whose cells are skipped)."""
-    if devices is None:
-        return None
-    from scenarios.check import available_devices
-
-    here = available_devices()
-    out: list[str] = []
-    for device in devices:
-        if device == "cuda":
-            out += [d for d in here if d.startswith("cuda:")] or ["cuda"]
-        else:
-            out.append(device)
-    return out
+        found, matrix = load_scenarios(project), project.matrix.overridden(flags)
+    else:
+        found, matrix = scenarios.library.default(), flags
+    return select_scenarios(found, matrix.scenarios), matrix
 
 
-def run_check(repo: str | None, backends: str | None, devices: str | None, dtypes: str | None,
-              pattern: str | None, fmt: str, output: str | None) -> int:
+def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None) -> int:
     err = Console(stderr=True, soft_wrap=True)
     if fmt not in FORMATS:
         err.print(f"error: --format must be one of {', '.join(FORMATS)}")
         return EXIT_USAGE
     try:
-        chosen, file_matrix = gather(repo, pattern)
-        matrix = file_matrix.overridden(backends=split_list(backends), devices=split_list(devices),
-                                        dtypes=split_list(dtypes))
+        chosen, matrix = gather(repo, flags)
         for name in matrix.backends or []:
             scenarios.get_backend(name)
     except (ProjectError, ValueError) as exc:
@@ -80,7 +59,9 @@ def run_check(repo: str | None, backends: str | None, devices: str | None, dtype
 
 
 def _run_with_progress(chosen, matrix: Matrix, show: bool) -> scenarios.Report:
-    devices = expand_devices(matrix.devices)
+    from scenarios.checker import available_devices
+
+    devices = None if matrix.devices is None else expand_devices(matrix.devices, available_devices())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), disable=not show, transient=True) as progress:
         task = progress.add_task("checking", total=len(chosen))
@@ -118,7 +99,7 @@ def render_table(cells: list[Cell], console: Console) -> None:
 
 
 def _coverage(counts: Counter) -> str:
-    counted = counts["pass"] + counts["fail"] + counts["error"]
+    counted = sum(counts[status] for status in COUNTED)
     return f"{100 * counts['pass'] / counted:.1f}%" if counted else "—"
 
 

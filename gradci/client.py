@@ -10,11 +10,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from scenarios.cell import FAILING, STATUSES
+from services.db.models import FINISHED_RUN_STATUSES
 from services.settings import Settings
 
-FINISHED = ("passed", "failed", "cancelled", "error")
-CELL_STATUSES = ("pass", "fail", "error", "skip", "xfail", "xpass")
-FAILING = ("fail", "error", "xpass")
+FINISHED = tuple(status.value for status in FINISHED_RUN_STATUSES)
 TOKEN_FILE = "api-token"
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -89,7 +89,7 @@ class GradciClient:
 
 def progress_line(run: dict[str, Any]) -> str:
     counts = run["counts"]
-    checked = sum(counts.get(status, 0) for status in CELL_STATUSES)
+    checked = sum(counts.get(status, 0) for status in STATUSES)
     return (f"run {run['id']} {run['status']}: {checked} cells checked, jobs waiting {counts.get('queued', 0)}, "
             f"running {counts.get('running', 0)}")
 
@@ -103,11 +103,11 @@ def exit_code(run: dict[str, Any]) -> int:
 
 def print_summary(run: dict[str, Any], console: Console) -> None:
     table = Table(title=f"run {run['id']}: {run['status']}")
-    for status in CELL_STATUSES:
+    for status in STATUSES:
         table.add_column(status, justify="right")
     table.add_column("coverage", justify="right")
     coverage = run.get("coverage")
-    table.add_row(*(str(run["counts"].get(s, 0)) for s in CELL_STATUSES),
+    table.add_row(*(str(run["counts"].get(s, 0)) for s in STATUSES),
                   "—" if coverage is None else f"{coverage:.1f}%")
     console.print(table)
     if run.get("error_message"):

@@ -1,0 +1,75 @@
+"""The queue side of the contract between the server and its workers: task names, queue names,
+which queue serves which device, and the Celery configuration both ends share.
+
+The server sends tasks by *name* through a producer app built here, so it never imports the
+worker's code; ``worker.celery_app`` builds the consuming app from the same configuration.
+Nothing is created at import: apps come from ``create_celery`` at start-up.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from scenarios.devices import CPU, CUDA, validate_device
+from services.settings import Settings
+
+PLAN_RUN = "gradci.plan_run"
+RUN_JOB = "gradci.run_job"
+FINALIZE_RUN = "gradci.finalize_run"
+PUBLISH_GITHUB = "gradci.publish_github"
+# Planning, finalising and publishing need no accelerator: they go to the CPU workers' queue.
+CONTROL_QUEUE = CPU
+CONTROL_TASKS = (PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
+
+
+def queue_for_device(device: str) -> str:
+    """The queue a job for ``device`` is sent to: ``cpu``, ``cuda`` or ``cuda.smXY``."""
+    validate_device(device)
+    if device == CPU:
+        return CPU
+    if device.startswith(f"{CUDA}.sm"):
+        return device
+    return CUDA
+
+
+def queues_of_worker(device: str, capability: str | None = None) -> list[str]:
+    """The queues a worker of one local device (``cpu`` or ``cuda:N``) consumes: a GPU worker takes
+    any-GPU jobs and those asking for its own compute capability."""
+    if device == CPU:
+        return [CPU]
+    return [CUDA] + ([f"{CUDA}.sm{capability}"] if capability else [])
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Reliability as Celery's docs and DESIGN.md's pitfalls advise: acknowledged only when done
+    (``acks_late``), requeued when the process died (``reject_on_worker_lost``), one task reserved
+    at a time, soft and hard time limits, and a broker visibility timeout that outlives the hard
+    limit so that Redis never hands a running job to a second worker. Redelivery is bounded by the
+    attempt counter in the database, not here. No result backend: the database is the record."""
+    return dict(
+        broker_transport_options=settings.broker_transport_options(),
+        broker_connection_retry_on_startup=True,
+        task_default_queue=CONTROL_QUEUE,
+        task_routes={name: {"queue": CONTROL_QUEUE} for name in CONTROL_TASKS},
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.job_soft_time_limit_s,
+        task_time_limit=settings.job_hard_time_limit_s,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        # One task per pool process lifetime would lose the warm runner; keep processes alive.
+        worker_max_tasks_per_child=None,
+        worker_hijack_root_logger=False,
+    )
+
+
+def create_celery(settings: Settings, include: tuple[str, ...] = ()) -> Celery:
+    """A Celery app on the settings' broker; ``include`` names the modules of tasks it runs."""
+    settings.ensure_local_directories()
+    celery = Celery("gradci", broker=settings.broker_url, include=list(include), set_as_current=False)
+    celery.conf.update(celery_config(settings))
+    return celery

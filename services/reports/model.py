@@ -1,0 +1,127 @@
+"""The run report as one typed record: the pull-request comment, the commit statuses, the dashboard and
+``GET /api/runs/{id}/report`` all read this, by attribute. ``pr_report.build_report`` builds it whole.
+
+Records are frozen: a report is a statement about stored results, never edited after it is built.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scenarios.cell import STATUSES
+from services.reports.coverage import counted_cells, coverage_percent, status_counts
+
+# The engine's status vocabulary: checked on construction and listed in the OpenAPI schema.
+CellStatusName = Literal[STATUSES]  # type: ignore[valid-type]
+CoverageState = Literal["success", "failure"]
+
+
+class Record(BaseModel):
+    # Every key is always in the JSON, defaulted or not: the OpenAPI schema says so.
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_serialization_defaults_required=True)
+
+
+class StatusCounts(Record):
+    """Cells per status, every status present (zeros included). The JSON keys are the status names;
+    ``pass`` is a Python keyword, so its attribute is ``pass_``. A test holds the fields to
+    ``scenarios.cell.STATUSES``."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    pass_: int = Field(0, alias="pass")
+    fail: int = 0
+    error: int = 0
+    skip: int = 0
+    xfail: int = 0
+    xpass: int = 0
+
+    @classmethod
+    def of(cls, statuses: Iterable[str]) -> StatusCounts:
+        return cls.model_validate(status_counts(statuses))
+
+    def by_status(self) -> dict[str, int]:
+        return self.model_dump(by_alias=True)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status().values())
+
+    @property
+    def counted(self) -> int:
+        return counted_cells(self.by_status())
+
+    @property
+    def coverage(self) -> float | None:
+        return coverage_percent(self.by_status())
+
+
+class StatusTotals(Record):
+    """Cell counts of the run and of its base run (None when there is no base run to compare with)."""
+
+    head: StatusCounts
+    base: StatusCounts | None
+
+
+class CoverageStatus(Record):
+    """One commit status (``gradci/project`` or ``gradci/patch``) and the numbers behind it."""
+
+    coverage: float | None
+    base_coverage: float | None
+    target: float | None  # None: the target is "auto" and there is no base to take it from
+    state: CoverageState
+    description: str
+
+
+class GroupCoverage(Record):
+    """Coverage of one backend × device, with its failed and errored cells as "scenario [dtype]"."""
+
+    backend: str
+    device: str
+    coverage: float | None
+    counts: StatusCounts
+    missing: list[str]
+
+
+class CellBrief(Record):
+    """A cell whose status or error changed against the base run, with the base's side beside it."""
+
+    scenario: str
+    backend: str
+    device: str
+    dtype: str
+    status: CellStatusName
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    message: str | None = None
+    tolerance_ratio: float | None = None
+    base_status: CellStatusName
+    base_tolerance_ratio: float | None = None
+
+
+class ReportSubject(Record):
+    """Which run a report is about and which run it is compared with."""
+
+    run_id: int
+    run_status: str
+    finished: bool
+    base_run_id: int | None = None  # the finished run of base_sha whose cells are compared
+    head_sha: str | None = None
+    base_sha: str | None = None
+    pr_number: int | None = None
+
+
+class RunReport(ReportSubject):
+    """Project and patch coverage against the base run, per-group coverage, and the cells that changed."""
+
+    project: CoverageStatus
+    patch: CoverageStatus
+    totals: StatusTotals
+    groups: list[GroupCoverage]
+    changed_scenarios: list[str]
+    regressions: list[CellBrief]
+    fixes: list[CellBrief]
+    near_misses: list[CellBrief]

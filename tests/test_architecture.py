@@ -1,0 +1,150 @@
+"""The layers point one way and no module imports itself back, lazy imports included.
+
+    gradci (the command line) → web, worker → services → scenarios (the engine)
+
+Every import statement in the tree is read — at module level or inside a function — and so is every
+string that names one of our modules (``importlib.import_module("worker.tasks")``,
+``"web.app:create_app"``), since a module started by name is as much a dependency as an import.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Layer of each top-level package: a module may use its own layer and those below it.
+LAYERS = {"scenarios": 0, "services": 1, "worker": 2, "web": 2, "gradci": 3}
+# Third-party packages the engine must not touch: it has no web, database or queue code.
+NOT_IN_THE_ENGINE = ("sqlalchemy", "alembic", "fastapi", "starlette", "celery", "kombu", "redis", "httpx",
+                     "jinja2", "psycopg", "uvicorn")
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Dotted name → file, for every module of our packages."""
+    found = {}
+    for package in LAYERS:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours that an imported dotted name lives in (``a.b.func`` → ``a.b``)."""
+    while name:
+        if name in modules():
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _is_package(module: str) -> bool:
+    return modules()[module].name == "__init__.py"
+
+
+def imports_of(module: str) -> Iterator[tuple[str, int]]:
+    """(imported name, line) for every import and module-naming string in ``module``."""
+    path = modules()[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:  # `from a import b` may name the module a.b
+                yield (f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules() else base), node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            candidate = node.value.split(":")[0]
+            if candidate != module and candidate in modules() and "." in candidate:
+                yield candidate, node.lineno
+
+
+def edges() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in modules()}
+    for module in modules():
+        for name, _ in imports_of(module):
+            target = _resolve(name)
+            if target is not None and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def test_every_import_points_down_the_layers() -> None:
+    wrong = []
+    for module in modules():
+        layer = module.split(".")[0]
+        for name, line in imports_of(module):
+            target = name.split(".")[0]
+            if target in LAYERS and target != layer and LAYERS[target] >= LAYERS[layer]:
+                wrong.append(f"{modules()[module].relative_to(ROOT)}:{line} ({layer}) uses {name} ({target})")
+            if layer == "scenarios" and target in NOT_IN_THE_ENGINE:
+                wrong.append(f"{modules()[module].relative_to(ROOT)}:{line}: the engine imports {name}")
+    assert wrong == []
+
+
+def test_no_import_cycles_between_modules() -> None:
+    graph = edges()
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(" → ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_checker_sees_lazy_imports_and_module_strings() -> None:
+    """The two tests above would pass on an empty graph: show that they see what they must."""
+    graph = edges()
+    assert "services.queues" in graph["services.dispatch"]            # a module-level import
+    assert "gradci.check" in graph["gradci.cli"]                        # inside a function
+    assert "worker.tasks" in graph["worker.celery_app"]                 # TASK_MODULES, a string
+    assert "web.app" in graph["gradci.serve"]                           # "web.app:create_app"
+    assert "scenarios.checker" in graph["scenarios"]                    # the lazy package top level
+
+
+def _imported_by(code: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    return set(done.stdout.split())
+
+
+HEAVY = {"numpy", "scipy", "torch", "jax"}
+
+
+def test_the_cell_contract_and_the_matrix_load_no_numpy_or_framework() -> None:
+    assert _imported_by("import scenarios.cell, scenarios.matrix, scenarios.devices, scenarios") & HEAVY == set()
+
+
+@pytest.mark.parametrize("command", ["submit", "status"])
+def test_rest_client_commands_load_no_numpy_scipy_or_framework(command: str) -> None:
+    """``gradci submit`` and ``gradci status`` talk to a server: everything their code path imports,
+    as ``python -X importtime`` lists it, is free of numpy, scipy, torch and jax."""
+    code = ("import sys; from typer.testing import CliRunner; from gradci.cli import app; "
+            f"CliRunner().invoke(app, [{command!r}, {'1' if command == 'status' else '--repo=x'!r}, "
+            "'--server=http://127.0.0.1:9'])")
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "gradci" in imported and "httpx" in imported  # the listing is real: the client was loaded
+    assert imported & HEAVY == set()

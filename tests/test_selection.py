@@ -1,0 +1,65 @@
+"""One matrix, one selection rule: ``gradci check -k``, ``gradci submit --scenarios``,
+``POST /api/runs`` (through the planner) and ``gradci.toml`` select the same scenarios."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradci.check import gather
+from gradci.cli import matrix_of
+from scenarios import library
+from scenarios.matrix import Matrix
+from services.api.schemas import RunCreate
+from services.planner import ScenarioInfo, plan_run
+
+# A plain word (a substring), globs, and a list of both.
+PATTERNS = ["nn", "conv", "nn/*", "*hessian*", "linalg/*/j?p*", "pytree,*second_derivative*"]
+
+
+@pytest.fixture(scope="module")
+def library_names() -> list[str]:
+    return [scenario.name for scenario in library.default()]
+
+
+def by_check(patterns: str) -> list[str]:
+    chosen, _ = gather(None, matrix_of(scenarios=patterns))
+    return [scenario.name for scenario in chosen]
+
+
+def by_project_file(patterns: str, tmp_path) -> list[str]:
+    listed = ", ".join(f'"{pattern}"' for pattern in patterns.split(","))
+    (tmp_path / "gradci.toml").write_text(f'[scenarios]\nmodules = ["builtin_library"]\n[matrix]\nscenarios = [{listed}]\n')
+    (tmp_path / "builtin_library.py").write_text(textwrap.dedent("""
+        from scenarios import library
+
+        def scenarios():
+            return library.default()
+    """))
+    chosen, _ = gather(str(tmp_path), Matrix())
+    return [scenario.name for scenario in chosen]
+
+
+def by_server(patterns: str, names: list[str]) -> list[str]:
+    """What `gradci submit --scenarios` sends, as POST /api/runs validates and stores it, and as
+    the planner reads it back from the stored run."""
+    body = RunCreate.model_validate({k: v for k, v in matrix_of(scenarios=patterns).to_mapping().items() if v})
+    stored = Matrix.from_mapping(body.matrix().to_mapping())
+    infos = [ScenarioInfo(name=name) for name in names]
+    plan = plan_run(infos, run_matrix=stored, file_matrix=Matrix(), available_backends=["fd"], known_backends=["fd"])
+    return [info.name for info in plan.scenarios]
+
+
+@pytest.mark.parametrize("patterns", PATTERNS)
+def test_every_entry_point_selects_the_same_scenarios(patterns: str, library_names, tmp_path) -> None:
+    expected = by_check(patterns)
+    assert 0 < len(expected) < len(library_names)  # each pattern is a real selection, not all or none
+    assert by_project_file(patterns, tmp_path) == expected
+    assert by_server(patterns, library_names) == expected
+
+
+def test_a_plain_word_is_a_substring_and_a_glob_matches_the_whole_name(library_names) -> None:
+    assert set(by_check("conv")) > set(by_check("conv*"))  # "conv" occurs inside the names, not at the start
+    assert by_check("conv*") == []
+    assert all("hessian" in name for name in by_check("*hessian*"))
+    assert by_check("hessian") == by_check("*hessian*")
