@@ -29,6 +29,8 @@ import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
 import optree  # noqa: E402
 
+from scenarios.frameworks.adapter import FrameworkAdapter
+
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}
 
@@ -40,8 +42,9 @@ def _device(device: str):
     return jax.devices("cuda")[index]
 
 
-class JaxAdapter:
+class JaxAdapter(FrameworkAdapter):
     name = "jax"
+    dtypes = _DTYPES
     version = jax.__version__
 
     def device_unavailable(self, device: str) -> str | None:
@@ -49,11 +52,6 @@ class JaxAdapter:
             _device(device)
         except (RuntimeError, IndexError) as exc:
             return f"jax has no device {device} here ({str(exc).splitlines()[0][:120]})"
-        return None
-
-    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
-        if dtype not in _DTYPES:
-            return f"jax has no dtype {dtype}"
         return None
 
     def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:

@@ -7,12 +7,15 @@ import numpy as np
 import optree
 import torch
 
+from scenarios.frameworks.adapter import FrameworkAdapter
+
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-class TorchAdapter:
+class TorchAdapter(FrameworkAdapter):
     name = "torch"
+    dtypes = _DTYPES
     version = torch.__version__
 
     def device_unavailable(self, device: str) -> str | None:
@@ -24,11 +27,6 @@ class TorchAdapter:
         index = torch.device(device).index or 0
         if index >= torch.cuda.device_count():
             return f"{device} does not exist (torch sees {torch.cuda.device_count()} CUDA devices)"
-        return None
-
-    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
-        if dtype not in _DTYPES:
-            return f"torch has no dtype {dtype}"
         return None
 
     def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:

@@ -20,6 +20,7 @@ from services.api.schemas import (
     RunCreated,
     RunOut,
     RunsPage,
+    from_row,
 )
 from services.db import queries
 from services.db.models import CellStatus, Run, RunStatus
@@ -55,30 +56,13 @@ def runs_out(session: Session, runs: list[Run], settings: Settings, request: Req
     out = []
     for run in runs:
         counts = CellCounts(**cells[run.id], queued=jobs[run.id]["queued"], running=jobs[run.id]["running"])
-        out.append(
-            RunOut(
-                id=run.id,
-                status=run.status,
-                url=run_url(settings, request, run.id),
-                repo=run.repository.url if run.repository else None,
-                repo_full_name=run.repository.full_name if run.repository else None,
-                head_sha=run.head_sha,
-                base_sha=run.base_sha,
-                ref=run.ref,
-                pr_number=run.pr_number,
-                trigger=run.trigger,
-                parent_run_id=run.parent_run_id,
-                matrix=run.matrix,
-                cancel_requested=run.cancel_requested,
-                counts=counts,
-                # Stored when the run is finalised; until then, what the results so far say.
-                coverage=run.coverage if run.coverage is not None else coverage_percent(cells[run.id]),
-                error_message=run.error_message,
-                created_at=run.created_at,
-                started_at=run.started_at,
-                finished_at=run.finished_at,
-            )
-        )
+        out.append(from_row(
+            RunOut, run, url=run_url(settings, request, run.id), counts=counts,
+            repo=run.repository.url if run.repository else None,
+            repo_full_name=run.repository.full_name if run.repository else None,
+            # Stored when the run is finalised; until then, what the results so far say.
+            coverage=run.coverage if run.coverage is not None else coverage_percent(cells[run.id]),
+        ))
     return out
 
 

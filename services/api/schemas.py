@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_type_hints
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
 
-from scenarios.cell import FIELD_NAMES as CELL_FIELD_NAMES
-from scenarios.cell import VOCABULARIES, Cell, stored_values
 from scenarios.matrix import Matrix
+from services.cell_fields import cell_fields
+from services.reports.model import StatusCounts
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # PostgreSQL rejects NUL in text and nothing legitimate carries control characters: refuse them
 # with a 422 here rather than a database error later.
@@ -54,17 +56,15 @@ class RunCreated(BaseModel):
     url: str
 
 
-class CellCounts(BaseModel):
+def from_row(model: type[ModelT], row: Any, **computed: Any) -> ModelT:
+    """``model`` from a database row's attributes of the same names, plus the computed fields."""
+    return model.model_validate({name: getattr(row, name) for name in model.model_fields if name not in computed}
+                                | computed)
+
+
+class CellCounts(StatusCounts):
     """Cells per status, plus jobs waiting and running."""
 
-    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
-
-    pass_: int = Field(0, alias="pass")
-    fail: int = 0
-    error: int = 0
-    skip: int = 0
-    xfail: int = 0
-    xpass: int = 0
     queued: int = Field(0, description="jobs waiting for a worker")
     running: int = Field(0, description="jobs being run")
 
@@ -96,26 +96,13 @@ class RunsPage(BaseModel):
     next_cursor: str | None
 
 
-def _cell_field_types() -> dict[str, Any]:
-    """``scenarios.cell.Cell``'s fields as pydantic field definitions; vocabulary fields become
-    enumerations in the schema (with "" where an errored cell may leave them empty)."""
-    hints = get_type_hints(Cell)
-    types: dict[str, Any] = {}
-    for name in CELL_FIELD_NAMES:
-        if name in VOCABULARIES:
-            types[name] = (Literal[stored_values(name)], ...)  # type: ignore[valid-type]
-        else:
-            types[name] = (hints[name], ...)
-    return types
-
-
 # A stored cell: the engine's Cell, plus where and when the service stored it.
 CellOut = create_model(
     "CellOut",
     __config__=ConfigDict(from_attributes=True),
     id=(int, ...),
     job_id=(int | None, ...),
-    **_cell_field_types(),
+    **cell_fields(required=True),
     fingerprint=(str | None, ...),
     created_at=(datetime, ...),
 )

@@ -4,7 +4,6 @@ Functions flush but never commit: the caller owns the transaction.
 """
 from __future__ import annotations
 
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session

@@ -43,6 +43,7 @@ def _configure_sqlite(engine: Engine) -> None:
 _engines: dict[str, Engine] = {}
 _sessionmakers: dict[tuple[str, bool], sessionmaker[Session]] = {}
 _lock = threading.Lock()
+_fork_hook_installed = False
 
 
 def _create_engine(url: str) -> Engine:
@@ -57,7 +58,11 @@ def _create_engine(url: str) -> Engine:
 
 
 def engine_for(url: str) -> Engine:
+    global _fork_hook_installed
     with _lock:
+        if not _fork_hook_installed:  # with the first engine, not at import
+            os.register_at_fork(after_in_child=_forget_parent_connections)
+            _fork_hook_installed = True
         if url not in _engines:
             _engines[url] = _create_engine(url)
         return _engines[url]
@@ -107,6 +112,3 @@ def _forget_parent_connections() -> None:
     # leaves them open for the parent, which still owns them.
     for engine in _engines.values():
         engine.dispose(close=False)
-
-
-os.register_at_fork(after_in_child=_forget_parent_connections)

@@ -49,7 +49,7 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
     """Publish what GitHub should show for ``run_id`` now; returns the report's state. Raises
     GitHubError when GitHub is unreachable (the row stays pending: the caller retries)."""
     settings = settings or get_settings()
-    with session_scope(str(settings.database_url)) as session:
+    with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
         run = session.get(Run, run_id)
         if row is None or run is None or not run.head_sha:
@@ -75,7 +75,7 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
 
 
 def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None) -> None:
-    with session_scope(str(settings.database_url)) as session:
+    with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
         row.state, row.last_error, row.updated_at = state.value, error, utcnow()
         if phase:
@@ -91,6 +91,6 @@ def stale_pending_reports(settings: Settings, older_than_s: float) -> list[int]:
     from sqlalchemy import select
 
     cutoff = utcnow() - timedelta(seconds=older_than_s)
-    with session_scope(str(settings.database_url), readonly=True) as session:
+    with session_scope(settings.database_url, readonly=True) as session:
         return list(session.scalars(select(GitHubReport.run_id).where(
             GitHubReport.state == ReportState.pending.value, GitHubReport.updated_at < cutoff)))

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from scenarios.cell import STATUSES
+from services.cell_fields import cell_fields
 from services.reports.coverage import counted_cells, coverage_percent, status_counts
 
 # The engine's status vocabulary: checked on construction and listed in the OpenAPI schema.
@@ -42,7 +43,7 @@ class StatusCounts(Record):
         return cls.model_validate(status_counts(statuses))
 
     def by_status(self) -> dict[str, int]:
-        return self.model_dump(by_alias=True)
+        return {status: getattr(self, "pass_" if status == "pass" else status) for status in STATUSES}
 
     @property
     def total(self) -> int:
@@ -84,22 +85,19 @@ class GroupCoverage(Record):
     missing: list[str]
 
 
-class CellBrief(Record):
-    """A cell whose status or error changed against the base run, with the base's side beside it."""
+# The Cell fields a report shows of a changed cell.
+BRIEF_FIELDS = ("scenario", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err", "atol",
+                "rtol", "message")
 
-    scenario: str
-    backend: str
-    device: str
-    dtype: str
-    status: CellStatusName
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    message: str | None = None
-    tolerance_ratio: float | None = None
-    base_status: CellStatusName
-    base_tolerance_ratio: float | None = None
+CellBrief = create_model(
+    "CellBrief",
+    __base__=Record,
+    __doc__="A cell whose status or error changed against the base run, with the base's side beside it.",
+    **cell_fields(BRIEF_FIELDS),
+    tolerance_ratio=(float | None, None),
+    base_status=(CellStatusName, ...),
+    base_tolerance_ratio=(float | None, None),
+)
 
 
 class ReportSubject(Record):

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from services.reports.coverage import MISSING, percent
-from services.reports.model import (CellBrief, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
+from services.reports.model import (BRIEF_FIELDS, CellBrief, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
                                     StatusCounts, StatusTotals)
 from services.reports.targets import Target
 
@@ -16,8 +16,6 @@ CellKey = tuple[str, str, str, str]  # scenario, backend, device, dtype
 # A passing cell whose error uses more than half its tolerance, and 10× more than in the base run.
 NEAR_MISS_RATIO = 0.5
 NEAR_MISS_GROWTH = 10.0
-BRIEF_FIELDS = ("scenario", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err", "atol",
-                "rtol", "message")
 
 
 class RunCells(NamedTuple):

@@ -1,13 +1,7 @@
-"""Cells the engine could never produce are refused by the database: check constraints on the
-results' operator, framework, mode and dtype, from ``scenarios.cell``'s vocabularies.
-
-Rows already stored outside a vocabulary (written before ingestion validated cells) are removed
-first: they were never results of a real check.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-30
-"""
+"""0003 (after 0002, 2026-11-30): the database refuses cells the engine could never produce —
+check constraints on the results' operator, framework, mode and dtype, from ``scenarios.cell``'s
+vocabularies. Rows already stored outside a vocabulary (written before ingestion validated cells)
+are removed first: they were never results of a real check."""
 from __future__ import annotations
 
 import sqlalchemy as sa
