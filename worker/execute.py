@@ -17,7 +17,8 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from services.db.jobs import Claim, cancel_requested, claim_job, finish_job, stored_cell_keys, unfinished_jobs
+from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, lock_run, stored_cell_keys,
+                              unfinished_jobs)
 from services.db.models import Job, JobStatus, Run
 from services.db.results import upsert_results
 from services.db.session import session_scope
@@ -71,8 +72,13 @@ class ResultWriter:
         return cancelled
 
     def finish(self, status: str, message: str | None = None) -> bool:
-        """Store what is left and close the job; True when it was the run's last unfinished job."""
+        """Store what is left and close the job; True when it was the run's last unfinished job.
+
+        The run's row is locked before the cells are written: each insert takes a key-share lock on
+        it (the foreign key), so two jobs that wrote first and then asked for the run's lock would
+        wait for each other — a deadlock on PostgreSQL that loses the loser's last cells."""
         with session_scope(self.database) as session:
+            lock_run(session, self.job.run_id)
             self._store(session)
             return finish_job(session, self.job.id, status, message)
 

@@ -123,7 +123,8 @@ def stored_cell_keys(session: Session, run_id: int, scenarios: Sequence[str], ba
 
 def finish_job(session: Session, job_id: int, status: str, message: str | None = None) -> bool:
     """Mark the job finished; True when no job of its run is left unfinished (the caller then
-    finalises). Under the run's lock, so that of two jobs finishing at once exactly one sees zero."""
+    finalises). Under the run's lock, so that of two jobs finishing at once exactly one sees zero;
+    a caller that writes cells in the same transaction locks the run first (one lock order)."""
     job = session.get(Job, job_id)
     if job is None:
         return False
