@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
+from scenarios.operators import OPERATOR_RECORDS
 from scenarios.reference import Probe, Reference
 from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance
 
@@ -117,14 +118,19 @@ def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_si
 
 def compare_to_reference(result: Any, reference: Reference, tol: Tolerance, operator: str,
                          custom: Callable | None = None) -> Comparison:
-    """The whole comparison of one (co)tangent's result; value_and_gradient checks the value too."""
-    if operator == "value_and_gradient":
+    """The whole comparison of one (co)tangent's result; an operator that returns the value
+    (value_and_gradient) has it checked too."""
+    if OPERATOR_RECORDS[operator].returns_value:
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            return Comparison(ok=False, message="value_and_gradient must return (value, gradient)")
+            return Comparison(ok=False, message=f"{operator} must return (value, gradient)")
         value_cmp = compare_arrays(result[0], reference.value, optree.tree_map(np.zeros_like, reference.value), tol)
         if value_cmp.message:
             value_cmp.message = "value: " + value_cmp.message
-        return value_cmp.merge(compare_to_reference(result[1], reference, tol, "gradient", custom))
+        return value_cmp.merge(_compare_derivative(result[1], reference, tol, custom))
+    return _compare_derivative(result, reference, tol, custom)
+
+
+def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custom: Callable | None) -> Comparison:
     if custom is not None and reference.is_full:
         ok, max_abs, max_rel = custom(result, reference.full, tol.rtol, tol.atol)
         return Comparison(ok=bool(ok), max_abs_err=float(max_abs), max_rel_err=float(max_rel), atol=tol.atol,

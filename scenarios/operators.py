@@ -1,50 +1,229 @@
-"""The derivative operators gradci checks, and what each expects of its input.
+"""The derivative operators gradci checks: one ``Operator`` record each, in ``OPERATOR_RECORDS``.
 
-Conventions follow DifferentiationInterface:
+A record says what the operator expects and returns and how every kind of backend computes it, so
+that adding an operator is one record plus its functions (and its name in ``scenarios.cell.OPERATORS``,
+the vocabulary the store and the API share). Conventions follow DifferentiationInterface.
 
-| operator            | input x            | f(x)          | tangent        | result                      |
-| ------------------- | ------------------ | ------------- | -------------- | --------------------------- |
-| derivative          | scalar             | any array     | -              | like f(x)                   |
-| second_derivative   | scalar             | any array     | -              | like f(x)                   |
-| gradient            | array or pytree    | scalar        | -              | like x                      |
-| value_and_gradient  | array or pytree    | scalar        | -              | (f(x), like x)              |
-| jacobian            | array              | array         | -              | f(x).shape + x.shape        |
-| jvp                 | array or pytree    | array/pytree  | like x         | like f(x)                   |
-| vjp                 | array or pytree    | array/pytree  | like f(x)      | like x                      |
-| hvp                 | array or pytree    | scalar        | like x         | like x                      |
-| hessian             | array              | scalar        | -              | x.shape + x.shape           |
+Each record's functions are written against a vocabulary its backends hand in, never against a
+framework, so this module imports no framework:
+
+- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``scenarios.backends.functional.Transforms``
+  (jax or torch.func). ``reverse`` builds the operator from vector-Jacobian products and ``forward``
+  from Jacobian-vector products, so a bug in a custom vjp rule shows in reverse cells and one in a
+  jvp rule in forward cells.
+- ``autograd(A, f, x, t)``: ``A`` is ``scenarios.backends.torch_backends.Autograd`` (torch.autograd).
+- ``finite_differences(B, t)``: ``B`` is ``scenarios.reference.ReferenceBuilder``; the float64
+  reference, and the ``fd`` backend's cross-check with other settings.
+
+``t`` is the tangent (like x) or cotangent (like f(x)) where the operator takes one, else None.
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import optree
 
-OPERATORS: tuple[str, ...] = (
-    "derivative",
-    "second_derivative",
-    "gradient",
-    "value_and_gradient",
-    "jacobian",
-    "jvp",
-    "vjp",
-    "hvp",
-    "hessian",
+from scenarios.cell import OPERATORS
+
+if TYPE_CHECKING:
+    from scenarios.backends.functional import Transforms
+    from scenarios.reference import Reference, ReferenceBuilder
+
+__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "check_operator_input"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    name: str
+    input: str       # "scalar" (0-d array), "array" (one array, not a pytree) or "pytree" (array or pytree)
+    output: str      # what f(x) must be: "scalar" or "any" (an array or a pytree)
+    result: str      # the result's shape, in words
+    reverse: Callable[..., Any]
+    forward: Callable[..., Any]
+    autograd: Callable[..., Any]
+    finite_differences: Callable[..., "Reference"]
+    order: int = 1
+    takes_tangent: bool = False         # t is like x
+    takes_cotangent: bool = False       # t is like f(x)
+    # Forward mode needs one JVP per input element (vectorised, so memory grows with the input).
+    per_input_in_forward: bool = False
+    returns_value: bool = False         # the result is (f(x), the derivative)
+
+    @property
+    def takes_tangent_or_cotangent(self) -> bool:
+        return self.takes_tangent or self.takes_cotangent
+
+
+# -- functional (jax, torch.func) definitions that are more than one transform ----------------------
+def _rev_jvp(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    # J·t as the transpose of the (linear) vjp: differentiate ct -> Jᵀct, a vjp of a vjp.
+    y, pullback = T.vjp(f, x)
+    return T.vjp(lambda ct: pullback(ct)[0], T.zeros_like(y))[1](t)[0]
+
+
+def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+    # Jᵀct from a forward-mode Jacobian of the flattened function: one jvp per input element.
+    flat_x, unravel_x = T.ravel(x)
+    flat_ct, _ = T.ravel(ct)
+
+    def flat_f(v):
+        return T.ravel(f(unravel_x(v)))[0]
+
+    return unravel_x(flat_ct @ T.jacfwd(flat_f)(flat_x))
+
+
+def _fwd_value_and_grad(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    def value_twice(z):  # once differentiated, once carried out as the value: one evaluation
+        value = f(z)
+        return value, value
+
+    gradient, value = T.jacfwd(value_twice, has_aux=True)(x)
+    return value, gradient
+
+
+def _fwd_derivative(T: Transforms, f: Callable, x: Any, t: Any = None) -> Any:
+    return T.jvp(f, (x,), (T.ones_like(x),))[1]
+
+
+def _fwd_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    return _fwd_derivative(T, lambda z: _fwd_derivative(T, f, z), x)
+
+
+def _rev_twice(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    return T.jacrev(T.jacrev(f))(x)
+
+
+# -- torch.autograd -------------------------------------------------------------------------------
+def _autograd_second_derivative(A, f: Callable, x: Any, t: Any) -> Any:
+    return A.jacobian(lambda z: A.jacobian(f, z, create_graph=True), x)
+
+
+def _autograd_value_and_gradient(A, f: Callable, x: Any, t: Any) -> Any:
+    value = f(x)
+    return value.detach(), A.grad(value, x)
+
+
+# -- finite-difference references -------------------------------------------------------------------
+def _fd_derivative(B: ReferenceBuilder, t: Any) -> Reference:
+    jac, err = B.jacobian_matrix()
+    return B.full(B.like_y(jac[:, 0]), B.like_y(err[:, 0]))
+
+
+def _fd_second_derivative(B: ReferenceBuilder, t: Any) -> Reference:
+    # One 1×1 Hessian per output element: f is a function of one number.
+    pairs = [B.hessian_matrix(output=i) for i in range(B.g.y0.size)]
+    return B.full(B.like_y(np.array([h[0, 0] for h, _ in pairs])),
+                  B.like_y(np.array([e[0, 0] for _, e in pairs])))
+
+
+def _fd_gradient(B: ReferenceBuilder, t: Any) -> Reference:
+    # Probes compare u·∇f: the weight on the (scalar) output is 1.
+    return B.full_or_probes(1, lambda: np.ones(1), matrix=False,
+                            full=lambda jac, err: (B.like_x(jac[0]), B.like_x(err[0])))
+
+
+def _fd_jacobian(B: ReferenceBuilder, t: Any) -> Reference:
+    shape = np.shape(B.g.value) + np.shape(B.scenario.x)
+    return B.full_or_probes(1, lambda: B.unit_direction(B.g.y0.size), matrix=True,
+                            full=lambda jac, err: (jac.reshape(shape), err.reshape(shape)))
+
+
+def _fd_jvp(B: ReferenceBuilder, t: Any) -> Reference:
+    d, err = B.directional(B.flat(t))
+    return B.full(B.like_y(d), B.like_y(err))
+
+
+def _fd_vjp(B: ReferenceBuilder, ct: Any) -> Reference:
+    cotangent = B.flat(ct)
+    return B.full_or_probes(1, lambda: cotangent, matrix=False, full=lambda jac, err: (
+        B.like_x(cotangent @ jac), B.like_x(np.abs(cotangent) @ err)))
+
+
+def _fd_hvp(B: ReferenceBuilder, t: Any) -> Reference:
+    flat_t = B.flat(t)
+    return B.full_or_probes(2, lambda: flat_t, matrix=False, full=lambda hess, err: (
+        B.like_x(hess @ flat_t), B.like_x(np.abs(err) @ np.abs(flat_t))))
+
+
+def _fd_hessian(B: ReferenceBuilder, t: Any) -> Reference:
+    shape = np.shape(B.scenario.x) * 2
+    return B.full_or_probes(2, lambda: B.unit_direction(B.m), matrix=True,
+                            full=lambda hess, err: (hess.reshape(shape), err.reshape(shape)))
+
+
+_RECORDS = (
+    Operator(
+        "derivative", input="scalar", output="any", result="like f(x)",
+        reverse=lambda T, f, x, t: T.jacrev(f)(x),
+        forward=_fwd_derivative,
+        autograd=lambda A, f, x, t: A.jacobian(f, x),
+        finite_differences=_fd_derivative),
+    Operator(
+        "second_derivative", input="scalar", output="any", result="like f(x)", order=2,
+        reverse=_rev_twice,
+        forward=_fwd_second_derivative,
+        autograd=_autograd_second_derivative,
+        finite_differences=_fd_second_derivative),
+    Operator(
+        "gradient", input="pytree", output="scalar", result="like x", per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.grad(f)(x),
+        forward=lambda T, f, x, t: T.jacfwd(f)(x),
+        autograd=lambda A, f, x, t: A.grad(f(x), x),
+        finite_differences=_fd_gradient),
+    Operator(
+        "value_and_gradient", input="pytree", output="scalar", result="(f(x), like x)",
+        per_input_in_forward=True, returns_value=True,
+        reverse=lambda T, f, x, t: T.value_and_grad(f)(x),
+        forward=_fwd_value_and_grad,
+        autograd=_autograd_value_and_gradient,
+        finite_differences=_fd_gradient),
+    Operator(
+        "jacobian", input="array", output="any", result="f(x).shape + x.shape", per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.jacrev(f)(x),
+        forward=lambda T, f, x, t: T.jacfwd(f)(x),
+        autograd=lambda A, f, x, t: A.jacobian(f, x),
+        finite_differences=_fd_jacobian),
+    Operator(
+        "jvp", input="pytree", output="any", result="like f(x)", takes_tangent=True,
+        reverse=_rev_jvp,
+        forward=lambda T, f, x, t: T.jvp(f, (x,), (t,))[1],
+        autograd=lambda A, f, x, t: A.jvp(f, x, t),
+        finite_differences=_fd_jvp),
+    Operator(
+        "vjp", input="pytree", output="any", result="like x", takes_cotangent=True, per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.vjp(f, x)[1](t)[0],
+        forward=_fwd_vjp,
+        autograd=lambda A, f, x, t: A.vjp(f, x, t),
+        finite_differences=_fd_vjp),
+    Operator(
+        "hvp", input="pytree", output="scalar", result="like x", order=2, takes_tangent=True,
+        per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.vjp(T.grad(f), x)[1](t)[0],   # H is symmetric: Hᵀt = Ht
+        forward=lambda T, f, x, t: T.jvp(T.jacfwd(f), (x,), (t,))[1],
+        autograd=lambda A, f, x, t: A.hvp(f, x, t),
+        finite_differences=_fd_hvp),
+    Operator(
+        "hessian", input="array", output="scalar", result="x.shape + x.shape", order=2,
+        per_input_in_forward=True,
+        reverse=_rev_twice,
+        forward=lambda T, f, x, t: T.jacfwd(T.jacfwd(f))(x),
+        autograd=lambda A, f, x, t: A.hessian(f, x),
+        finite_differences=_fd_hessian),
 )
 
-SCALAR_INPUT = frozenset({"derivative", "second_derivative"})
-ARRAY_INPUT = frozenset({"jacobian", "hessian"})
-SCALAR_OUTPUT = frozenset({"gradient", "value_and_gradient", "hvp", "hessian"})
-TAKES_TANGENT = frozenset({"jvp", "hvp"})
-TAKES_COTANGENT = frozenset({"vjp"})
+OPERATOR_RECORDS: dict[str, Operator] = {op.name: op for op in _RECORDS}
+# The stored vocabulary and the definitions must name the same operators, in the same order.
+assert tuple(OPERATOR_RECORDS) == OPERATORS, (tuple(OPERATOR_RECORDS), OPERATORS)
 
 
 def check_operator_input(operator: str, x: Any, name: str) -> None:
     """Reject inputs the operator is not defined for, at construction time rather than mid-run."""
-    if operator in SCALAR_INPUT and not (isinstance(x, np.ndarray) and x.ndim == 0):
+    kind = OPERATOR_RECORDS[operator].input
+    if kind == "scalar" and not (isinstance(x, np.ndarray) and x.ndim == 0):
         raise ValueError(f"scenario {name!r}: {operator} needs a scalar input")
-    if operator in ARRAY_INPUT and not isinstance(x, np.ndarray):
+    if kind == "array" and not isinstance(x, np.ndarray):
         raise ValueError(f"scenario {name!r}: {operator} needs a single array input, not a pytree")
     leaves = optree.tree_leaves(x, none_is_leaf=True)
     if not leaves or not all(isinstance(leaf, np.ndarray) for leaf in leaves):

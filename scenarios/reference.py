@@ -17,6 +17,7 @@ import optree
 from scipy import differentiate
 
 from scenarios.numpy_function import FlatFunction, ravel
+from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Scenario, Tangents
 
 # Above these many input elements, first-order operators are checked through probes...
@@ -141,7 +142,8 @@ def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np
 
 
 class ReferenceBuilder:
-    """Computes the reference of one scenario, for one (co)tangent."""
+    """Computes the reference of one scenario, for one (co)tangent: the finite-difference vocabulary
+    the operator records' ``finite_differences`` functions are written in."""
 
     def __init__(self, scenario: Scenario, settings: FDSettings):
         self.scenario = scenario
@@ -154,18 +156,48 @@ class ReferenceBuilder:
     def m(self) -> int:
         return self.g.v0.size
 
+    def probes_needed(self, order: int) -> bool:
+        """Whether an operator of this order is too costly here for a full finite-difference result."""
+        return self.m > (FULL_FIRST_ORDER_LIMIT if order == 1 else FULL_SECOND_ORDER_LIMIT)
+
+    def full_or_probes(self, order: int, weights: Callable[[], np.ndarray], matrix: bool,
+                       full: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]]) -> Reference:
+        """A result made from the order's full matrix (J, or the Hessian of a scalar f) and its error
+        by ``full(matrix, error) -> (result, error)``; past the order's size limit, probes of it with
+        ``weights`` and ``matrix`` as the probe methods take them."""
+        if self.probes_needed(order):
+            probe = self.first_order_probes if order == 1 else self.second_order_probes
+            return Reference(self.g.value, probes=probe(weights, matrix))
+        result, error = full(*(self.jacobian_matrix() if order == 1 else self.hessian_matrix()))
+        return self.full(result, error)
+
+    def full(self, result: Any, error: Any) -> Reference:
+        return Reference(self.g.value, result, error)
+
     # -- full results -------------------------------------------------------------------------
     def jacobian_matrix(self):
         return _jacobian(self.g, self.g.v0, self.settings)
 
-    def hessian_matrix(self):
-        return _hessian(lambda v: self.g(v)[0], self.g.v0, self.settings)
+    def hessian_matrix(self, output: int = 0):
+        """The Hessian of one element of f's (flat) output."""
+        return _hessian(lambda v: self.g(v)[output], self.g.v0, self.settings)
+
+    def directional(self, flat_t: np.ndarray):
+        """d/ds f(x + s·t) at 0, flat, and its error estimate."""
+        return _directional(lambda s: self.g(self.g.v0 + s * flat_t), self.settings)
 
     def like_x(self, flat: np.ndarray) -> Any:
         return self.g.unravel_input(flat)
 
     def like_y(self, flat: np.ndarray) -> Any:
         return self.g.unravel_output(flat)
+
+    @staticmethod
+    def flat(tree: Any) -> np.ndarray:
+        return ravel(tree)[0]
+
+    def unit_direction(self, size: int) -> np.ndarray:
+        return _unit_directions(self.rng, size, 1)[0]
 
     # -- probes ---------------------------------------------------------------------------------
     def first_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
@@ -190,54 +222,10 @@ class ReferenceBuilder:
         return probes
 
 
-def _reference_for(b: ReferenceBuilder, operator: str, tangent: Any) -> Reference:
-    """One operator's reference at one (co)tangent. Each branch says what it compares."""
-    g, value = b.g, b.g.value
-    if operator == "derivative":
-        jac, err = b.jacobian_matrix()
-        return Reference(value, b.like_y(jac[:, 0]), b.like_y(err[:, 0]))
-    if operator == "second_derivative":
-        pairs = [_hessian(lambda s, i=i: g(s)[i], g.v0, b.settings) for i in range(g.y0.size)]
-        return Reference(value, b.like_y(np.array([h[0, 0] for h, _ in pairs])),
-                         b.like_y(np.array([e[0, 0] for _, e in pairs])))
-    if operator == "jvp":
-        flat_t, _ = ravel(tangent)
-        d, err = _directional(lambda s: g(g.v0 + s * flat_t), b.settings)
-        return Reference(value, b.like_y(d), b.like_y(err))
-    if operator in ("gradient", "value_and_gradient", "jacobian", "vjp"):
-        cotangent = ravel(tangent)[0] if operator == "vjp" else None
-        if b.m > FULL_FIRST_ORDER_LIMIT:
-            if operator == "jacobian":
-                return Reference(value, probes=b.first_order_probes(
-                    lambda: _unit_directions(b.rng, g.y0.size, 1)[0], matrix=True))
-            fixed = cotangent if cotangent is not None else np.ones(1)
-            return Reference(value, probes=b.first_order_probes(lambda: fixed, matrix=False))
-        jac, err = b.jacobian_matrix()
-        if operator == "jacobian":
-            shape = np.shape(value) + np.shape(b.scenario.x)
-            return Reference(value, jac.reshape(shape), err.reshape(shape))
-        if operator == "vjp":
-            return Reference(value, b.like_x(cotangent @ jac), b.like_x(np.abs(cotangent) @ err))
-        return Reference(value, b.like_x(jac[0]), b.like_x(err[0]))
-    if operator in ("hvp", "hessian"):
-        flat_t = ravel(tangent)[0] if operator == "hvp" else None
-        if b.m > FULL_SECOND_ORDER_LIMIT:
-            if operator == "hvp":
-                return Reference(value, probes=b.second_order_probes(lambda: flat_t, matrix=False))
-            return Reference(value, probes=b.second_order_probes(
-                lambda: _unit_directions(b.rng, b.m, 1)[0], matrix=True))
-        hess, err = b.hessian_matrix()
-        if operator == "hvp":
-            return Reference(value, b.like_x(hess @ flat_t), b.like_x(np.abs(err) @ np.abs(flat_t)))
-        shape = np.shape(b.scenario.x) * 2
-        return Reference(value, hess.reshape(shape), err.reshape(shape))
-    raise ValueError(f"unknown operator {operator!r}")
-
-
 def _analytic(scenario: Scenario, value: Any) -> list[Reference]:
     def one(expected):
         expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
-        if scenario.operator == "value_and_gradient":
+        if OPERATOR_RECORDS[scenario.operator].returns_value:
             value_part, expected = expected
         zeros = optree.tree_map(np.zeros_like, expected)
         return Reference(value, expected, zeros, method="analytic")
@@ -251,9 +239,10 @@ def default_tangent(scenario: Scenario, value: Any) -> Any:
     """A fixed-seed tangent (like x) or cotangent (like f(x)) when the scenario gives none."""
     if scenario.tangent is not None:
         return scenario.tangent
-    if scenario.operator in ("jvp", "hvp"):
+    record = OPERATOR_RECORDS[scenario.operator]
+    if record.takes_tangent:
         like = scenario.x
-    elif scenario.operator == "vjp":
+    elif record.takes_cotangent:
         like = value
     else:
         return None
@@ -269,7 +258,8 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None) -
     if scenario.reference is not None:
         return tangent, _analytic(scenario, builder.g.value)
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
-    return tangent, [_reference_for(builder, scenario.operator, t) for t in tangents]
+    recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
+    return tangent, [recipe(builder, t) for t in tangents]
 
 
 class ReferenceCache:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import optree
 
-from scenarios.operators import OPERATORS, check_operator_input
+from scenarios.operators import OPERATOR_RECORDS, check_operator_input
 
 FRAMEWORK_KEYS = ("numpy", "torch", "jax")
 
@@ -66,9 +66,9 @@ class Scenario:
     tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.operator not in OPERATORS:
+        if self.operator not in OPERATOR_RECORDS:
             raise ValueError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
-                             f"expected one of {', '.join(OPERATORS)}")
+                             f"expected one of {', '.join(OPERATOR_RECORDS)}")
         if isinstance(self.f, Mapping):
             unknown = set(self.f) - set(FRAMEWORK_KEYS)
             if unknown:

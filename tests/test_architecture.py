@@ -5,6 +5,7 @@
 Every import statement in the tree is read — at module level or inside a function — and so is every
 string that names one of our modules (``importlib.import_module("worker.tasks")``,
 ``"web.app:create_app"``), since a module started by name is as much a dependency as an import.
+Imports under ``if TYPE_CHECKING:`` never run: they count for the layers, not for cycles.
 """
 from __future__ import annotations
 
@@ -49,12 +50,24 @@ def _is_package(module: str) -> bool:
     return modules()[module].name == "__init__.py"
 
 
-def imports_of(module: str) -> Iterator[tuple[str, int]]:
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            guarded |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+    return guarded
+
+
+def imports_of(module: str, *, runtime_only: bool = False) -> Iterator[tuple[str, int]]:
     """(imported name, line) for every import and module-naming string in ``module``."""
     path = modules()[module]
     tree = ast.parse(path.read_text(), str(path))
     package = module if _is_package(module) else module.rpartition(".")[0]
+    skipped = _type_checking_only(tree) if runtime_only else set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             yield from ((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -70,9 +83,10 @@ def imports_of(module: str) -> Iterator[tuple[str, int]]:
 
 
 def edges() -> dict[str, set[str]]:
+    """Which of our modules each module imports when it runs."""
     graph: dict[str, set[str]] = {name: set() for name in modules()}
     for module in modules():
-        for name, _ in imports_of(module):
+        for name, _ in imports_of(module, runtime_only=True):
             target = _resolve(name)
             if target is not None and target != module:
                 graph[module].add(target)

@@ -176,11 +176,19 @@ def test_library_is_deterministic():
 
 def test_derived_functions_keep_fingerprints_tied_to_their_code(library):
     # Generic wrappers (sum of an elementwise function, square loss of a layer, closures) must not all
-    # hash alike, or editing one function would leave a stale cached reference.
-    from scenarios.scenario import _source_of
+    # hash alike, or editing one function would leave a stale cached reference. The code hash covers
+    # the source and what the closure captured (xp.sin and xp.cos share one lambda, not one name).
+    import hashlib
+
+    from scenarios.scenario import _hash_code, _source_of
+
+    def code_hash(fn):
+        digest = hashlib.sha256()
+        _hash_code(digest, fn)
+        return digest.hexdigest()
 
     unary = [s for s in library if "unary" in s.tags]
-    assert len({_source_of(s.f) for s in unary}) == len(unary)
+    assert len({code_hash(s.f) for s in unary}) == len(unary)
     losses = [s for s in library if s.tags[0] == "nn" and s.operator == "gradient" and _is_base(s)]
     assert len({_source_of(s.f["torch"]) for s in losses}) > len(losses) // 2
 

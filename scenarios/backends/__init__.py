@@ -31,6 +31,8 @@ def registry() -> dict[str, Backend]:
     for backend in [*_builtin(), *_from_entry_points()]:
         if backend.name in backends:
             raise ValueError(f"two backends are named {backend.name!r}")
+        if backend.vocabulary_error():
+            raise ValueError(backend.vocabulary_error())
         backends[backend.name] = backend
     return backends
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-MODES = ("reverse", "forward", "finite")
+from scenarios.cell import FRAMEWORKS, MODES
 
 
 class CellSkipped(Exception):
@@ -47,6 +47,15 @@ class Backend:
     def prepare(self, scenario, tangent: Any, device: str, dtype: str) -> Prepared:
         """Make the cell ready to run; raise CellSkipped when it does not apply."""
         raise NotImplementedError
+
+    def vocabulary_error(self) -> str | None:
+        """Why this backend's cells could never be stored (a framework or mode outside the cell
+        contract's vocabularies), or None."""
+        if self.framework not in FRAMEWORKS:
+            return f"backend {self.name!r}: framework {self.framework!r} is not one of {', '.join(FRAMEWORKS)}"
+        if self.mode not in MODES:
+            return f"backend {self.name!r}: mode {self.mode!r} is not one of {', '.join(MODES)}"
+        return None
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} ({self.framework}, {self.mode})>"

@@ -7,14 +7,14 @@ import optree
 
 from scenarios.backends.base import Backend, CellSkipped, Prepared
 from scenarios.frameworks import FrameworkUnavailable, get_framework
+from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Tangents, map_tangents
 
 
-# Forward mode builds these operators from one JVP per input element (all at once, vectorised): past
-# this many elements that is too much memory and time to be worth it (a 100k-parameter gradient
-# would ask for tens of GB); such cells are skipped with the reason.
+# Forward mode builds some operators (``Operator.per_input_in_forward``) from one JVP per input
+# element, all at once, vectorised: past this many elements that is too much memory and time to be
+# worth it (a 100k-parameter gradient would ask for tens of GB); such cells are skipped with the reason.
 FORWARD_INPUT_LIMIT = 4096
-PER_INPUT_IN_FORWARD = frozenset({"gradient", "value_and_gradient", "vjp", "jacobian", "hvp", "hessian"})
 
 
 class FrameworkBackend(Backend):
@@ -58,7 +58,7 @@ class FrameworkBackend(Backend):
         if fn is None:
             raise CellSkipped(f"the scenario has no {self.framework} implementation")
         operator = scenario.operator
-        if self.mode == "forward" and operator in PER_INPUT_IN_FORWARD:
+        if self.mode == "forward" and OPERATOR_RECORDS[operator].per_input_in_forward:
             size = sum(leaf.size for leaf in optree.tree_leaves(scenario.x, none_is_leaf=True))
             if size > FORWARD_INPUT_LIMIT:
                 raise CellSkipped(f"forward mode needs one JVP per input element: {size} elements is over "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from scenarios.backends.framework_backend import FrameworkBackend, block_until_ready
-from scenarios.backends.functional import TABLES, Transforms
+from scenarios.backends.functional import Transforms, apply_operator
 
 
 @functools.cache
@@ -32,7 +32,7 @@ class JaxBackend(FrameworkBackend):
         self.name, self.mode, self.jit = name, mode, jit
 
     def operator_fn(self, operator, f, x, tangent):
-        return TABLES[self.mode][operator](jax_transforms(), f, x, tangent)
+        return apply_operator(jax_transforms(), self.mode, operator, f, x, tangent)
 
     def compile(self, computation):
         if not self.jit:

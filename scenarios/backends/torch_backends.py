@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import optree
 
 from scenarios.backends.framework_backend import FrameworkBackend
-from scenarios.backends.functional import TABLES, Transforms
+from scenarios.backends.functional import Transforms, apply_operator
+from scenarios.operators import OPERATOR_RECORDS
 
 
 def _torch_ravel(tree: Any):
@@ -51,13 +52,74 @@ class TorchFuncBackend(FrameworkBackend):
         self.name, self.mode = name, mode
 
     def operator_fn(self, operator, f, x, tangent):
-        return TABLES[self.mode][operator](torch_func_transforms(), f, x, tangent)
+        return apply_operator(torch_func_transforms(), self.mode, operator, f, x, tangent)
 
 
 def _tensor_or_tuple(tree: Any) -> Any:
     """torch.autograd.functional speaks in a tensor or a tuple of tensors: a lone leaf stays a tensor."""
     leaves, structure = optree.tree_flatten(tree, none_is_leaf=True)
     return leaves[0] if structure.is_leaf() else tuple(leaves)
+
+
+def _detached_tree(spec: Any, values: Any) -> Any:
+    values = values if isinstance(values, tuple) else (values,)
+    return optree.tree_unflatten(spec, [v.detach() for v in values])
+
+
+class _OfLeaves:
+    """f as a function of x's leaves, remembering the structure of what it returns."""
+
+    def __init__(self, f: Callable, x: Any):
+        self.f = f
+        leaves, self.in_spec = optree.tree_flatten(x, none_is_leaf=True)
+        self.leaves = tuple(leaves)
+        self.out_spec = None
+
+    def __call__(self, *leaves):
+        out = self.f(optree.tree_unflatten(self.in_spec, list(leaves)))
+        self.out_spec = optree.tree_structure(out, none_is_leaf=True)
+        return _tensor_or_tuple(out)
+
+
+class Autograd:
+    """torch.autograd as the operator records' ``autograd`` functions use it, on pytrees: results come
+    back detached, with x's structure (or f(x)'s, for a jvp)."""
+
+    def __init__(self):
+        from torch.autograd import functional
+
+        self._functional = functional
+
+    def jacobian(self, f: Callable, x: Any, create_graph: bool = False) -> Any:
+        return self._functional.jacobian(f, x, create_graph=create_graph)
+
+    def hessian(self, f: Callable, x: Any) -> Any:
+        return self._functional.hessian(f, x)
+
+    def grad(self, value: Any, x: Any) -> Any:
+        """d value / d x by a backward pass from ``value``, computed from x's leaves (requires_grad)."""
+        import torch
+
+        leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
+        return _detached_tree(spec, torch.autograd.grad(value, leaves))
+
+    def jvp(self, f: Callable, x: Any, t: Any) -> Any:
+        g = _OfLeaves(f, x)
+        pushed = self._functional.jvp(g, g.leaves, tuple(optree.tree_leaves(t)))[1]
+        return _detached_tree(g.out_spec, pushed)  # known once f has run
+
+    def vjp(self, f: Callable, x: Any, ct: Any) -> Any:
+        g = _OfLeaves(f, x)
+        return _detached_tree(g.in_spec, self._functional.vjp(g, g.leaves, _tensor_or_tuple(ct))[1])
+
+    def hvp(self, f: Callable, x: Any, t: Any) -> Any:
+        g = _OfLeaves(f, x)
+        return _detached_tree(g.in_spec, self._functional.hvp(g, g.leaves, tuple(optree.tree_leaves(t)))[1])
+
+
+@functools.cache
+def torch_autograd() -> Autograd:
+    return Autograd()
 
 
 class TorchAutogradBackend(FrameworkBackend):
@@ -68,43 +130,7 @@ class TorchAutogradBackend(FrameworkBackend):
     requires_grad = True
 
     def operator_fn(self, operator, f, x, tangent):
-        import torch
-        from torch.autograd import functional as F
-
-        leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
-        out_spec: list = []
-
-        def flat_f(*flat_leaves):
-            out = f(optree.tree_unflatten(spec, list(flat_leaves)))
-            out_spec[:] = [optree.tree_structure(out, none_is_leaf=True)]
-            return _tensor_or_tuple(out)
-
-        def like_x(values):
-            values = values if isinstance(values, tuple) else (values,)
-            return optree.tree_unflatten(spec, [v.detach() for v in values])
-
-        def like_y(values):
-            values = values if isinstance(values, tuple) else (values,)
-            return optree.tree_unflatten(out_spec[0], [v.detach() for v in values])
-
-
-        if operator in ("gradient", "value_and_gradient"):
-            value = f(x)
-            gradient = like_x(torch.autograd.grad(value, leaves))
-            return (value.detach(), gradient) if operator == "value_and_gradient" else gradient
-        if operator in ("derivative", "jacobian"):
-            return F.jacobian(f, x)
-        if operator == "second_derivative":
-            return F.jacobian(lambda z: F.jacobian(f, z, create_graph=True), x)
-        if operator == "hessian":
-            return F.hessian(f, x)
-        if operator == "jvp":
-            return like_y(F.jvp(flat_f, tuple(leaves), tuple(optree.tree_leaves(tangent)))[1])
-        if operator == "vjp":
-            return like_x(F.vjp(flat_f, tuple(leaves), _tensor_or_tuple(tangent))[1])
-        if operator == "hvp":
-            return like_x(F.hvp(flat_f, tuple(leaves), tuple(optree.tree_leaves(tangent)))[1])
-        raise ValueError(f"unknown operator {operator!r}")
+        return OPERATOR_RECORDS[operator].autograd(torch_autograd(), f, x, tangent)
 
 
 def torch_backends() -> list[FrameworkBackend]:

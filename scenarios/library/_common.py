@@ -8,9 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from scenarios.operators import TAKES_TANGENT
-
-SECOND_ORDER = frozenset({"second_derivative", "hvp", "hessian"})
+from scenarios.operators import OPERATOR_RECORDS
 
 
 def rng(key: str) -> np.random.Generator:
@@ -23,7 +21,7 @@ def scenario_name(family: str, what: str, operator: str, variant: str | None = N
 
 
 def operator_tags(operator: str) -> tuple[str, ...]:
-    return ("second-order",) if operator in SECOND_ORDER else ()
+    return ("second-order",) if OPERATOR_RECORDS[operator].order == 2 else ()
 
 
 def _first_array(tree: Any) -> Any:
@@ -90,10 +88,10 @@ def evaluate(scenario) -> Any:
 
 def tangent_structure(scenario) -> Any:
     """What a tangent must look like: x for jvp and hvp, f(x) for vjp."""
-    if scenario.operator in TAKES_TANGENT:
+    if OPERATOR_RECORDS[scenario.operator].takes_tangent:
         return scenario.x
     return evaluate(scenario)
 
 
-__all__ = ["SECOND_ORDER", "rng", "scenario_name", "operator_tags", "like", "eye_like",
+__all__ = ["rng", "scenario_name", "operator_tags", "like", "eye_like",
            "derived", "draw_like", "evaluate", "tangent_structure"]

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable, Iterable, Mapping
 
 from scenarios.scenario import Scenario, Tangents
-from scenarios.operators import TAKES_COTANGENT, TAKES_TANGENT
+from scenarios.operators import OPERATOR_RECORDS
 from scenarios.library._common import derived, draw_like, like, rng, tangent_structure
 
 BATCH = 3
@@ -38,7 +38,7 @@ def with_closure(scenario: Scenario) -> Scenario:
 
 def with_batched_tangents(scenario: Scenario, count: int = BATCH) -> Scenario:
     """The same scenario applied to ``count`` tangents drawn from a seed named after it."""
-    if scenario.operator not in TAKES_TANGENT | TAKES_COTANGENT:
+    if not OPERATOR_RECORDS[scenario.operator].takes_tangent_or_cotangent:
         raise ValueError(f"scenario {scenario.name!r}: {scenario.operator} takes no tangent")
     g = rng(f"{scenario.name}/batched")
     structure = tangent_structure(scenario)
@@ -55,6 +55,7 @@ def derive(base: Iterable[Scenario]) -> list[Scenario]:
     for scenario in base:
         if scenario.contexts:
             out.append(with_closure(scenario))
-        if scenario.operator in TAKES_TANGENT | TAKES_COTANGENT and not isinstance(scenario.tangent, Tangents):
+        if (OPERATOR_RECORDS[scenario.operator].takes_tangent_or_cotangent
+                and not isinstance(scenario.tangent, Tangents)):
             out.append(with_batched_tangents(scenario))
     return out

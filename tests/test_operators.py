@@ -1,0 +1,102 @@
+"""Each derivative operator is one record: the records are the vocabulary, every record's definitions
+pass on a smooth function, and a new record alone is enough for every backend and the reference."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import scenarios
+import scenarios.cell
+from scenarios import Scenario, namespace
+from scenarios.operators import OPERATOR_RECORDS, Operator
+from scenarios.reference import compute_references
+
+# One backend of each kind of definition: functional reverse and forward (jitted and not),
+# torch.autograd, and finite differences.
+BACKENDS = ["jax-rev", "jax-rev-jit", "jax-fwd", "torch-rev", "torch-func-rev", "torch-func-fwd", "fd"]
+
+
+def test_records_are_the_stored_vocabulary():
+    assert scenarios.operators.OPERATORS is scenarios.cell.OPERATORS
+    assert tuple(OPERATOR_RECORDS) == scenarios.cell.OPERATORS
+    for name, record in OPERATOR_RECORDS.items():
+        assert record.name == name
+        assert record.order in (1, 2) and record.input in ("scalar", "array", "pytree")
+        assert not (record.takes_tangent and record.takes_cotangent), name
+
+
+def smooth_scenario(record: Operator) -> Scenario:
+    """A smooth function of the input and output kinds the record asks for."""
+    scalar_in, scalar_out = record.input == "scalar", record.output == "scalar"
+    x = 0.4 if scalar_in else np.array([0.3, -0.7, 1.1])
+
+    def f(x):
+        xp = namespace(x)
+        if scalar_out:
+            return xp.sum(xp.sin(x) * x)
+        return xp.stack([xp.sin(x) * x, xp.exp(x * 0.5)]) if scalar_in else xp.sin(x) * x[0]
+
+    return Scenario(f"smooth/{record.name}", record.name, f, x)
+
+
+def failing(report):
+    return [(c.backend, c.dtype, c.status, c.message) for c in report.failing()]
+
+
+@pytest.mark.parametrize("operator", scenarios.OPERATORS)
+def test_every_operator_passes_on_a_smooth_function(operator):
+    report = scenarios.check([smooth_scenario(OPERATOR_RECORDS[operator])], devices=["cpu"])
+    assert report.ok, failing(report)
+    assert {c.status for c in report.cells} <= {"pass", "skip"}
+
+
+def _trace_of_jacobian(jacobian):
+    # .diagonal().sum() is spelled alike on jax and torch arrays.
+    return lambda vocabulary, f, x, t: jacobian(vocabulary, f, x).diagonal().sum()
+
+
+def _fd_divergence(B, t):
+    jac, err = B.jacobian_matrix()
+    return B.full(np.trace(jac), np.trace(err))
+
+
+# An operator gradci does not have: the divergence of f: Rⁿ -> Rⁿ, tr J (score matching, neural ODEs).
+DIVERGENCE = Operator(
+    "divergence", input="array", output="any", result="a number: the trace of the Jacobian",
+    per_input_in_forward=True,
+    reverse=_trace_of_jacobian(lambda T, f, x: T.jacrev(f)(x)),
+    forward=_trace_of_jacobian(lambda T, f, x: T.jacfwd(f)(x)),
+    autograd=_trace_of_jacobian(lambda A, f, x: A.jacobian(f, x)),
+    finite_differences=_fd_divergence,
+)
+
+
+@pytest.fixture
+def register(monkeypatch):
+    """Adds an operator record for one test; the vocabulary is restored afterwards."""
+    def add(record: Operator) -> None:
+        monkeypatch.setitem(OPERATOR_RECORDS, record.name, record)
+
+    return add
+
+
+def test_a_new_operator_needs_only_its_record(register):
+    register(DIVERGENCE)
+    scenario = smooth_scenario(DIVERGENCE)
+    report = scenarios.check([scenario], backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
+    assert report.ok, failing(report)
+    assert {c.backend for c in report.cells if c.status == "pass"} == set(BACKENDS)
+    # What they agreed on is the divergence: for f_i = sin(x_i)·x₀, tr J = x₀·Σ cos(x_i) + sin(x₀).
+    x = scenario.x
+    _, (reference,) = compute_references(scenario)
+    assert np.isclose(reference.full, x[0] * np.sum(np.cos(x)) + np.sin(x[0]), rtol=1e-12)
+
+
+def test_a_new_operator_s_wrong_reverse_definition_fails_only_reverse_cells(register):
+    register(dataclasses.replace(DIVERGENCE, reverse=lambda T, f, x, t: 1.001 * DIVERGENCE.reverse(T, f, x, t)))
+    report = scenarios.check([smooth_scenario(DIVERGENCE)], backends=BACKENDS, devices=["cpu"], dtypes=["float64"])
+    assert {c.backend: c.status for c in report.cells} == {
+        "jax-rev": "fail", "jax-rev-jit": "fail", "torch-func-rev": "fail",
+        "jax-fwd": "pass", "torch-func-fwd": "pass", "torch-rev": "pass", "fd": "pass"}
