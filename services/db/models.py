@@ -25,7 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from scenarios.cell import KEY_LENGTHS, STATUSES, VOCABULARIES, stored_values
+from scenarios.cell import FIELDS as CELL_FIELDS
+from scenarios.cell import FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, VOCABULARIES, stored_values
 
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
@@ -112,6 +113,10 @@ def status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
+# Widths of the cell's string columns: its key fields' from the contract; vocabulary names are short.
+CELL_STRING_WIDTHS = {**KEY_LENGTHS, "status": 16, "operator": 32, "framework": 32, "mode": 32}
+
+
 def cell_vocabulary_checks() -> list[CheckConstraint]:
     """The results table's constraints, from ``scenarios.cell.VOCABULARIES``: the database refuses
     what the engine could never produce (an errored cell may leave some fields empty, as ingestion
@@ -189,6 +194,18 @@ class Job(Base):
     finished_at: Mapped[datetime | None]
 
 
+def cell_column(name: str) -> Any:
+    """The column that stores one ``scenarios.cell.Cell`` field: its numbers as nullable floats or
+    integers, its key fields as strings of the contract's widths, its message as text."""
+    if name in FLOAT_FIELDS:
+        return mapped_column(Float, nullable=True)
+    if name in INT_FIELDS:
+        return mapped_column(BigInteger, nullable=True)
+    if name == "message":
+        return mapped_column(Text, nullable=False, default="")
+    return mapped_column(String(CELL_STRING_WIDTHS[name]), nullable=False)
+
+
 class Result(Base):
     """One checked cell. The unique key is what makes a redelivered job's writes idempotent."""
 
@@ -204,22 +221,9 @@ class Result(Base):
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    scenario: Mapped[str] = mapped_column(String(KEY_LENGTHS["scenario"]))
-    operator: Mapped[str] = mapped_column(String(32))
-    framework: Mapped[str] = mapped_column(String(32))
-    backend: Mapped[str] = mapped_column(String(KEY_LENGTHS["backend"]))
-    mode: Mapped[str] = mapped_column(String(32))
-    device: Mapped[str] = mapped_column(String(KEY_LENGTHS["device"]))
-    dtype: Mapped[str] = mapped_column(String(KEY_LENGTHS["dtype"]))
-    status: Mapped[str] = mapped_column(String(16))
-    max_abs_err: Mapped[float | None] = mapped_column(Float)
-    max_rel_err: Mapped[float | None] = mapped_column(Float)
-    atol: Mapped[float | None] = mapped_column(Float)
-    rtol: Mapped[float | None] = mapped_column(Float)
-    time_ms: Mapped[float | None] = mapped_column(Float)
-    first_call_ms: Mapped[float | None] = mapped_column(Float)
-    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    message: Mapped[str] = mapped_column(Text, default="")
+    # One column per scenarios.cell.Cell field, in its order (a class body is a namespace: the
+    # columns exist before the constraints above are bound to the table).
+    locals().update({field.name: cell_column(field.name) for field in CELL_FIELDS})
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
