@@ -134,3 +134,28 @@ def test_push_to_default_branch_starts_a_baseline_and_template_maps_clone_url(se
 
 def test_null_pr_body_never_crashes(client, settings):
     assert deliver(client, "pull_request", payload("pull_request.opened.null-body")).status_code == 202
+
+
+@pytest.mark.parametrize(("event", "path", "value"), [
+    ("pull_request", ("action",), {"x": 1}),
+    ("pull_request", ("number",), {"x": 1}),
+    ("pull_request", ("pull_request", "number"), "12"),
+    ("pull_request", ("pull_request", "head", "sha"), {"x": 1}),
+    ("pull_request", ("pull_request", "base", "sha"), [1]),
+    ("pull_request", ("repository", "full_name"), 7),
+    ("push", ("after",), {"x": 1}),
+    ("push", ("ref",), True),
+    ("pull_request", ("pull_request", "head"), "main"),
+    ("push", ("repository",), ["acme/kernels"]),
+])
+def test_signed_payload_fields_of_the_wrong_type_answer_400(client, settings, event, path, value):
+    """Signed, so past the signature check: the field's type is what is wrong, and it says which."""
+    body = copy.deepcopy(payload("pull_request.opened" if event == "pull_request" else "push"))
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    response = deliver(client, event, body)
+    assert response.status_code == 400, response.text
+    assert ".".join(path) in response.json()["detail"]
+    assert runs(settings.database_url) == []

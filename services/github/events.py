@@ -47,6 +47,33 @@ def _get(tree: Any, *path: str) -> Any:
     return tree
 
 
+# The payload fields gradci reads, with the JSON type each must have where present (null is fine):
+# a signed payload with an object where a string belongs is refused with a 400, not stored.
+TYPED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], type], ...]] = {
+    "pull_request": (
+        (("pull_request",), dict), (("pull_request", "head"), dict), (("pull_request", "base"), dict),
+        (("repository",), dict), (("label",), dict), (("pull_request", "labels"), list),
+        (("action",), str), (("number",), int), (("pull_request", "number"), int),
+        (("pull_request", "head", "sha"), str), (("pull_request", "base", "sha"), str),
+        (("pull_request", "head", "ref"), str), (("label", "name"), str),
+        (("repository", "full_name"), str), (("repository", "clone_url"), str),
+    ),
+    "push": (
+        (("repository",), dict), (("ref",), str), (("after",), str), (("repository", "full_name"), str),
+        (("repository", "clone_url"), str), (("repository", "default_branch"), str),
+    ),
+}
+
+
+def payload_type_error(event: str, payload: dict) -> str | None:
+    """Which field of the payload has the wrong JSON type, or None."""
+    for path, kind in TYPED_FIELDS.get(event, ()):
+        value = _get(payload, *path)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"payload field {'.'.join(path)} must be a {kind.__name__}, not {type(value).__name__}"
+    return None
+
+
 def repository_allowed(full_name: str | None, allowed: list[str]) -> bool:
     """Globs over owner/name (the same rule as the REST API's); an empty list allows every repository."""
     return is_allowed(RepoRef(url=full_name or "", full_name=full_name), allowed)

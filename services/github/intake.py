@@ -12,7 +12,7 @@ from services import dispatch
 from services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
 from services.db.runs import (RunAlreadyFinished, create_run, get_or_create_repository, mark_run_error,
                              request_cancel)
-from services.github.events import Decision, DecisionKind, decide
+from services.github.events import Decision, DecisionKind, decide, payload_type_error
 from services.reports.run_report import base_run
 from services.settings import Settings
 
@@ -61,6 +61,9 @@ def _tracked_run(session: Session, decision: Decision, repository: Repository, t
 
 def handle(session: Session, settings: Settings, event: str, delivery_id: str, payload: dict) -> tuple[int, dict]:
     """(HTTP status, body) for one verified delivery."""
+    type_error = payload_type_error(event, payload)
+    if type_error is not None:
+        return 400, {"detail": type_error}
     delivery = store_delivery(session, delivery_id, event, payload)
     if delivery is None:
         return 200, {"duplicate": True, "delivery": delivery_id}
