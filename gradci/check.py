@@ -10,11 +10,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import scenarios
-from scenarios.cell import COUNTED, FAILING, STATUSES, Cell
+from gradci.client import coverage_text
+from scenarios.cell import FAILING, STATUSES, Cell
 from scenarios.devices import expand_devices
 from scenarios.formats import cells_to_json, cells_to_junit
 from scenarios.matrix import Matrix, select_scenarios
 from scenarios.project import ProjectError, load_project, load_scenarios
+from services.reports.coverage import coverage_percent
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -82,7 +84,7 @@ def render_table(cells: list[Cell], console: Console) -> None:
     for column in ("backend", "device", "dtype", *STATUSES, "coverage"):
         summary.add_column(column, justify="left" if column in ("backend", "device", "dtype") else "right")
     for (backend, device, dtype), counts in groups.items():
-        summary.add_row(backend, device, dtype, *(str(counts[s]) for s in STATUSES), _coverage(counts))
+        summary.add_row(backend, device, dtype, *(str(counts[s]) for s in STATUSES), coverage_text(coverage_percent(counts)))
     console.print(summary)
     failing = [c for c in cells if c.status in FAILING]
     if failing:
@@ -95,12 +97,7 @@ def render_table(cells: list[Cell], console: Console) -> None:
                           _num(c.max_rel_err), _num(c.atol), _num(c.rtol), c.message)
         console.print(table)
     totals = Counter(c.status for c in cells)
-    console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {_coverage(totals)}")
-
-
-def _coverage(counts: Counter) -> str:
-    counted = sum(counts[status] for status in COUNTED)
-    return f"{100 * counts['pass'] / counted:.1f}%" if counted else "—"
+    console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage_text(coverage_percent(totals))}")
 
 
 def _num(value: float | None) -> str:

@@ -101,14 +101,17 @@ def exit_code(run: dict[str, Any]) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def coverage_text(coverage: float | None) -> str:
+    """A coverage as the command line prints it."""
+    return "—" if coverage is None else f"{coverage:.1f}%"
+
+
 def print_summary(run: dict[str, Any], console: Console) -> None:
     table = Table(title=f"run {run['id']}: {run['status']}")
     for status in STATUSES:
         table.add_column(status, justify="right")
     table.add_column("coverage", justify="right")
-    coverage = run.get("coverage")
-    table.add_row(*(str(run["counts"].get(s, 0)) for s in STATUSES),
-                  "—" if coverage is None else f"{coverage:.1f}%")
+    table.add_row(*(str(run["counts"].get(s, 0)) for s in STATUSES), coverage_text(run.get("coverage")))
     console.print(table)
     if run.get("error_message"):
         console.print(f"error: {run['error_message']}", markup=False, highlight=False)

@@ -8,6 +8,7 @@ the server side and REST clients can use it without loading numpy or a framework
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +53,12 @@ KEY_LENGTHS = {"scenario": 255, "backend": 64, "device": 32, "dtype": 32}
 # A cell that errored before the engine saw it (its scenario vanished from the checkout, its job
 # failed for good) may leave these empty.
 UNKNOWN_WHEN_ERRORED = ("operator", "framework", "mode")
+
+
+def status_attribute(status: str) -> str:
+    """The Python name of a status where one is needed (an enum member, a model field): ``pass``
+    is a keyword, so it becomes ``pass_``."""
+    return f"{status}_" if keyword.iskeyword(status) else status
 
 
 def stored_values(field: str) -> tuple[str, ...]:

@@ -19,10 +19,6 @@ def validate_device(device: str) -> str:
     return device
 
 
-def is_cuda(device: str) -> bool:
-    return device == CUDA or device.startswith((f"{CUDA}:", f"{CUDA}."))
-
-
 def expand_devices(requested: Iterable[str], available: Sequence[str]) -> list[str]:
     """``cuda`` means every CUDA device of ``available`` (``cuda:0``, ``cuda:1``, …); where there is
     none it stays ``cuda``, so that its cells say why they did not run instead of vanishing."""

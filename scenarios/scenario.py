@@ -10,9 +10,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import optree
 
+from scenarios.cell import FRAMEWORKS
 from scenarios.operators import OPERATOR_RECORDS, check_operator_input
 
-FRAMEWORK_KEYS = ("numpy", "torch", "jax")
 
 
 class Tangents(tuple):
@@ -70,7 +70,7 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
                              f"expected one of {', '.join(OPERATOR_RECORDS)}")
         if isinstance(self.f, Mapping):
-            unknown = set(self.f) - set(FRAMEWORK_KEYS)
+            unknown = set(self.f) - set(FRAMEWORKS)
             if unknown:
                 raise ValueError(f"scenario {self.name!r}: unknown framework keys {sorted(unknown)}")
         elif not callable(self.f):

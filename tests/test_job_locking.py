@@ -10,8 +10,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-
-
 from services.db import queries
 from services.db.jobs import jobs_of_run, lock_run, store_jobs
 from services.db.models import JobStatus
@@ -55,7 +53,6 @@ def test_jobs_finishing_together_never_deadlock(postgres_url, make_run, cell_fac
     assert sorted(last) == [False] * (JOBS - 1) + [True]  # exactly one job saw the run complete
     with session_scope(postgres_url) as session:
         assert {job.status for job in jobs_of_run(session, run_id)} == {JobStatus.done.value}
-
         assert sum(queries.cell_counts(session, [run_id])[run_id].values()) == JOBS * 3
 
 

@@ -10,9 +10,9 @@ import os
 import socket
 from pathlib import Path
 
+from scenarios.devices import CPU
 from services.settings import Settings, get_settings
 from worker.checkout import Checkouts
-from scenarios.devices import CPU
 from worker.devices import LocalDevice
 from worker.runner import WarmRunner, shared_runner
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
 import optree  # noqa: E402
 
-from scenarios.frameworks.adapter import FrameworkAdapter
+from scenarios.frameworks.adapter import FrameworkAdapter  # noqa: E402
 
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}

@@ -26,7 +26,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from scenarios.cell import FIELDS as CELL_FIELDS
-from scenarios.cell import FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, VOCABULARIES, stored_values
+from scenarios.cell import KEY_FIELDS as CELL_KEY_FIELDS
+from scenarios.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, VOCABULARIES, status_attribute,
+                           stored_values)
 
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
@@ -72,7 +74,7 @@ class JobStatus(StrEnum):
 
 
 # The engine's cell statuses as an enum (query parameters, OpenAPI), built from the contract.
-CellStatus = StrEnum("CellStatus", {("pass_" if status == "pass" else status): status for status in STATUSES})
+CellStatus = StrEnum("CellStatus", {status_attribute(status): status for status in STATUSES})
 
 
 class Trigger(StrEnum):
@@ -211,7 +213,7 @@ class Result(Base):
 
     __tablename__ = "results"
     __table_args__ = (
-        UniqueConstraint("run_id", "scenario", "backend", "device", "dtype"),
+        UniqueConstraint("run_id", *CELL_KEY_FIELDS),
         *cell_vocabulary_checks(),
         Index(None, "run_id", "id"),  # cursor pagination within a run
         Index(None, "run_id", "status", "id"),  # counts per status, status-filtered pages

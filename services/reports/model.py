@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from scenarios.cell import STATUSES
+from scenarios.cell import STATUSES, status_attribute
 from services.cell_fields import cell_fields
 from services.reports.coverage import counted_cells, coverage_percent, status_counts
 
@@ -43,7 +43,7 @@ class StatusCounts(Record):
         return cls.model_validate(status_counts(statuses))
 
     def by_status(self) -> dict[str, int]:
-        return {status: getattr(self, "pass_" if status == "pass" else status) for status in STATUSES}
+        return {status: getattr(self, status_attribute(status)) for status in STATUSES}
 
     @property
     def total(self) -> int:

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from scenarios.cell import KEY_FIELDS
 from services.reports.coverage import MISSING, percent
 from services.reports.model import (BRIEF_FIELDS, CellBrief, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
                                     StatusCounts, StatusTotals)
@@ -32,7 +33,7 @@ class Changes(NamedTuple):
 
 
 def cell_key(cell: Mapping[str, Any]) -> CellKey:
-    return (cell["scenario"], cell["backend"], cell["device"], cell["dtype"])
+    return tuple(cell[field] for field in KEY_FIELDS)  # type: ignore[return-value]
 
 
 def tolerance_ratio(cell: Mapping[str, Any]) -> float | None:
