@@ -26,7 +26,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-# The storage layer is imported where it is used, so that the timed check process loads only the engine.
+# The storage layer is imported where it is used, so that the timed check process loads only the engine;
+# these two contract modules are standard library only.
+from scenarios.cell import STATUSES as CELL_STATUSES  # noqa: E402
+from scenarios.matrix import exact_pattern  # noqa: E402
 
 TOKEN = "bench-token"
 INGEST_CELLS = 20_000
@@ -116,7 +119,9 @@ def time_service(names: list[str], expected: int, env: dict[str, str], database_
                           timeout=30) as client:
             wait_ready(client)
             start = time.perf_counter()
-            run_id = client.post("/api/runs", json={"scenarios": names, "devices": ["cpu"]}).json()["id"]
+            # Exact names: a plain word is a substring, and would also select these scenarios' variants.
+            patterns = [exact_pattern(name) for name in names]
+            run_id = client.post("/api/runs", json={"scenarios": patterns, "devices": ["cpu"]}).json()["id"]
             while stored_cells(database_url, run_id) < expected:
                 if client.get(f"/api/runs/{run_id}").json()["status"] in ("error", "cancelled"):
                     raise RuntimeError(f"run {run_id} ended early: {client.get(f'/api/runs/{run_id}').json()}")
@@ -200,6 +205,9 @@ def main() -> None:
           f"{finished_s:.1f} s")
     print(f"service ÷ check: {stored_s / check_s:.2f}  (target ≤ 1.25)")
     print(f"status counts: check {_counts(check_cells.values())}, service {run['counts']}")
+    service_cells = sum(run["counts"].get(status, 0) for status in CELL_STATUSES)
+    if service_cells != len(check_cells):  # a ratio of different work would mean nothing
+        raise SystemExit(f"the service checked {service_cells} cells and gradci check {len(check_cells)}")
 
     first, rewrite = ingestion_rate(database_url)
     print(f"ingestion, {INGEST_CELLS} synthetic cells in commits of {BATCH_CELLS}: "
