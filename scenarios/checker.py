@@ -8,12 +8,12 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
-import optree
 
 from scenarios.backends import Backend, CellSkipped, get_backend, registry
 from scenarios.cell import FAILING, Cell
-from scenarios.compare import Comparison, compare_arrays, compare_to_reference
+from scenarios.compare import Comparison, compare_to_reference
+from scenarios.intact import in_place_culprit, mutation, snapshot
+from scenarios.modes import check_modes_agree
 from scenarios.reference import ReferenceCache, shared_cache
 from scenarios.scenario import Scenario, Tangents
 from scenarios.tolerances import Tolerance, tolerance_for
@@ -94,7 +94,7 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
                 else:
                     results[cell.key] = run_cell(cell, scenario, backend, tangent, refs)
                 cells.append(cell)
-    _check_modes_agree(cells, results, scenario)
+    check_modes_agree(cells, results, scenario, tangent)
     for cell in cells:
         _apply_xfail(cell, scenario)
         if progress:
@@ -121,33 +121,47 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     cell.rtol, cell.atol = tol.rtol, tol.atol
     try:
         prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
-        before = _snapshot(prepared.inputs)
+        before = snapshot(prepared.inputs)
         result = _timed_calls(cell, backend, prepared)
         numpy_result = prepared.to_numpy(result)
-        intact = _snapshot(prepared.inputs)
+        changed = mutation(before, snapshot(prepared.inputs))
     except CellSkipped as exc:
         cell.status, cell.message = "skip", str(exc)
         return None
     except Exception as exc:  # the backend could not differentiate it: truthfully an error
-        cell.status, cell.message = "error", _describe(exc)
+        cell.status, cell.message = in_place_culprit(exc) or ("error", _describe(exc))
         return None
     if prepared.error_estimate is not None:
         refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
     comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
-    if not _trees_equal(before, intact):
-        comparison = comparison.merge(Comparison(ok=False, message="scenario not intact: the backend "
-                                                                   "modified its inputs"))
-    cell.status = "pass" if comparison.ok else "fail"
+    cell.status = comparison.status
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol
-    cell.message = comparison.message[:MESSAGE_LIMIT]
+    message = comparison.message if cell.status == "fail" else comparison.unreliable
+    if changed:  # the culprit first: the comparison of a mutated computation says little
+        cell.status, message = changed[0], "; ".join(filter(None, (changed[1], comparison.message)))
+    cell.message = "; ".join(filter(None, (message, _wider_dtype_note(prepared, cell.dtype))))[:MESSAGE_LIMIT]
     return numpy_result
 
 
+def _wider_dtype_note(prepared, dtype: str) -> str:
+    """A note when f answers in float64 for inputs of a narrower dtype: the cell then checks float64
+    arithmetic, not the dtype it is named for."""
+    if dtype == "float64" or prepared.value_dtypes is None:
+        return ""
+    try:
+        wider = prepared.value_dtypes() - {dtype}
+    except Exception:  # noqa: BLE001 - only a note; the cell's verdict stands
+        return ""
+    if "float64" not in wider:
+        return ""
+    return (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
+            f"this cell checks float64 arithmetic")
+
+
 def _widened(reference, own_error: Any):
-    """The reference with a backend's own error estimate added to its own."""
-    total = optree.tree_map(lambda a, b: np.abs(a) + np.abs(b), reference.full_error, own_error)
-    return dataclasses.replace(reference, full_error=total)
+    """The reference with a backend's own error estimate attached."""
+    return dataclasses.replace(reference, backend_error=own_error)
 
 
 def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:
@@ -178,44 +192,6 @@ def _timed_calls(cell: Cell, backend: Backend, prepared) -> Any:
     if adapter:
         cell.peak_memory_bytes = adapter.peak_memory(cell.device)
     return result
-
-
-def _snapshot(tree: Any) -> list[np.ndarray]:
-    """Bitwise copies of every array leaf (framework arrays included), to detect mutation."""
-    leaves = optree.tree_leaves(tuple(tree), none_is_leaf=True)
-    return [_to_host(leaf) for leaf in leaves]
-
-
-def _to_host(leaf: Any) -> Any:
-    if hasattr(leaf, "detach"):  # torch
-        return leaf.detach().cpu().clone().numpy()
-    return np.array(leaf, copy=True) if hasattr(leaf, "shape") else leaf
-
-
-def _trees_equal(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        np.array_equal(x, y, equal_nan=True) if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b))
-
-
-def _check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario) -> None:
-    """Forward and reverse modes of one framework, same device and dtype, must agree with each other:
-    with probe references this catches errors orthogonal to the probes."""
-    by_group: dict[tuple, list[Cell]] = {}
-    for cell in cells:
-        if cell.status == "pass" and cell.mode in ("forward", "reverse"):
-            by_group.setdefault((cell.framework, cell.device, cell.dtype), []).append(cell)
-    for group in by_group.values():
-        forward = [c for c in group if c.mode == "forward"]
-        reverse = [c for c in group if c.mode == "reverse"]
-        for f_cell in forward:
-            for r_cell in reverse:
-                tol = Tolerance(rtol=2 * (f_cell.rtol or 0), atol=2 * tolerance_for(f_cell.dtype).atol)
-                a, b = results[f_cell.key], results[r_cell.key]
-                agreement = compare_arrays(a, b, optree.tree_map(np.zeros_like, b), tol)
-                if not agreement.ok:
-                    for cell, other in ((f_cell, r_cell), (r_cell, f_cell)):
-                        cell.status = "fail"
-                        cell.message = f"forward and reverse modes disagree ({other.backend}): {agreement.message}"
 
 
 def _apply_xfail(cell: Cell, scenario: Scenario) -> None:

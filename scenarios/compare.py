@@ -9,7 +9,9 @@ import optree
 
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.reference import Probe, Reference
-from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance
+from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
+
+ANALYTIC_ADVICE = "give an analytic reference"
 
 
 @dataclasses.dataclass
@@ -19,6 +21,9 @@ class Comparison:
     max_rel_err: float = 0.0
     atol: float = 0.0          # the absolute tolerance in force (atol × the result's scale)
     message: str = ""
+    # Why the reference could not decide (its error estimate too large at this tolerance): with ok,
+    # no verdict; a result beyond even the widened threshold still fails.
+    unreliable: str = ""
 
     def merge(self, other: "Comparison") -> "Comparison":
         return Comparison(
@@ -27,7 +32,14 @@ class Comparison:
             max_rel_err=max(self.max_rel_err, other.max_rel_err),
             atol=max(self.atol, other.atol),
             message="; ".join(m for m in (self.message, other.message) if m),
+            unreliable=self.unreliable or other.unreliable,
         )
+
+    @property
+    def status(self) -> str:
+        if not self.ok:
+            return "fail"
+        return "error" if self.unreliable else "pass"
 
 
 def _leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
@@ -51,32 +63,49 @@ def structure_mismatch(result: Any, expected: Any) -> str | None:
     return None
 
 
-def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance) -> Comparison:
+def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance, backend_error: Any = None) -> Comparison:
     """Elementwise |a - r| <= atol·scale + rtol·|r| + k·err, non-finite values where the reference
-    has the same ones and nowhere else."""
+    has the same ones and nowhere else; no verdict where the reference's error is too large to
+    decide (``unreliable``), unless the result is wrong even so. ``backend_error``, a backend's own
+    error estimate (fd), only widens."""
     mismatch = structure_mismatch(result, expected)
     if mismatch:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"), message=mismatch)
-    a, r, e = _flat(result), _flat(expected), _flat(error)
+    a, r = _flat(result), _flat(expected)
+    e = np.nan_to_num(_flat(error), nan=np.inf, posinf=np.inf)
     finite_r, finite_a = np.isfinite(r), np.isfinite(a)
+    scale = reliable_scale(r[finite_r], e[finite_r], tol)
+    with np.errstate(invalid="ignore"):
+        allowed = allowance(tol, np.abs(r), scale)
+        unsure = finite_r & undecided(e, tol, np.abs(r), scale)
+    unreliable = _unreliable(unsure, e, allowed, "element")
     same_nonfinite = (~finite_r & ~finite_a) & ((np.isnan(r) & np.isnan(a)) | (a == r))
-    bad_nonfinite = ~finite_a & ~same_nonfinite
-    if np.any(bad_nonfinite) or np.any(~finite_r & finite_a):
-        where = int(np.argmax(bad_nonfinite | (~finite_r & finite_a)))
+    bad_nonfinite = ((~finite_a & ~same_nonfinite) | (~finite_r & finite_a)) & ~unsure
+    if np.any(bad_nonfinite):
+        where = int(np.argmax(bad_nonfinite))
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                           message=f"non-finite mismatch: got {a[where]} where the reference has {r[where]} "
                                   f"(element {where})")
     both = finite_r & finite_a
-    a, r, e = a[both], r[both], np.nan_to_num(e[both], nan=0.0, posinf=0.0)
-    scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
     atol = tol.atol * scale
-    diff = np.abs(a - r)
-    threshold = atol + tol.rtol * np.abs(r) + REFERENCE_ERROR_FACTOR * e
+    diff = np.where(both, np.abs(a - r), 0.0)
+    widening = e if backend_error is None else e + np.abs(np.nan_to_num(_flat(backend_error), nan=np.inf))
+    threshold = np.where(both, allowed + REFERENCE_ERROR_FACTOR * widening, np.inf)
     ok = bool(np.all(diff <= threshold))
     max_abs = float(np.max(diff)) if diff.size else 0.0
-    max_rel = float(np.max(diff / (np.abs(r) + atol))) if diff.size else 0.0
+    max_rel = float(np.max(diff / (np.abs(np.where(both, r, 0.0)) + atol))) if diff.size else 0.0
     message = "" if ok else _worst(diff, threshold, a, r)
-    return Comparison(ok=ok, max_abs_err=max_abs, max_rel_err=max_rel, atol=atol, message=message)
+    return Comparison(ok=ok, max_abs_err=max_abs, max_rel_err=max_rel, atol=atol, message=message,
+                      unreliable=unreliable)
+
+
+def _unreliable(unsure: np.ndarray, error: np.ndarray, allowed: np.ndarray, what: str) -> str:
+    """The message for the worst element the reference's error estimate leaves undecided, or ""."""
+    if not np.any(unsure):
+        return ""
+    worst = int(np.argmax(np.where(unsure, error / allowed, -np.inf)))
+    return (f"reference unreliable: estimated error {error[worst]:.2g} at {what} {worst} (tolerance "
+            f"{allowed[worst]:.2g}); {ANALYTIC_ADVICE}")
 
 
 def _worst(diff, threshold, a, r) -> str:
@@ -106,13 +135,17 @@ def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_si
         if not np.isfinite(projection):
             return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                               message=f"non-finite result along a probe direction (got {projection})")
-        atol = tol.atol * max(1.0, abs(probe.value))
+        value, error = np.array([probe.value]), np.array([probe.error])
+        scale = reliable_scale(value, error, tol)
+        atol = tol.atol * scale
         diff = abs(projection - probe.value)
-        threshold = atol + tol.rtol * max(noise_scale, abs(probe.value)) + REFERENCE_ERROR_FACTOR * probe.error
-        ok = diff <= threshold
+        magnitude = np.array([max(noise_scale, abs(probe.value))])
+        allowed = allowance(tol, magnitude, scale)
+        ok = bool(diff <= allowed[0] + REFERENCE_ERROR_FACTOR * probe.error)
         total = total.merge(Comparison(
             ok=ok, max_abs_err=diff, max_rel_err=diff / (abs(probe.value) + atol), atol=atol,
-            message="" if ok else f"probe: got {projection:.10g}, reference {probe.value:.10g}"))
+            message="" if ok else f"probe: got {projection:.10g}, reference {probe.value:.10g}",
+            unreliable=_unreliable(undecided(error, tol, magnitude, scale), error, allowed, "probe")))
     return total
 
 
@@ -136,7 +169,7 @@ def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custo
         return Comparison(ok=bool(ok), max_abs_err=float(max_abs), max_rel_err=float(max_rel), atol=tol.atol,
                           message="" if ok else "custom comparison failed")
     if reference.is_full:
-        return compare_arrays(result, reference.full, reference.full_error, tol)
+        return compare_arrays(result, reference.full, reference.full_error, tol, reference.backend_error)
     size = probes_result_size(reference)
     return compare_probes(result, reference.probes, tol, size)
 

@@ -6,6 +6,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
+from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Scenario
 
 
@@ -25,8 +26,19 @@ def ravel(tree: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     return flat, unravel
 
 
+def owned_copy(tree: Any) -> Any:
+    """Every numpy array of ``tree`` as a C-contiguous copy nobody else holds.
+
+    A function may write into its arguments, or read raw storage (``as_strided``) past a view's
+    edges; given views of a stencil's points or the scenario's own arrays, it would then change them
+    or read its neighbours' values."""
+    return optree.tree_map(lambda leaf: np.array(leaf, order="C", copy=True) if isinstance(leaf, np.ndarray)
+                           else leaf, tree, none_is_leaf=True)
+
+
 def float64_callable(scenario: Scenario) -> Callable:
-    """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU.
+    """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU;
+    every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
 
     Prefer the numpy (or framework-neutral) implementation; fall back to torch, then jax, on the CPU in
     float64, so that every framework is held to the same reference.
@@ -36,7 +48,7 @@ def float64_callable(scenario: Scenario) -> Callable:
         if fn is None:
             continue
         if framework == "numpy":
-            return fn
+            return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
         from scenarios.frameworks import get_framework
 
         fw = get_framework(framework)
@@ -50,7 +62,11 @@ def float64_callable(scenario: Scenario) -> Callable:
 
 
 class FlatFunction:
-    """g(v) = ravel(f(unravel(v), *contexts)) with the output's structure remembered."""
+    """g(v) = ravel(f(unravel(v), *contexts)) with the output's structure remembered.
+
+    f(x) itself must succeed; at any other point an exception counts as a value outside f's domain:
+    NaN, which makes finite differences take smaller or one-sided steps (torch's binary cross-entropy
+    raises for inputs outside [0, 1] where log would return NaN)."""
 
     def __init__(self, scenario: Scenario):
         self._fn = float64_callable(scenario)
@@ -58,12 +74,39 @@ class FlatFunction:
         self.v0, self.unravel_input = ravel(scenario.x)
         self.value = self._call_tree(scenario.x)
         self.y0, self.unravel_output = ravel(self.value)
+        _check_output(scenario.operator, self.value, self.y0)
         self.evaluations = 0
+        self.failure: Exception | None = None  # the last exception at a stencil point, for the message
 
     def _call_tree(self, x: Any) -> Any:
         out = self._fn(x, *self._contexts)
-        return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), out, none_is_leaf=True)
+        return optree.tree_map(_float_array, out, none_is_leaf=True)
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         self.evaluations += 1
-        return ravel(self._call_tree(self.unravel_input(v)))[0]
+        try:
+            return ravel(self._call_tree(self.unravel_input(v)))[0]
+        except Exception as exc:  # noqa: BLE001 - any exception: the point is outside f's domain
+            self.failure = exc
+            return np.full(self.y0.size, np.nan)
+
+
+class ScenarioOutputError(ValueError):
+    """f(x) is not what the scenario's operator differentiates: every backend's cell is an error."""
+
+
+def _float_array(leaf: Any) -> np.ndarray:
+    try:
+        return np.asarray(leaf, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ScenarioOutputError(f"f must return numbers, an array or a pytree of arrays; it returned "
+                                  f"{type(leaf).__name__} {str(leaf)[:60]!r}") from None
+
+
+def _check_output(operator: str, value: Any, flat: np.ndarray) -> None:
+    if not np.all(np.isfinite(flat)):
+        raise ScenarioOutputError(f"f(x) is not finite at the scenario's point (NaN or Inf at element "
+                                  f"{int(np.argmin(np.isfinite(flat)))} of {flat.size}): no derivative to check there")
+    if OPERATOR_RECORDS[operator].output == "scalar" and flat.size != 1:
+        shape = np.shape(value) if isinstance(value, np.ndarray) else f"a pytree of {flat.size} numbers"
+        raise ScenarioOutputError(f"{operator} needs f(x) to be a scalar; it returned shape {shape}")

@@ -50,6 +50,7 @@ class Operator:
     # Forward mode needs one JVP per input element (vectorised, so memory grows with the input).
     per_input_in_forward: bool = False
     returns_value: bool = False         # the result is (f(x), the derivative)
+    matrix_result: bool = False         # the result is a matrix: rows like f(x) (or x), columns like x
 
     @property
     def takes_tangent_or_cotangent(self) -> bool:
@@ -71,7 +72,14 @@ def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
     def flat_f(v):
         return T.ravel(f(unravel_x(v)))[0]
 
-    return unravel_x(flat_ct @ T.jacfwd(flat_f)(flat_x))
+    jacobian = T.jacfwd(flat_f)(flat_x)
+    # f may compute in a wider dtype than x (a float64 constant): J is then float64, ct float32.
+    return unravel_x(T.cast_like(flat_ct, jacobian) @ jacobian)
+
+
+def _rev_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+    y, pullback = T.vjp(f, x)
+    return pullback(T.cast_like(ct, y))[0]  # the cotangent in f(x)'s dtype, which f may have widened
 
 
 def _fwd_value_and_grad(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
@@ -181,6 +189,7 @@ _RECORDS = (
         finite_differences=_fd_gradient),
     Operator(
         "jacobian", input="array", output="any", result="f(x).shape + x.shape", per_input_in_forward=True,
+        matrix_result=True,
         reverse=lambda T, f, x, t: T.jacrev(f)(x),
         forward=lambda T, f, x, t: T.jacfwd(f)(x),
         autograd=lambda A, f, x, t: A.jacobian(f, x),
@@ -193,7 +202,7 @@ _RECORDS = (
         finite_differences=_fd_jvp),
     Operator(
         "vjp", input="pytree", output="any", result="like x", takes_cotangent=True, per_input_in_forward=True,
-        reverse=lambda T, f, x, t: T.vjp(f, x)[1](t)[0],
+        reverse=_rev_vjp,
         forward=_fwd_vjp,
         autograd=lambda A, f, x, t: A.vjp(f, x, t),
         finite_differences=_fd_vjp),
@@ -206,7 +215,7 @@ _RECORDS = (
         finite_differences=_fd_hvp),
     Operator(
         "hessian", input="array", output="scalar", result="x.shape + x.shape", order=2,
-        per_input_in_forward=True,
+        per_input_in_forward=True, matrix_result=True,
         reverse=_rev_twice,
         forward=lambda T, f, x, t: T.jacfwd(T.jacfwd(f))(x),
         autograd=lambda A, f, x, t: A.hessian(f, x),

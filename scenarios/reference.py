@@ -19,6 +19,7 @@ from scipy import differentiate
 from scenarios.numpy_function import FlatFunction, ravel
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Scenario, Tangents
+from scenarios.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 
 # Above these many input elements, first-order operators are checked through probes...
 FULL_FIRST_ORDER_LIMIT = 16
@@ -43,9 +44,24 @@ class FDSettings:
     # Probes on large inputs, where each evaluation is expensive: order 6 converges in 9 evaluations
     # on a 100k-parameter MLP (error estimate 5e-11) where order 4 takes 11 and order 8 more.
     probe_order: int = 6
+    # scipy.differentiate's stopping rule; None: its default (relative error sqrt(eps)).
+    tolerances: dict | None = None
+    # Steps relative to x's magnitude (differences taken in z = x / |x|): at x ~ 1e4 a step of 0.5 is
+    # lost in rounding, at x ~ 1e-6 it leaves the domain.
+    relative_steps: bool = False
 
     def for_probes(self) -> "FDSettings":
         return dataclasses.replace(self, order=self.probe_order)
+
+
+# When a reference's error estimate is too large to decide a cell, it is computed again with these,
+# in turn (smaller first steps, more iterations, another order, iterating to rounding level), and
+# each element keeps its most accurate value.
+REFINEMENTS = (
+    FDSettings(relative_steps=True),
+    FDSettings(order=8, probe_order=8, initial_steps=INITIAL_STEPS[1:], maxiter=16,
+               tolerances={"atol": 0.0, "rtol": 1e-12}),
+)
 
 
 @dataclasses.dataclass
@@ -65,6 +81,9 @@ class Reference:
     full_error: Any = None
     probes: list[Probe] = dataclasses.field(default_factory=list)
     method: str = "finite differences"
+    # A backend that is itself an approximation (fd) adds its own error estimate here: it widens the
+    # threshold like the reference's, but only the reference's own decides whether it can decide.
+    backend_error: Any = None
 
     @property
     def is_full(self) -> bool:
@@ -75,26 +94,37 @@ class ReferenceUnavailable(Exception):
     """Finite differences found no finite derivative at x: the scenario needs an analytic reference."""
 
 
-def _richardson(compute: Callable[[float], Any], settings: FDSettings):
-    """Run a scipy.differentiate routine, retrying smaller initial steps where f was not finite
-    (a domain edge within the first, large step). A non-finite result is never a reference: a NaN
-    there would let a NaN derivative pass."""
-    for step in settings.initial_steps:
-        # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about
-        # it are ours, not the user's.
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            result = compute(step)
-        values = result.ddf if hasattr(result, "ddf") else result.df
-        if np.all(np.isfinite(values)) and np.all(result.status != -3):
-            return result
+# Central stencils first; where f is not finite for any step (x at a domain edge), forward, then
+# backward ones, which never cross the edge.
+STEP_DIRECTIONS = (0, 1, -1)
+
+
+def _richardson(compute: Callable[[float, int], Any], settings: FDSettings, directions=STEP_DIRECTIONS):
+    """Run a scipy.differentiate routine as ``compute(initial_step, step_direction)``, retrying smaller
+    initial steps, then one-sided stencils, where f was not finite (a domain edge within the step).
+    A non-finite result is never a reference: a NaN there would let a NaN derivative pass."""
+    for direction in directions:
+        for step in settings.initial_steps:
+            # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about
+            # it are ours, not the user's.
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                result = compute(step, direction)
+            values = result.ddf if hasattr(result, "ddf") else result.df
+            if np.all(np.isfinite(values)) and np.all(result.status != -3):
+                return result
     raise ReferenceUnavailable("finite differences found no finite derivative at x (a singularity or a "
                                "domain edge); give the scenario an analytic reference")
 
 
+def _scipy_options(settings: FDSettings) -> dict:
+    return dict(order=settings.order, maxiter=settings.maxiter, tolerances=settings.tolerances)
+
+
 def _jacobian(g: FlatFunction, point: np.ndarray, settings: FDSettings):
     """Full Jacobian (n, m) of the flat function at ``point`` and its error estimate."""
-    res = _richardson(lambda step: differentiate.jacobian(
-        _Composed(g).batched, point, order=settings.order, initial_step=step, maxiter=settings.maxiter), settings)
+    res = _richardson(lambda step, direction: differentiate.jacobian(
+        _Composed(g).batched, point, initial_step=step, step_direction=direction, **_scipy_options(settings)),
+        settings)
     return np.atleast_2d(res.df), np.atleast_2d(res.error)
 
 
@@ -110,7 +140,8 @@ class _Composed:
     def batched(self, points: np.ndarray) -> np.ndarray:
         m, batch = points.shape[0], points.shape[1:]
         columns = points.reshape(m, -1)
-        values = np.stack([self(columns[:, j]) for j in range(columns.shape[1])], axis=1)
+        # Each point its own contiguous vector: a column of scipy's array is a strided view.
+        values = np.stack([self(np.ascontiguousarray(columns[:, j])) for j in range(columns.shape[1])], axis=1)
         return values.reshape((values.shape[0],) + batch)
 
     def scalar_batched(self, points: np.ndarray) -> np.ndarray:
@@ -121,18 +152,18 @@ class _Composed:
 def _directional(fn: Callable[[np.ndarray], Any], settings: FDSettings):
     """d/ds fn(s) at 0 for a vector-valued fn of a scalar: (value (n,), error (n,))."""
     composed = _Composed(lambda s: fn(s[0]))
-    res = _richardson(lambda step: differentiate.jacobian(
-        composed.batched, np.zeros(1), order=settings.order, initial_step=step,
-        maxiter=settings.maxiter), settings)
+    res = _richardson(lambda step, direction: differentiate.jacobian(
+        composed.batched, np.zeros(1), initial_step=step, step_direction=direction, **_scipy_options(settings)),
+        settings)
     return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
 
 
 def _hessian(fn: Callable[[np.ndarray], float], point: np.ndarray, settings: FDSettings):
-    """Hessian (m, m) of a scalar fn of a flat vector, and its error estimate."""
+    """Hessian (m, m) of a scalar fn of a flat vector, and its error estimate (central stencils only:
+    scipy's hessian takes no step direction)."""
     composed = _Composed(fn)
-    res = _richardson(lambda step: differentiate.hessian(
-        composed.scalar_batched, point, order=settings.order, initial_step=step,
-        maxiter=settings.maxiter), settings)
+    res = _richardson(lambda step, direction: differentiate.hessian(
+        composed.scalar_batched, point, initial_step=step, **_scipy_options(settings)), settings, directions=(0,))
     return res.ddf, res.error
 
 
@@ -145,12 +176,22 @@ class ReferenceBuilder:
     """Computes the reference of one scenario, for one (co)tangent: the finite-difference vocabulary
     the operator records' ``finite_differences`` functions are written in."""
 
-    def __init__(self, scenario: Scenario, settings: FDSettings):
+    def __init__(self, scenario: Scenario, settings: FDSettings,
+                 along: list[tuple[np.ndarray, np.ndarray | None]] | None = None):
+        """``along``: probe these directions (u, and w for matrix results or None) instead of random
+        ones, whatever the input's size: how a disagreement between two modes is decided."""
         self.scenario = scenario
         self.settings = settings
+        self.along = along
         self.g = FlatFunction(scenario)
         seed = int(scenario.fingerprint()[:8], 16)
         self.rng = np.random.default_rng(seed)
+        # Differences are taken in z = x / scale (per element for full results, one number for
+        # probes) and scaled back: a derivative in x is the one in z divided by the scale.
+        magnitude = np.abs(self.g.v0)
+        relative = settings.relative_steps and np.any(magnitude > 0)
+        self.scale = np.where(magnitude > 0, magnitude, 1.0) if relative else np.ones_like(self.g.v0)
+        self.probe_scale = float(np.sqrt(np.mean(magnitude ** 2))) if relative else 1.0
 
     @property
     def m(self) -> int:
@@ -158,7 +199,14 @@ class ReferenceBuilder:
 
     def probes_needed(self, order: int) -> bool:
         """Whether an operator of this order is too costly here for a full finite-difference result."""
+        if self.along is not None:
+            return True
         return self.m > (FULL_FIRST_ORDER_LIMIT if order == 1 else FULL_SECOND_ORDER_LIMIT)
+
+    def _directions(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        if self.along is not None:
+            return self.along
+        return [(u, None) for u in _unit_directions(self.rng, self.m, PROBES)]
 
     def full_or_probes(self, order: int, weights: Callable[[], np.ndarray], matrix: bool,
                        full: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]]) -> Reference:
@@ -176,15 +224,20 @@ class ReferenceBuilder:
 
     # -- full results -------------------------------------------------------------------------
     def jacobian_matrix(self):
-        return _jacobian(self.g, self.g.v0, self.settings)
+        jac, err = _jacobian(lambda z: self.g(z * self.scale), self.g.v0 / self.scale, self.settings)
+        return jac / self.scale, err / self.scale
 
     def hessian_matrix(self, output: int = 0):
         """The Hessian of one element of f's (flat) output."""
-        return _hessian(lambda v: self.g(v)[output], self.g.v0, self.settings)
+        hess, err = _hessian(lambda z: self.g(z * self.scale)[output], self.g.v0 / self.scale, self.settings)
+        outer = np.outer(self.scale, self.scale)
+        return hess / outer, err / outer
 
     def directional(self, flat_t: np.ndarray):
         """d/ds f(x + s·t) at 0, flat, and its error estimate."""
-        return _directional(lambda s: self.g(self.g.v0 + s * flat_t), self.settings)
+        c = self.probe_scale
+        d, err = _directional(lambda s: self.g(self.g.v0 + s * c * flat_t), self.settings)
+        return d / c, err / c
 
     def like_x(self, flat: np.ndarray) -> Any:
         return self.g.unravel_input(flat)
@@ -204,25 +257,31 @@ class ReferenceBuilder:
         """w·J·u for random unit u by directional differences; w is random for a Jacobian (kept in
         the probe), the cotangent for a vjp, 1 for a gradient (results like x: compared as u·R)."""
         probes = []
-        for u in _unit_directions(self.rng, self.m, PROBES):
-            w = weights()
-            value, error = _directional(lambda s, u=u, w=w: w @ self.g(self.g.v0 + s * u),
+        for u, given_w in self._directions():
+            w = given_w if given_w is not None else weights()
+            c = self.probe_scale
+            value, error = _directional(lambda s, u=u, w=w: w @ self.g(self.g.v0 + s * c * u),
                                         self.settings.for_probes())
-            probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0]), error=float(error[0])))
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0] / c), error=float(error[0] / c)))
         return probes
 
     def second_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
         """w·H·u as the mixed partial ∂²/∂a∂b f(v0 + a·w + b·u); w is the tangent for an hvp."""
         probes = []
-        for u in _unit_directions(self.rng, self.m, PROBES):
-            w = weights()
-            hess, err = _hessian(lambda ab, u=u, w=w: self.g(self.g.v0 + ab[0] * w + ab[1] * u)[0],
+        for u, given_w in self._directions():
+            w = given_w if given_w is not None else weights()
+            c = self.probe_scale
+            hess, err = _hessian(lambda ab, u=u, w=w: self.g(self.g.v0 + c * (ab[0] * w + ab[1] * u))[0],
                                  np.zeros(2), self.settings.for_probes())
-            probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1]), error=float(err[0, 1])))
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1] / c ** 2),
+                                error=float(err[0, 1] / c ** 2)))
         return probes
 
 
-def _analytic(scenario: Scenario, value: Any) -> list[Reference]:
+def _analytic(scenario: Scenario, value: Any, tangent: Any) -> list[Reference]:
+    """The scenario's own reference: its result, a list of them (one per batched tangent), or a
+    function of the point (and the tangent, for operators that take one) giving it, which also
+    serves every tangent a variant draws."""
     def one(expected):
         expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
         if OPERATOR_RECORDS[scenario.operator].returns_value:
@@ -230,6 +289,11 @@ def _analytic(scenario: Scenario, value: Any) -> list[Reference]:
         zeros = optree.tree_map(np.zeros_like, expected)
         return Reference(value, expected, zeros, method="analytic")
 
+    tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
+    if callable(scenario.reference):
+        with_tangent = OPERATOR_RECORDS[scenario.operator].takes_tangent_or_cotangent
+        return [one(scenario.reference(scenario.x, *((t,) if with_tangent else ()), *scenario.contexts))
+                for t in tangents]
     if isinstance(scenario.tangent, Tangents):
         return [one(r) for r in scenario.reference]
     return [one(scenario.reference)]
@@ -251,15 +315,66 @@ def default_tangent(scenario: Scenario, value: Any) -> Any:
 
 
 def compute_references(scenario: Scenario, settings: FDSettings | None = None) -> tuple[Any, list[Reference]]:
-    """(the tangent used, one Reference per tangent)."""
-    settings = settings or FDSettings()
-    builder = ReferenceBuilder(scenario, settings)
+    """(the tangent used, one Reference per tangent), each refined where its error estimate cannot
+    decide the scenario's strictest tolerance."""
+    builder = ReferenceBuilder(scenario, settings or FDSettings())
     tangent = default_tangent(scenario, builder.g.value)
     if scenario.reference is not None:
-        return tangent, _analytic(scenario, builder.g.value)
+        return tangent, _analytic(scenario, builder.g.value, tangent)
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
-    return tangent, [recipe(builder, t) for t in tangents]
+    required = strictest([tolerance_for(dtype, scenario.rtol, scenario.atol) for dtype in scenario.dtypes])
+    references = []
+    for t in tangents:
+        reference = _with_failure(builder, lambda: recipe(builder, t))
+        for refined_settings in REFINEMENTS:
+            if decides(reference, required):
+                break
+            refined = ReferenceBuilder(scenario, refined_settings)
+            reference = most_accurate(reference, _with_failure(refined, lambda: recipe(refined, t)))
+        references.append(reference)
+    return tangent, references
+
+
+def _with_failure(builder: ReferenceBuilder, compute: Callable[[], Reference]) -> Reference:
+    """``compute()``, its ReferenceUnavailable saying what f raised at the stencil points, if it did."""
+    try:
+        return compute()
+    except ReferenceUnavailable as exc:
+        if builder.g.failure is None:
+            raise
+        failure = builder.g.failure
+        raise ReferenceUnavailable(f"{exc} (f raised at stencil points: {type(failure).__name__}: "
+                                   f"{str(failure).strip()[:200]})") from None
+
+
+def _flat_leaves(tree: Any) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
+                           for leaf in optree.tree_leaves(tree, none_is_leaf=True)] or [np.zeros(0)])
+
+
+def decides(reference: Reference, tol: Tolerance) -> bool:
+    """Whether the reference's error estimate is small enough, everywhere, to decide a result at ``tol``
+    (the comparison's own test, ``scenarios.tolerances.undecided``)."""
+    if reference.is_full:
+        values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
+        scale = reliable_scale(values, errors, tol)
+        return not np.any(undecided(errors, tol, np.abs(values), scale))
+    return all(not undecided(np.array(p.error), tol, np.array(abs(p.value)), reliable_scale(
+        np.array([p.value]), np.array([p.error]), tol)) for p in reference.probes)
+
+
+def most_accurate(a: Reference, b: Reference) -> Reference:
+    """Element by element (probe by probe), the value with the smaller error estimate."""
+    if a.is_full:
+        def pick(error_a, error_b, from_a, from_b):
+            return np.where(np.asarray(error_b) < np.asarray(error_a), from_b, from_a)
+
+        errors = (a.full_error, b.full_error)
+        return dataclasses.replace(a, full=optree.tree_map(pick, *errors, a.full, b.full),
+                                   full_error=optree.tree_map(pick, *errors, *errors))
+    probes = [pb if pb.error < pa.error else pa for pa, pb in zip(a.probes, b.probes)]
+    return dataclasses.replace(a, probes=probes)
 
 
 class ReferenceCache:

@@ -49,6 +49,14 @@ class Scenario:
     ``f`` is either one callable written against the array-API namespace of its input
     (numpy, torch and jax all run it) or a dict ``{"numpy"|"torch"|"jax": callable}`` with
     the same signature ``f(x, *contexts)`` in every framework.
+
+    ``state`` names contexts (by position) that ``f`` updates in place, such as a batch norm's
+    running statistics: each evaluation gets a fresh copy of their declared value, so the derivative
+    is checked at the declared point and the update is not mistaken for a bug.
+
+    ``reference`` replaces the finite-difference reference where differencing cannot be accurate
+    enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
+    *contexts)`` for operators that take a tangent or cotangent — that computes it in numpy.
     """
 
     name: str
@@ -64,6 +72,7 @@ class Scenario:
     dtypes: tuple[str, ...] = ("float64", "float32")
     xfail: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    state: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.operator not in OPERATOR_RECORDS:
@@ -80,6 +89,11 @@ class Scenario:
         self.tangent = map_tangents(_tree_to_float64, self.tangent)
         self.dtypes = tuple(self.dtypes)
         self.tags = tuple(self.tags)
+        self.state = tuple(self.state)
+        wrong = [i for i in self.state if not (isinstance(i, int) and 0 <= i < len(self.contexts))]
+        if wrong:
+            raise ValueError(f"scenario {self.name!r}: state={self.state} names contexts by position; "
+                             f"{wrong} is not one of 0..{len(self.contexts) - 1}")
         check_operator_input(self.operator, self.x, self.name)
 
     def implementation(self, framework: str) -> Callable | None:
@@ -105,7 +119,9 @@ class Scenario:
         for key, fn in sorted(implementations, key=lambda kv: kv[0]):
             digest.update(key.encode())
             _hash_code(digest, fn)
-        for part in (self.x, self.tangent, self.contexts, self.reference):
+        if callable(self.reference):
+            _hash_code(digest, self.reference)
+        for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
             leaves, spec = optree.tree_flatten(part, none_is_leaf=True)
             digest.update(str(spec).encode())
             for leaf in leaves:

@@ -9,6 +9,12 @@ near-zero components of a large gradient from failing on rounding) and ``err`` t
 library's own error estimate for that component. For random-probe checks the same formula applies
 to each probe u·R, with ``|r|`` replaced by the probe's noise scale sqrt(Σ u_i² R_i²).
 
+A reference is not trusted blindly. Where ``err`` exceeds the dtype's own
+allowance ``atol * scale + rtol * |r|``, the reference cannot decide that element at this dtype: a
+result beyond even the widened threshold still fails, any other is no verdict (the cell is
+``error``, never ``pass``). The scale comes only from elements whose error is within tolerance at
+their own magnitude, so a huge, unreliable reference value cannot loosen atol for the rest.
+
 | dtype    | rtol   | atol   | why                                                              |
 | -------- | ------ | ------ | ---------------------------------------------------------------- |
 | float64  | 1e-6   | 1e-9   | catches a derivative off by a relative 1e-4 (gradcheck's 1e-3 does not) |
@@ -20,8 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 # The reference's error estimate is an estimate: widen by a safety factor rather than trust it exactly.
 REFERENCE_ERROR_FACTOR = 10.0
+# A reference decides an element only where its error estimate is within the dtype's allowance, so
+# that the widening above never loosens a tolerance more than (1 + REFERENCE_ERROR_FACTOR)-fold.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +52,28 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 DTYPES = tuple(DEFAULT_TOLERANCES)
+
+
+def allowance(tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
+    """What the dtype allows before the reference's own error is added: atol·scale + rtol·|r|."""
+    return tol.atol * scale + tol.rtol * magnitude
+
+
+def undecided(error: np.ndarray, tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
+    """Where the reference's error estimate is too large to decide a result at this tolerance."""
+    return error > allowance(tol, magnitude, scale)
+
+
+def reliable_scale(reference: np.ndarray, error: np.ndarray, tol: Tolerance) -> float:
+    """max(1, max|r|) over the finite elements whose reference decides them at their own magnitude."""
+    magnitude = np.abs(reference)
+    trusted = np.isfinite(reference) & ~undecided(error, tol, magnitude, np.maximum(1.0, magnitude))
+    return max(1.0, float(np.max(magnitude[trusted]))) if np.any(trusted) else 1.0
+
+
+def strictest(tolerances: list[Tolerance]) -> Tolerance:
+    """The tightest of several tolerances: what a reference must be able to decide for all of them."""
+    return Tolerance(rtol=min(t.rtol for t in tolerances), atol=min(t.atol for t in tolerances))
 
 
 def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:

@@ -10,8 +10,8 @@ X = np.array([0.3, -0.7, 1.1, 0.5])
 
 def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
     """An elementwise torch.autograd.Function (setup_context style, so torch.func can use it) whose
-    backward and jvp rules are scaled: 1.0 is correct. ``backward_scale`` may be a callable of x, to
-    plant an error in some elements only."""
+    backward and jvp rules are scaled: 1.0 is correct. Either scale may be a callable of x, to plant an
+    error in some elements only."""
     import torch
 
     class Elementwise(torch.autograd.Function):
@@ -35,7 +35,8 @@ def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float 
     if jvp_rule:
         def jvp(ctx, tangent):
             (x,) = ctx.saved_tensors
-            return tangent * derivative(x) * jvp_scale
+            scale = jvp_scale(x) if callable(jvp_scale) else jvp_scale
+            return tangent * derivative(x) * scale
 
         Elementwise.jvp = staticmethod(jvp)
     return Elementwise.apply
@@ -91,3 +92,12 @@ def scenario(name: str, framework: str, sin_fn, operator: str = "gradient", x=X)
     reference = numpy_loss if operator in ("gradient", "hvp", "value_and_gradient") else np.sin
     return Scenario(name=name, operator=operator, f={"numpy": reference, framework: f}, x=x,
                     dtypes=("float64",))
+
+
+def wrong_by(f, eps: float):
+    """A torch function with the same value as ``f`` and a gradient off by ``eps`` in every element:
+    a planted wrong derivative on code nobody here wrote."""
+    def planted(x, *contexts):
+        return f(x, *contexts) + eps * (x - x.detach()).sum()
+
+    return planted

@@ -126,19 +126,21 @@ def test_value_and_gradient_checks_the_value():
     assert cell.status == "fail" and "value" in cell.message
 
 
-def test_mutated_input_fails_not_intact():
+def test_mutated_context_is_reported_as_undeclared_state():
     def mutating(x, c):
-        c.mul_(2.0)  # a backend that scribbles on its inputs
+        c.mul_(2.0)  # a function that scribbles on a context
         return (x * x).sum()
 
     s = Scenario("mut", "gradient", {"numpy": lambda x, c: np.sum(x * x), "torch": mutating},
                  np.array([1.0, 2.0]), contexts=(np.array([1.0]),))
     got = {c.backend: c for c in run(s, ["torch-rev", "torch-func-rev"]).cells}
-    assert got["torch-rev"].status == "fail" and "not intact" in got["torch-rev"].message
-    assert got["torch-func-rev"].status == "error"  # torch.func refuses to mutate a captured tensor
+    assert got["torch-rev"].status == "error" and "updates context 0 in place" in got["torch-rev"].message
+    assert "state=(0,)" in got["torch-rev"].message
+    # torch.func refuses the write itself, and says so; the cell names the cause all the same
+    assert got["torch-func-rev"].status == "error" and "updates a context in place" in got["torch-func-rev"].message
 
 
-def test_forward_and_reverse_disagreement_beyond_probes_fails():
+def test_forward_and_reverse_disagreement_beyond_probes_fails_the_wrong_mode_only():
     # In float32, a backward 1% wrong in one element of 2000: random probes dilute it below the
     # float32 tolerance, the elementwise forward/reverse agreement check does not.
     import torch
@@ -153,8 +155,10 @@ def test_forward_and_reverse_disagreement_beyond_probes_fails():
     s = Scenario("tanh2000", "gradient", {"numpy": lambda x: np.sum(np.tanh(x)),
                                          "torch": lambda x: tanh(x).sum()}, x)
     report = run(s, ["torch-rev", "torch-func-fwd"], dtypes=("float32",))
-    assert statuses(report) == {"torch-rev": "fail", "torch-func-fwd": "fail"}
-    assert all("forward and reverse modes disagree" in c.message for c in report.cells)
+    # the reference along the disagreement decides: the backward rule is wrong, forward mode right
+    assert statuses(report) == {"torch-rev": "fail", "torch-func-fwd": "pass"}
+    wrong = report.cells[0] if report.cells[0].backend == "torch-rev" else report.cells[1]
+    assert "forward and reverse modes disagree" in wrong.message and "finds this one wrong" in wrong.message
 
 
 def test_pytree_inputs_and_batched_tangents():
@@ -269,3 +273,15 @@ def test_fingerprint_sees_data_captured_in_a_closure():
     b = Scenario("closure", "gradient", make(np.array([1.0, 3.0])), x)
     c = Scenario("closure", "gradient", make(np.array([1.0, 2.0])), x)
     assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()
+
+
+@pytest.mark.parametrize(("returns", "says"), [
+    (lambda x: x * 2, "gradient needs f(x) to be a scalar; it returned shape (3,)"),
+    (lambda x: (x * float("nan")).sum(), "f(x) is not finite at the scenario's point"),
+    (lambda x: "not an array", "f must return numbers, an array or a pytree of arrays; it returned str"),
+])
+def test_a_function_returning_the_wrong_thing_is_an_error_on_every_backend(returns, says):
+    # Finite differences of a vector-valued "gradient" function used to pass against a Jacobian reference.
+    report = scenarios.check([Scenario("wrong-output", "gradient", returns, np.array([0.3, -0.2, 0.7]))],
+                             backends=["fd", "torch-rev", "jax-rev"], dtypes=["float64"])
+    assert {(cell.status, says in cell.message) for cell in report.cells} == {("error", True)}

@@ -25,6 +25,9 @@ class Prepared:
     # A backend that is itself an approximation (finite differences) reports its own error estimate
     # per (co)tangent after a call; the comparison widens by it as by the reference's.
     error_estimate: Callable[[], list] | None = None
+    # The dtypes f's value comes out in, from one evaluation: a float32 cell whose f answers in float64
+    # (a float64 constant in its closure) checks float64 arithmetic, and says so.
+    value_dtypes: Callable[[], set[str]] | None = None
 
 
 class Backend:

@@ -71,10 +71,11 @@ class FrameworkBackend(Backend):
         batched = isinstance(ft, Tangents)
         if batched:
             ft = tuple(ft)  # a plain tuple: compilers (jax.jit) accept only their own pytree types
+        with_state = _state_resetter(adapter, scenario.state)
 
         def computation(x_, tangent_, contexts_):
             def f(z):
-                return fn(z, *contexts_)
+                return fn(z, *with_state(contexts_))
 
             if batched:
                 return tuple(self.operator_fn(operator, f, x_, t) for t in tangent_)
@@ -89,7 +90,15 @@ class FrameworkBackend(Backend):
             sync()
             return result
 
-        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts))
+        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
+                        value_dtypes=lambda: adapter.value_dtypes(lambda z: fn(z, *with_state(fcontexts)), fx))
+
+
+def _state_resetter(adapter, state: tuple[int, ...]) -> Callable[[tuple], tuple]:
+    """contexts -> the contexts each evaluation sees: declared state as a fresh copy of its value."""
+    if not state:
+        return lambda contexts: contexts
+    return lambda contexts: tuple(adapter.fresh_copy(c) if i in state else c for i, c in enumerate(contexts))
 
 
 def block_until_ready(tree: Any) -> Any:

@@ -12,12 +12,13 @@ from scenarios.operators import OPERATOR_RECORDS
 class Transforms:
     """The functional transforms of one framework, under the names jax uses."""
 
-    def __init__(self, grad, value_and_grad, jacrev, jacfwd, jvp, vjp, ravel, ones_like, zeros_like):
+    def __init__(self, grad, value_and_grad, jacrev, jacfwd, jvp, vjp, ravel, ones_like, zeros_like, cast_like):
         self.grad, self.value_and_grad = grad, value_and_grad
         self.jacrev, self.jacfwd = jacrev, jacfwd
         self.jvp, self.vjp = jvp, vjp
         self.ravel = ravel            # pytree -> (flat vector, unravel)
         self.ones_like, self.zeros_like = ones_like, zeros_like
+        self.cast_like = cast_like    # (tree, like) -> tree with each leaf in like's leaf's dtype
 
 
 def apply_operator(T: Transforms, mode: str, operator: str, f: Callable, x: Any, tangent: Any) -> Any:

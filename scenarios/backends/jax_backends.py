@@ -21,6 +21,7 @@ def jax_transforms() -> Transforms:
         jvp=jax.jvp, vjp=jax.vjp, ravel=ravel_pytree,
         ones_like=lambda tree: jax.tree_util.tree_map(jnp.ones_like, tree),
         zeros_like=lambda tree: jax.tree_util.tree_map(jnp.zeros_like, tree),
+        cast_like=lambda tree, like: jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), tree, like),
     )
 
 

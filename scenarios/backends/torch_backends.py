@@ -38,10 +38,14 @@ def torch_func_transforms() -> Transforms:
         return run
 
     return Transforms(
-        grad=tf.grad, value_and_grad=value_and_grad, jacrev=tf.jacrev, jacfwd=tf.jacfwd,
+        grad=tf.grad, value_and_grad=value_and_grad, jacrev=tf.jacrev,
+        # jacfwd runs f under vmap, which refuses random ops by default: "same" draws one sample for
+        # every tangent of the batch, as f's single evaluation in reverse mode and the reference do.
+        jacfwd=functools.partial(tf.jacfwd, randomness="same"),
         jvp=tf.jvp, vjp=tf.vjp, ravel=_torch_ravel,
         ones_like=lambda tree: optree.tree_map(torch.ones_like, tree),
         zeros_like=lambda tree: optree.tree_map(torch.zeros_like, tree),
+        cast_like=lambda tree, like: optree.tree_map(lambda a, b: a.to(b.dtype), tree, like),
     )
 
 

@@ -59,14 +59,25 @@ class JaxAdapter(FrameworkAdapter):
         jax_dtype = _DTYPES[dtype]
 
         def convert(leaf):
+            # A copy: on the CPU jax may otherwise alias the caller's numpy memory.
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-                return jax.device_put(jnp.asarray(leaf, dtype=jax_dtype), target)
+                return jax.device_put(jnp.array(leaf, dtype=jax_dtype, copy=True), target)
+            if isinstance(leaf, np.ndarray):
+                return leaf.copy()
             return leaf
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
 
     def to_numpy(self, tree: Any) -> Any:
         return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), tree, none_is_leaf=True)
+
+    def value_dtypes(self, fn, x: Any) -> set[str]:
+        # Abstract evaluation: dtypes without running (or compiling) anything.
+        return {str(leaf.dtype) for leaf in jax.tree_util.tree_leaves(jax.eval_shape(fn, x))}
+
+    def fresh_copy(self, tree: Any) -> Any:
+        """jax arrays are immutable: state cannot change between evaluations."""
+        return tree
 
     def synchronize(self, device: str) -> None:  # results are blocked on by the backend
         return None

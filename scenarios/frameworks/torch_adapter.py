@@ -30,12 +30,16 @@ class TorchAdapter(FrameworkAdapter):
         return None
 
     def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:
+        """Contiguous tensors of their own, never sharing the caller's memory (``torch.as_tensor``
+        would, and keep a view's strides): what the function writes or reads stays its own."""
         torch_dtype = _DTYPES[dtype]
 
         def convert(leaf):
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-                tensor = torch.as_tensor(leaf, dtype=torch_dtype, device=device)
+                tensor = torch.tensor(leaf, dtype=torch_dtype, device=device)
                 return tensor.requires_grad_(True) if requires_grad else tensor
+            if isinstance(leaf, np.ndarray):
+                return leaf.copy()
             return leaf
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
@@ -43,10 +47,22 @@ class TorchAdapter(FrameworkAdapter):
     def to_numpy(self, tree: Any) -> Any:
         def convert(leaf):
             if isinstance(leaf, torch.Tensor):
-                return leaf.detach().to(device="cpu", dtype=torch.float64).numpy()
+                # force: a ZeroTensor (torch's lazy zeros, e.g. the gradient of sgn) has no memory to share
+                return leaf.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
             return np.asarray(leaf, dtype=np.float64)
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
+
+    def value_dtypes(self, fn, x: Any) -> set[str]:
+        with torch.no_grad():
+            out = fn(x)
+        return {str(leaf.dtype).removeprefix("torch.") for leaf in optree.tree_leaves(out, none_is_leaf=True)
+                if isinstance(leaf, torch.Tensor)}
+
+    def fresh_copy(self, tree: Any) -> Any:
+        """New tensors with the same values: declared state, reset before every evaluation."""
+        return optree.tree_map(lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, tree,
+                               none_is_leaf=True)
 
     def synchronize(self, device: str) -> None:
         if device.startswith("cuda"):
