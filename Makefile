@@ -31,6 +31,8 @@ test: $(STAMP) services
 bench: $(STAMP) services
 	$(PY) bench/engine.py
 	$(PY) bench/service.py
+	$(PY) bench/load.py
+	$(PY) bench/big_run.py
 
 clean:
 	rm -rf $(VENV) .gradci build *.egg-info

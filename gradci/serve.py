@@ -21,7 +21,8 @@ from rich.console import Console
 from gradci.client import ClientError, GradciClient, exit_code, print_summary, progress_line, token_file
 from gradci.supervisor import Supervisor
 from scenarios.matrix import Matrix
-from services.settings import Settings, get_settings
+from services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
+from services.secrecy import forbid_inspection
 
 READY_TIMEOUT_S = 180.0
 
@@ -30,6 +31,7 @@ def serve_api(host: str, port: int) -> None:
     """``gradci api``: the FastAPI app under uvicorn, in this process."""
     import uvicorn
 
+    forbid_inspection()
     # web.app adds the dashboard pages (where commit statuses link) to the REST API.
     uvicorn.run("web.app:create_app", factory=True, host=host, port=port, log_level="info",
                 proxy_headers=True)
@@ -59,18 +61,29 @@ def port_is_free(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) != 0
 
 
-def start_services(settings: Settings, port: int, token: str, devices: list[str]) -> Supervisor:
-    # Children read the same settings, with the absolute workdir and the token made here.
-    env = {**os.environ, "GRADCI_WORKDIR": str(settings.workdir), "GRADCI_API_TOKEN": token,
-           "GRADCI_API_PORT": str(port)}
+def child_environment(settings: Settings, port: int, token: str) -> dict[str, str]:
+    """The children's environment: the same settings, with the absolute workdir, and every secret
+    (the token made here included) in a folder only this user reads, never in their environment —
+    /proc keeps a process's initial environment for as long as it lives."""
+    secrets_dir = Path(settings.workdir) / "secrets"
+    values = {field: getattr(settings, field) for field in SECRET_SETTINGS}
+    values = {field: value.get_secret_value() if hasattr(value, "get_secret_value") else value
+              for field, value in values.items() if value}
+    write_secrets_dir(secrets_dir, {**values, "api_token": token})
+    secret_variables = {f"GRADCI_{field}".upper() for field in SECRET_SETTINGS}
+    env = {name: value for name, value in os.environ.items() if name.upper() not in secret_variables}
+    return {**env, "GRADCI_WORKDIR": str(settings.workdir), "GRADCI_API_PORT": str(port),
+            SECRETS_DIR_VARIABLE: str(secrets_dir)}
+
+
+def start_services(settings: Settings, port: int, token: str, devices: list[str], supervisor: Supervisor) -> None:
+    env = child_environment(settings, port, token)
     logs = Path(settings.workdir) / "logs"
-    supervisor = Supervisor()
     gradci = [sys.executable, "-m", "gradci"]
     supervisor.add("api", [*gradci, "api", "--host", settings.api_host, "--port", str(port)], env, logs / "api.log")
     for device in devices:
         supervisor.add(f"worker {device}", [*gradci, "worker", "--device", device], env,
                        logs / f"worker-{device.replace(':', '')}.log")
-    return supervisor
 
 
 def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list[str]) -> None:
@@ -108,6 +121,7 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
     from worker.devices import discover_devices
 
     console = Console()
+    forbid_inspection()
     # `docker stop` and service managers send SIGTERM: stop the children as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     settings = get_settings()
@@ -118,9 +132,10 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
     upgrade(settings.database_url)
     token = ensure_api_token(settings, console)
     devices = [device.name for device in discover_devices()]
-    supervisor = start_services(settings, port, token, devices)
     server = f"http://{settings.api_host}:{port}"
-    try:
+    supervisor = Supervisor()
+    try:  # from the first child on: whatever stops this process stops them too
+        start_services(settings, port, token, devices, supervisor)
         with GradciClient(server, token) as client:
             wait_until_ready(client, supervisor, devices)
             console.print(f"gradci is up: {server}/docs (workers: {', '.join(devices)}; logs in "

@@ -1,8 +1,9 @@
 """Keep a few child processes alive: restart one that dies, stop them all together.
 
 Each child leads its own process group, so stopping it also stops what it started (a worker's
-pool processes and their runners), and a Ctrl-C in the terminal reaches only the supervisor,
-which then stops the children in order.
+pool processes; runners die with the pool process that started them), and a Ctrl-C in the
+terminal reaches only the supervisor, which then stops the children in order. A child whose
+supervisor dies without stopping it (SIGKILL) gets SIGTERM from the kernel: nothing is left behind.
 """
 from __future__ import annotations
 
@@ -14,9 +15,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from services.secrecy import libc
+
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10.0
+# A worker stopped with SIGTERM hands its running jobs back to the broker and exits in a few
+# seconds; whatever still runs after this grace is killed, well within the 10 s a service manager
+# (or a person at Ctrl-C) expects.
+STOP_GRACE_S = 6.0
+_PR_SET_PDEATHSIG = 1
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 60.0  # a child that ran this long before dying restarts without delay again
 
@@ -51,7 +58,8 @@ class Supervisor:
             output = open(child.log_path, "ab")
         try:
             child.process = subprocess.Popen(child.argv, env=child.env, start_new_session=True, stdout=output,
-                                             stderr=subprocess.STDOUT if output else None)
+                                             stderr=subprocess.STDOUT if output else None,
+                                             preexec_fn=_terminate_with_parent)
         finally:
             if output is not None:
                 output.close()  # the child holds its own copy
@@ -108,3 +116,8 @@ def _signal_group(child: Child, signum: int) -> None:
         os.killpg(child.process.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _terminate_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the supervisor dies (the setting survives exec)."""
+    libc().prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

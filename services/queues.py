@@ -14,6 +14,8 @@ from celery import Celery
 from scenarios.devices import CPU, CUDA, validate_device
 from services.settings import Settings
 
+BROKER_TIMEOUT_S = 3.0  # a broker that does not answer within this is down: fail, don't hang
+
 PLAN_RUN = "gradci.plan_run"
 RUN_JOB = "gradci.run_job"
 FINALIZE_RUN = "gradci.finalize_run"
@@ -46,14 +48,19 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     (``acks_late``), requeued when the process died (``reject_on_worker_lost``), one task reserved
     at a time, soft and hard time limits, and a broker visibility timeout that outlives the hard
     limit so that Redis never hands a running job to a second worker. Redelivery is bounded by the
-    attempt counter in the database, not here. No result backend: the database is the record."""
+    attempt counter in the database, not here, and a message the broker lost is sent again by the
+    worker that reconciles the database with the broker. No result backend: the database is the record."""
     return dict(
         broker_transport_options=settings.broker_transport_options(),
         broker_connection_retry_on_startup=True,
+        broker_connection_timeout=BROKER_TIMEOUT_S,
         task_default_queue=CONTROL_QUEUE,
         task_routes={name: {"queue": CONTROL_QUEUE} for name in CONTROL_TASKS},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        # A broker that restarts must not cancel the jobs running meanwhile: their leases in the
+        # database keep them theirs and they finish; what the broker lost the reconciler sends again.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_prefetch_multiplier=1,
         task_soft_time_limit=settings.job_soft_time_limit_s,
         task_time_limit=settings.job_hard_time_limit_s,

@@ -8,6 +8,7 @@ current directory.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,9 +57,25 @@ class Settings(BaseSettings):
     job_hard_time_limit_s: int = Field(3600, gt=0)
     max_job_attempts: int = Field(3, ge=1)
 
+    # The runner sandbox (worker/sandbox.py): the user scenario code runs as when the worker is
+    # root ("" keeps the worker's own user), its address-space limit on CPU workers (0: none),
+    # how much of its output reaches the worker's log per request, and how long importing a
+    # repository's scenario modules may take.
+    runner_user: str = "gradci-runner"
+    runner_memory_limit_mb: int = Field(8192, ge=0)
+    runner_output_limit_kb: int = Field(64, ge=0)
+    scenario_import_timeout_s: float = Field(600.0, gt=0)
+
     # Workers
     worker_heartbeat_s: float = Field(15.0, gt=0)
     worker_online_s: float = Field(60.0, gt=0)  # a worker is online if it beat within this window
+
+    # --- Reliability (worker/recovery.py, services/github/publish.py) ---
+    # A queued job or run whose message is in no queue this long after it was sent is sent again.
+    reconcile_grace_s: float = Field(60.0, gt=0)
+    # A pending GitHub report is sent again after base · 2^(attempts-1) seconds, at most max.
+    report_retry_base_s: float = Field(30.0, gt=0)
+    report_retry_max_s: float = Field(3600.0, gt=0)
 
     @field_validator("allowed_repos", mode="before")
     @classmethod
@@ -110,8 +127,31 @@ def transport_options_for(broker_url: str, visibility_timeout_s: int) -> dict[st
     return {"visibility_timeout": visibility_timeout_s}
 
 
+# Settings that are credentials: read from files in GRADCI_SECRETS_DIR (as Docker and systemd
+# hand secrets over) rather than the environment, which /proc keeps for the process's lifetime.
+SECRET_SETTINGS = ("database_url", "broker_url", "api_token", "github_token", "github_webhook_secret")
+SECRETS_DIR_VARIABLE = "GRADCI_SECRETS_DIR"
+
+
+def secret_file_name(field: str) -> str:
+    """The file holding a setting in the secrets folder, as pydantic-settings looks for it."""
+    return f"gradci_{field}"
+
+
+def write_secrets_dir(folder: Path, values: dict[str, str]) -> None:
+    """A folder only its owner can enter, one file per secret setting (mode 0600)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    for field, value in values.items():
+        path = folder / secret_file_name(field)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value)
+
+
 @functools.lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings. Tests override with ``get_settings.cache_clear()`` after changing
-    the environment, or pass a ``Settings`` to ``create_app`` directly."""
-    return Settings()
+    """The process-wide settings: the environment, then the files of GRADCI_SECRETS_DIR when set.
+    Tests override with ``get_settings.cache_clear()`` after changing the environment, or pass a
+    ``Settings`` to ``create_app`` directly."""
+    return Settings(_secrets_dir=os.environ.get(SECRETS_DIR_VARIABLE) or None)

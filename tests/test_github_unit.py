@@ -5,16 +5,21 @@ from __future__ import annotations
 import copy
 
 import pytest
+from sqlalchemy import select
 
 from services.github import events, signature
 from services.github.events import DecisionKind
 from services.github.client import GitHubClient, GitHubError
 from services.reports.markdown import MARKER, render
-from services.reports.model import ReportSubject
-from services.reports.pr_report import RunCells, build_report, tolerance_ratio
+from services.db.models import Result
+from services.db.results import upsert_results
+from services.db.runs import create_run
+from services.db.session import session_scope
+from services.reports.diff import tolerance_ratio
 from services.reports.targets import Target, TargetConfigError, parse_report_config
 from tests.fake_github import FakeGitHub
 from tests.payloads import payload
+from tests.report_cases import report_of, stored_cell
 
 
 
@@ -111,19 +116,12 @@ def cell(scenario, status, backend="torch-rev", err=1e-12, dtype="float64"):
                 max_rel_err=err, atol=1e-9, rtol=1e-6, message="")
 
 
-def subject(**fields):
-    """The run a report is about: a finished run #1 unless told otherwise."""
-    return ReportSubject(**{"run_id": 1, "run_status": "passed", "finished": True, **fields})
-
-
-def test_report_regressions_fixes_near_misses_and_patch():
+def test_report_regressions_fixes_near_misses_and_patch(sqlite_url):
     base = [cell("a", "pass"), cell("b", "fail"), cell("c", "pass", err=1e-9), cell("d", "pass"), cell("s", "skip")]
     head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass", err=7e-7), cell("d", "pass"),
             cell("e", "error"), cell("s", "skip")]
-    report = build_report(subject(head_sha="h" * 40, base_sha="b" * 40, pr_number=5),
-                          RunCells(head, {n: n for n in "abcdes"}),
-                          RunCells(base, {"a": "a", "b": "changed", "c": "c", "d": "d"}),
-                          Target(), Target(target=100.0))
+    report = report_of(sqlite_url, head, {n: n for n in "abcdes"}, base, {"a": "a", "b": "changed", "c": "c", "d": "d"},
+                       pr_number=5, config={"report": {"patch": {"target": 100}}})
     assert [c.scenario for c in report.regressions] == ["a"]
     assert [c.scenario for c in report.fixes] == ["b"]
     assert [c.scenario for c in report.near_misses] == ["c"]
@@ -146,12 +144,10 @@ def test_targets_threshold_and_informational():
         parse_report_config({"report": {"project": {"target": "most"}}})
 
 
-def test_markdown_has_header_table_and_diff_block():
+def test_markdown_has_header_table_and_diff_block(sqlite_url):
     base = [cell("a", "pass"), cell("b", "fail")]
     head = [cell("a", "fail"), cell("b", "pass"), cell("c", "pass")]
-    report = build_report(subject(head_sha="1234567abc", base_sha="abcdef0123", pr_number=9),
-                          RunCells(head, {"a": "1", "b": "2", "c": "3"}), RunCells(base, {"a": "1", "b": "2"}),
-                          Target(), Target())
+    report = report_of(sqlite_url, head, {"a": "1", "b": "2", "c": "3"}, base, {"a": "1", "b": "2"}, pr_number=9)
     text = render(report, "http://dash/runs/3")
     assert text.startswith(MARKER)
     assert "Patch coverage is **100.00%** and project coverage is **66.67%**" in text
@@ -165,12 +161,17 @@ def test_markdown_has_header_table_and_diff_block():
     assert "**Regressions** (1)" in text and "pass → fail" in text
 
 
-def test_huge_report_stays_under_githubs_comment_limit():
+def test_huge_report_stays_under_githubs_comment_limit(sqlite_url):
     head = [cell(f"s{i:05d}/" + "x" * 200, "fail") for i in range(3000)]
-    report = build_report(subject(), RunCells(head, {}), None, Target(), Target())
+    report = report_of(sqlite_url, head, {})
     assert len(render(report)) <= 65536
 
 
-def test_tolerance_ratio():
-    assert tolerance_ratio(cell("a", "pass", err=5e-7)) == pytest.approx(0.5)
-    assert tolerance_ratio({"max_abs_err": None, "atol": 1}) is None
+def test_tolerance_ratio(sqlite_url):
+    cells = [cell("half", "pass", err=5e-7), {**cell("unknown", "error"), "max_abs_err": None, "max_rel_err": None},
+             {**cell("abs-only", "pass", err=5e-10), "rtol": 0.0}]
+    with session_scope(sqlite_url) as session:
+        run = create_run(session)
+        upsert_results(session, run.id, [stored_cell(c) for c in cells])
+        ratios = dict(session.execute(select(Result.scenario, tolerance_ratio(Result)).where(Result.run_id == run.id)).all())
+    assert ratios == {"half": pytest.approx(0.5), "unknown": None, "abs-only": pytest.approx(0.5)}

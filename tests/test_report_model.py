@@ -15,7 +15,8 @@ from services.reports.model import CellBrief, RunReport, StatusCounts
 from services.settings import Settings
 
 REPORT_KEYS = {"run_id", "run_status", "finished", "base_run_id", "head_sha", "base_sha", "pr_number", "project",
-               "patch", "totals", "groups", "changed_scenarios", "regressions", "fixes", "near_misses"}
+               "patch", "totals", "groups", "changed_scenarios", "regressions", "fixes", "near_misses",
+               "change_counts"}
 
 
 def test_status_counts_follow_the_engine_vocabulary():
@@ -62,6 +63,7 @@ def test_api_serves_and_documents_the_report(clean_environment, sqlite_url, tmp_
     assert body["project"]["coverage"] == pytest.approx(100 / 3) and body["project"]["state"] == "failure"
     assert [(c["scenario"], c["base_status"], c["status"]) for c in body["regressions"]] == [
         ("scenario_00000", "pass", "error")]
+    assert body["change_counts"] == {"regressions": 1, "fixes": 0, "near_misses": 0, "changed_scenarios": 0}
     assert body["groups"][0]["missing"] == ["scenario_00000 [float64]", "scenario_00002 [float64]"]
     assert RunReport.model_validate(body).model_dump(mode="json") == body  # the JSON is the record, whole
 

@@ -51,8 +51,8 @@ def hang(x):
 
 
 def environment(x):
-    seen = sorted(name for name in os.environ
-                  if name.startswith("GRADCI_") or any(w in name for w in ("TOKEN", "SECRET", "PASSWORD", "KEY")))
+    seen = sorted(name for name in os.environ if name != "GRADCI_JAX_CACHE_DIR"  # the runner's own cache
+                  and (name.startswith("GRADCI_") or any(w in name for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))))
     raise RuntimeError(f"seen={seen} path={'PATH' in os.environ} home={'HOME' in os.environ}")
 
 
@@ -68,6 +68,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("crashy")
     (root / "gradci.toml").write_text('[scenarios]\nmodules = ["crashy_scenarios"]\n')
     (root / "crashy_scenarios.py").write_text(textwrap.dedent(SCENARIO_MODULE))
+    root.chmod(0o755)  # readable by the runner's user, as an exported checkout is
     return root
 
 
@@ -82,7 +83,8 @@ def runner(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         patch.setenv("DEPLOY_TOKEN", "x")
         patch.setenv("AWS_SECRET_ACCESS_KEY", "x")
         patch.setenv("PGPASSWORD", "x")
-        the_runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner-work"))
+        the_runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner-work"),
+                                visible=(project,))
         the_runner.start()
     yield the_runner
     the_runner.close()

@@ -3,52 +3,20 @@ runs created and queued. Real PostgreSQL/SQLite and Redis; GitHub itself is not 
 from __future__ import annotations
 
 import copy
-import json
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from services.api.app import create_app
-from services.db.models import Delivery, GitHubReport, Run
+from services.db.models import Delivery, GitHubReport
 from services.db.session import session_scope
-from services.github.signature import sign
-from services.settings import Settings
 from tests.payloads import payload
 from tests.test_api import queued_plan_runs
+from tests.webhook_client import BASE, HEAD, deliver, runs
 
-SECRET = "webhook-s3cret"
-HEAD, BASE = "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
-
-
-@pytest.fixture
-def settings(clean_environment, database_url: str, redis_url: str, tmp_path: Path) -> Settings:
-    return Settings(database_url=database_url, broker_url=redis_url, workdir=tmp_path / "work",
-                    github_webhook_secret=SECRET)
-
-
-@pytest.fixture
-def client(settings: Settings):
-    with TestClient(create_app(settings)) as test_client:
-        yield test_client
-
-
-def deliver(client: TestClient, event: str, body: dict | bytes, delivery: str | None = None,
-            secret: str = SECRET, signed: bool = True):
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-               "Content-Type": "application/json"}
-    if signed:
-        headers["X-Hub-Signature-256"] = sign(secret, raw)
-    return client.post("/webhooks/github", content=raw, headers=headers)
-
-
-def runs(url: str) -> list[Run]:
-    with session_scope(url, readonly=True) as session:
-        return list(session.scalars(select(Run).order_by(Run.id)))
+pytest_plugins = ["tests.webhook_fixtures"]  # settings, client
 
 
 def test_ping_and_signature_checks(client):

@@ -34,12 +34,21 @@ class CheckoutError(RuntimeError):
     """The repository or the commit cannot be had; the message says which and why."""
 
 
+def config_environment(extra_config: list[str]) -> dict[str, str]:
+    """``key=value`` settings as git's GIT_CONFIG_* variables: unlike ``-c`` on the command line,
+    which every local user can read in /proc/<pid>/cmdline, they stay in git's own environment."""
+    env = {"GIT_CONFIG_COUNT": str(len(extra_config))}
+    for index, item in enumerate(extra_config):
+        key, _, value = item.partition("=")
+        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+    return env
+
+
 def _git(args: list[str], *, cwd: Path | None = None, extra_config: list[str] = (),
          stdout_bytes: bool = False) -> str | bytes:
-    config = [arg for item in extra_config for arg in ("-c", item)]
     try:
-        done = subprocess.run(["git", *config, *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S,
-                              env={**os.environ, **GIT_ENV}, check=False)
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S,
+                              env={**os.environ, **GIT_ENV, **config_environment(list(extra_config))}, check=False)
     except subprocess.TimeoutExpired:
         raise CheckoutError(f"git {args[0]} timed out after {GIT_TIMEOUT_S} s") from None
     if done.returncode != 0:
@@ -76,8 +85,13 @@ class Checkouts:
         tail = re.sub(r"[^A-Za-z0-9_.-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:40]
         return self.workdir / "mirrors" / f"{tail}-{digest}.git"
 
+    @property
+    def root(self) -> Path:
+        """Where commits are exported: the one folder of the workdir a runner can read."""
+        return self.workdir / "checkouts"
+
     def checkout_dir(self, sha: str) -> Path:
-        return self.workdir / "checkouts" / sha
+        return self.root / sha
 
     @contextlib.contextmanager
     def _locked(self, mirror: Path) -> Iterator[None]:
@@ -130,6 +144,7 @@ class Checkouts:
         staging = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=target.parent))
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")  # refuses absolute paths and links out of the tree
+        staging.chmod(0o755)  # mkdtemp made it private; the runner reads it as another user
         try:
             staging.rename(target)
         except OSError:  # another process exported the same commit first: theirs is as good

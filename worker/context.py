@@ -15,6 +15,7 @@ from services.settings import Settings, get_settings
 from worker.checkout import Checkouts
 from worker.devices import LocalDevice
 from worker.runner import WarmRunner, shared_runner
+from worker.sandbox import SandboxPolicy
 
 
 @dataclasses.dataclass
@@ -28,11 +29,23 @@ class WorkerContext:
         return Path(self.settings.workdir)
 
     def runner(self) -> WarmRunner:
-        runner = shared_runner(cell_timeout_s=self.settings.cell_timeout_s, workdir=self.workdir)
+        settings = self.settings
+        checkouts = self.checkouts().root
+        checkouts.mkdir(parents=True, exist_ok=True)  # bound into the runner's view when it starts
+        runner = shared_runner(cell_timeout_s=settings.cell_timeout_s, workdir=self.workdir,
+                               list_timeout_s=settings.scenario_import_timeout_s, sandbox=self.sandbox(),
+                               visible=(checkouts,), output_limit_bytes=settings.runner_output_limit_kb << 10)
         if self.device.index is not None:
             # The runner sees only this worker's GPU, as cuda:0, whichever GPU that is.
             runner.extra_env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.device.index)
         return runner
+
+    def sandbox(self) -> SandboxPolicy:
+        """Runners see nothing of the workdir but the checkouts; the address-space limit holds on
+        CPU workers only (CUDA reserves address space far beyond the memory it uses)."""
+        limit = self.settings.runner_memory_limit_mb if self.device.index is None else 0
+        return SandboxPolicy(user=self.settings.runner_user or None, memory_limit_mb=limit or None,
+                             hidden=(self.workdir,))
 
     def run_on(self, job_device: str) -> str | None:
         """The device the runner computes a job's cells on (None: the job's own label)."""

@@ -1,24 +1,34 @@
 """``run_job``'s work: check a job's cells in the warm runner and store them in batches.
 
 Every delivery of a job first claims it in the database (``services.db.jobs.claim_job``): a
-finished job ignores redeliveries, a job of a cancelled run is dropped, and a job whose worker
-died ``max_job_attempts`` times is marked error with error cells — never a redelivery loop. A
-running job writes its cells through the keyed upsert, so a redelivered job rewrites its rows
-instead of adding to them, and looks at the run's cancel flag between cells (at most every
+finished job ignores redeliveries, a job of a cancelled run is dropped, a second message of a job
+another delivery is running is dropped, and a job whose worker died ``max_job_attempts`` times is
+marked error with error cells — never a redelivery loop. A running job renews its lease from a
+thread of its own, writes its cells through the keyed upsert (a redelivered job rewrites its rows
+instead of adding to them), and looks at the run's cancel flag between cells (at most every
 ``CANCEL_POLL_S``, in the same transaction as a batch of results).
+
+The database may go away while a job runs: its cells stay buffered and the job goes on; closing
+the job waits for the database (``FINISH_WAIT_S``) before the task gives up its delivery to
+Celery's retry. A job whose lease lapsed meanwhile and that another delivery took over stops
+without closing it.
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.utils.functional import retry_over_time
 
-from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, lock_run, stored_cell_keys,
-                              unfinished_jobs)
+from services.db.availability import DATABASE_UNAVAILABLE
+from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
+                              stored_cell_keys, unfinished_jobs)
 from services.db.models import Job, JobStatus, Run
 from services.db.results import upsert_results
 from services.db.session import session_scope
@@ -32,7 +42,11 @@ log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 0.5  # also how long finished cells wait at most before they are stored
 BATCH_CELLS = 500
+# How long storing a job's last cells waits for an unreachable database (checking them again would
+# cost far more); past it the task raises, and Celery's retry takes over.
+FINISH_WAIT_S = 120.0
 SendFinalize = Callable[[int], None]
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +62,27 @@ class JobRef:
         return cls(job.id, job.run_id, job.backend, job.device, tuple(job.scenarios or ()))
 
 
-class ResultWriter:
-    """Buffers cells; stores them, and reads the cancel flag, in one short transaction."""
+class Stop(enum.Enum):
+    cancelled = "cancelled"  # the run was cancelled
+    lost = "lost"  # the job's lease lapsed and another delivery took it over
 
-    def __init__(self, database: str, job: JobRef) -> None:
-        self.database, self.job = database, job
+
+def patiently(work: Callable[[], T], what: str) -> T:
+    """``work()``, tried again while the database is unreachable, for up to ``FINISH_WAIT_S``."""
+    def waiting(exc: Exception, intervals: Any, retries: int) -> float:
+        log.warning("%s: the database is unreachable (%s); trying again", what, str(exc).splitlines()[0])
+        return next(intervals)
+
+    return retry_over_time(work, DATABASE_UNAVAILABLE, errback=waiting, interval_start=0.5, interval_step=1,
+                           interval_max=5, timeout=FINISH_WAIT_S)
+
+
+class ResultWriter:
+    """Buffers cells; stores them, and reads the cancel flag, in one short transaction. Given the
+    ``delivery`` that runs the job, it also notices when the job is no longer that delivery's."""
+
+    def __init__(self, database: str, job: JobRef, delivery: str | None = None) -> None:
+        self.database, self.job, self.delivery = database, job, delivery
         self.pending: list[dict[str, Any]] = []
         self.last_poll = time.monotonic()
         self.written = 0
@@ -63,13 +93,30 @@ class ResultWriter:
     def due(self) -> bool:
         return len(self.pending) >= BATCH_CELLS or time.monotonic() - self.last_poll >= CANCEL_POLL_S
 
-    def flush_and_poll(self) -> bool:
-        """Store the buffered cells; True when the run has been cancelled."""
-        with session_scope(self.database) as session:
-            self._store(session)
-            cancelled = cancel_requested(session, self.job.run_id)
+    def flush_and_poll(self) -> Stop | None:
+        """Store the buffered cells; why the job must stop, if it must. While the database is
+        unreachable the cells stay buffered and the job goes on."""
         self.last_poll = time.monotonic()
-        return cancelled
+        try:
+            with session_scope(self.database) as session:
+                stored = self._store(session)
+                cancelled = cancel_requested(session, self.job.run_id)
+                lost = self.delivery is not None and not holds_job(session, self.job.id, self.delivery)
+        except DATABASE_UNAVAILABLE as exc:
+            log.warning("job %s: %d cells wait for the database: %s", self.job.id, len(self.pending),
+                        str(exc).splitlines()[0])
+            return None
+        self._stored(stored)
+        return Stop.cancelled if cancelled else Stop.lost if lost else None
+
+    def store(self) -> None:
+        """Store the buffered cells, waiting for the database if it is away."""
+        def store_once() -> None:
+            with session_scope(self.database) as session:
+                stored = self._store(session)
+            self._stored(stored)
+
+        patiently(store_once, f"storing the cells of job {self.job.id}")
 
     def finish(self, status: str, message: str | None = None) -> bool:
         """Store what is left and close the job; True when it was the run's last unfinished job.
@@ -77,15 +124,51 @@ class ResultWriter:
         The run's row is locked before the cells are written: each insert takes a key-share lock on
         it (the foreign key), so two jobs that wrote first and then asked for the run's lock would
         wait for each other — a deadlock on PostgreSQL that loses the loser's last cells."""
-        with session_scope(self.database) as session:
-            lock_run(session, self.job.run_id)
-            self._store(session)
-            return finish_job(session, self.job.id, status, message)
+        def finish_once() -> bool:
+            with session_scope(self.database) as session:
+                lock_run(session, self.job.run_id)
+                stored = self._store(session)
+                last = finish_job(session, self.job.id, status, message, delivery=self.delivery)
+            self._stored(stored)
+            return last
 
-    def _store(self, session) -> None:  # type: ignore[no-untyped-def]
-        if self.pending:
-            self.written += upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
-            self.pending = []
+        return patiently(finish_once, f"finishing job {self.job.id}")
+
+    def _store(self, session) -> int:  # type: ignore[no-untyped-def]
+        return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id) if self.pending else 0
+
+    def _stored(self, count: int) -> None:
+        """The transaction that stored the buffered cells committed: they are no longer pending."""
+        self.written += count
+        self.pending = []
+
+
+class LeaseKeeper:
+    """Renews a running job's lease every ``interval_s`` from a thread of its own, so that a cell
+    computing for minutes is not mistaken for a dead worker; stops with the job, or once the job is
+    no longer its delivery's."""
+
+    def __init__(self, database: str, job_id: int, delivery: str, interval_s: float) -> None:
+        self.database, self.job_id, self.delivery, self.interval_s = database, job_id, delivery, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"gradci-lease-{job_id}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                with session_scope(self.database) as session:
+                    if not renew_lease(session, self.job_id, self.delivery):
+                        return
+            except DATABASE_UNAVAILABLE as exc:  # renewed at the next interval, if it is back by then
+                log.warning("job %s: lease not renewed: %s", self.job_id, str(exc).splitlines()[0])
 
 
 def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, context: WorkerContext) -> CellSpec:
@@ -109,15 +192,17 @@ def error_cells(job: JobRef, source: Source | None, cells: Sequence[tuple[str, s
 
 
 class JobExecution:
-    def __init__(self, job_id: int, context: WorkerContext, worker_name: str, send_finalize: SendFinalize) -> None:
-        self.job_id, self.context, self.worker_name = job_id, context, worker_name
+    def __init__(self, job_id: int, context: WorkerContext, worker_name: str, delivery: str,
+                 send_finalize: SendFinalize) -> None:
+        self.job_id, self.context, self.worker_name, self.delivery = job_id, context, worker_name, delivery
         self.send_finalize = send_finalize
         self.database = context.settings.database_url
 
     def __call__(self) -> None:
+        settings = self.context.settings
         with session_scope(self.database) as session:
-            claim, job = claim_job(session, self.job_id, worker=self.worker_name,
-                                   max_attempts=self.context.settings.max_job_attempts)
+            claim, job = claim_job(session, self.job_id, worker=self.worker_name, delivery=self.delivery,
+                                   max_attempts=settings.max_job_attempts, lease_s=settings.worker_online_s)
             if job is None:
                 return
             ref, run = JobRef.of(job), RunRef.of(session.get(Run, job.run_id))
@@ -125,10 +210,11 @@ class JobExecution:
         log.info("job %s (run %s, %s on %s): %s, attempt %s", ref.id, ref.run_id, ref.backend, ref.device,
                  claim.value, attempt)
         if claim is Claim.run:
-            self.run(ref, run)
+            with LeaseKeeper(self.database, ref.id, self.delivery, settings.worker_heartbeat_s):
+                self.run(ref, run)
         elif claim is Claim.gave_up:
             self.give_up(ref, run)
-        else:  # finished or cancelled: no cell to check, but perhaps the run to finalise
+        elif claim is not Claim.duplicate:  # finished or cancelled: nothing to check, perhaps the run to finalise
             self.finalize_if_last(ref.run_id)
 
     def run(self, job: JobRef, run: RunRef) -> None:
@@ -139,11 +225,15 @@ class JobExecution:
             self.fail(job, run, None, f"cannot load the scenarios: {exc}")
             return
         cells = cells_of(job, source, run)
-        writer = ResultWriter(self.database, job)
+        writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
         try:
             for index, (scenario, dtype) in enumerate(cells):
-                if writer.due() and writer.flush_and_poll():
+                stop = writer.flush_and_poll() if writer.due() else None
+                if stop is Stop.lost:
+                    log.warning("job %s was taken over by another delivery: this one stops", job.id)
+                    return
+                if stop is Stop.cancelled:
                     status = JobStatus.cancelled.value
                     break
                 writer.add(runner.run_cell(cell_spec(job, source, scenario, dtype, self.context)))
@@ -169,11 +259,12 @@ class JobExecution:
         with session_scope(self.database) as session:
             stored = stored_cell_keys(session, job.run_id, job.scenarios, job.backend, job.device)
         missing = [cell for cell in cells_of(job, source, run) if cell not in stored]
-        writer = ResultWriter(self.database, job)
+        # A job claim_job closed already belongs to no delivery any more.
+        writer = ResultWriter(self.database, job, None if status_already_set else self.delivery)
         for cell in error_cells(job, source, missing, message, self.context):
             writer.add(cell)
-        if status_already_set:  # claim_job closed the job; store the cells, then see about the run
-            writer.flush_and_poll()
+        if status_already_set:  # store the cells, then see about the run
+            writer.store()
             self.finalize_if_last(job.run_id)
         elif writer.finish(JobStatus.error.value, message):
             self.send_finalize(job.run_id)

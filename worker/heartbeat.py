@@ -1,8 +1,9 @@
 """The worker registry's writer: a worker records itself when Celery is ready and beats every
 ``worker_heartbeat_s`` from a daemon thread of its main process (pool processes come and go; the
 main process lives as long as the worker). ``GET /api/workers`` and ``/api/health`` read it.
-After each beat the worker does its periodic chores (``install(after_beat=...)``: recovering the
-jobs of dead workers).
+After each beat the worker does its periodic chores (``install(after_beat=...)``: reconciling the
+database with the broker, sweeping GitHub reports), told for how long the database has answered
+every beat: just after an outage nobody could renew a lease, and a lapsed one means nothing yet.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import platform
 import socket
 import threading
+import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
@@ -37,14 +39,18 @@ def versions() -> dict[str, Any]:
     return found
 
 
+AfterBeat = Callable[[str, float], Any]  # (worker name, seconds the database has answered every beat)
+
+
 class Heartbeat:
-    def __init__(self, name: str, context: WorkerContext, after_beat: Callable[[], Any] | None = None) -> None:
+    def __init__(self, name: str, context: WorkerContext, after_beat: AfterBeat | None = None) -> None:
         self.name, self.context, self.after_beat = name, context, after_beat
         self.settings: Settings = context.settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
         self._versions = versions()
         self._first = True
+        self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 
     def beat(self) -> None:
         from services.db.models import utcnow
@@ -61,11 +67,21 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 self.beat()
-                if self.after_beat is not None:
-                    self.after_beat()
             except Exception as exc:  # the database may be briefly away; the next beat retries
+                self._healthy_since = None
                 log.warning("heartbeat failed: %s", exc)
+            else:
+                self._healthy_since = self._healthy_since or time.monotonic()
+                self._after_beat(time.monotonic() - self._healthy_since)
             self._stop.wait(self.settings.worker_heartbeat_s)
+
+    def _after_beat(self, healthy_for_s: float) -> None:
+        if self.after_beat is None:
+            return
+        try:
+            self.after_beat(self.name, healthy_for_s)
+        except Exception as exc:  # a chore failing (the broker away, say) must not stop the beats
+            log.warning("periodic chores failed: %s: %s", type(exc).__name__, exc)
 
     def start(self) -> None:
         self._thread.start()
@@ -76,7 +92,7 @@ class Heartbeat:
 
 
 _heartbeat: Heartbeat | None = None
-_after_beat: Callable[[], Any] | None = None
+_after_beat: AfterBeat | None = None
 
 
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
@@ -91,7 +107,7 @@ def _on_worker_shutdown(**_: Any) -> None:
         _heartbeat.stop()
 
 
-def install(after_beat: Callable[[], Any] | None = None) -> None:
+def install(after_beat: AfterBeat | None = None) -> None:
     """Connect to Celery's worker signals (weak=False: the handlers are module functions anyway)."""
     global _after_beat
     _after_beat = after_beat

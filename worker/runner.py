@@ -6,9 +6,10 @@ the runner segfaults, aborts, exits or hangs, that one cell becomes an ``error``
 signal or the timeout, the runner is killed (with anything it started: it leads its own process
 group) and the next request starts a fresh one, so the job goes on with its next cell.
 
-The runner's environment is scrubbed of every credential the worker holds (database and broker
-URLs, API and GitHub tokens, anything that looks like a secret): pull-request code must not be
-able to read them.
+Pull-request code must not reach the worker's credentials: the runner's environment is scrubbed of
+them, and it runs confined by ``worker.sandbox`` (another user, namespaces, an address-space
+limit, a scratch folder of its own). Its output reaches the worker's log only up to a budget per
+request (``worker.runner_output``), and it dies with the worker process that started it.
 """
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from worker.runner_output import OutputDrain
+from worker.sandbox import SandboxPolicy
+
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
+OUTPUT_LIMIT_BYTES = 64 << 10
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
 # gradci settings meant for the engine itself, which the runner keeps (no credential among them).
@@ -96,14 +101,22 @@ def describe_exit(returncode: int | None) -> str:
 class WarmRunner:
     """The parent side. Not thread-safe: one per worker process (see ``shared_runner``)."""
 
-    def __init__(self, *, cell_timeout_s: float, workdir: Path | None = None,
-                 extra_env: dict[str, str] | None = None, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    def __init__(self, *, cell_timeout_s: float, workdir: Path, extra_env: dict[str, str] | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, list_timeout_s: float = LIST_TIMEOUT_S,
+                 sandbox: SandboxPolicy | None = None, visible: tuple[Path, ...] = (),
+                 output_limit_bytes: int = OUTPUT_LIMIT_BYTES) -> None:
         self.cell_timeout_s = cell_timeout_s
         self.startup_timeout_s = startup_timeout_s
-        self.workdir = Path(workdir) if workdir else None
+        self.list_timeout_s = list_timeout_s
+        self.workdir = Path(workdir)
         self.extra_env = dict(extra_env or {})
+        self.sandbox = sandbox or SandboxPolicy(hidden=(self.workdir,))
+        self.visible = visible  # what scenario code reads beside the interpreter: the checkouts
+        self.output_limit_bytes = output_limit_bytes
         self.starts = 0
         self._process: subprocess.Popen[bytes] | None = None
+        self._output: OutputDrain | None = None
+        self._scratch: Path | None = None
         self._buffer = b""
         self._warm: set[str] = set()
 
@@ -121,15 +134,18 @@ class WarmRunner:
         if self.alive:
             return
         self._discard()
-        cwd = None
-        if self.workdir is not None:  # scenario code that writes files writes them here
-            cwd = self.workdir / "runner"
-            cwd.mkdir(parents=True, exist_ok=True)
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "worker.runner_child"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
-            env={**scrubbed_environment(), **self.extra_env}, start_new_session=True,
-        )
+        # A fresh scratch folder per start: nothing one runner wrote is there for the next.
+        self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{threading.get_ident()}-{self.starts}"
+        cache = self.workdir / "runner" / "jax-cache"
+        layout = self.sandbox.layout(scratch=self._scratch, writable=(cache,), visible=self.visible)
+        layout.prepare()
+        env = {**scrubbed_environment(), **self.extra_env, "HOME": str(self._scratch),
+               "TMPDIR": str(self._scratch), "XDG_CACHE_HOME": str(self._scratch / ".cache")}
+        if os.path.isabs(env.get("GRADCI_JAX_CACHE_DIR") or "/"):  # unless the cache is switched off
+            env["GRADCI_JAX_CACHE_DIR"] = str(cache)
+        self._process = subprocess.Popen(layout.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)  # type: ignore[arg-type]
         self.starts += 1
         self._buffer, self._warm = b"", set()
         self._read_reply(self.startup_timeout_s, what="starting")
@@ -154,11 +170,16 @@ class WarmRunner:
             except (ProcessLookupError, PermissionError):
                 process.kill()
         process.wait()
-        for stream in (process.stdin, process.stdout):
+        if self._output is not None:
+            self._output.close()
+            self._output = None
+        for stream in (process.stdin, process.stdout, process.stderr):
             try:
                 stream.close()  # type: ignore[union-attr]
             except OSError:
                 pass
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # --- the protocol ---------------------------------------------------------------------------
 
@@ -192,14 +213,17 @@ class WarmRunner:
     def request(self, payload: dict[str, Any], timeout_s: float, *, what: str) -> dict[str, Any]:
         """Send one request and wait for its answer; start the runner first when it is not running."""
         self.start()
-        assert self._process is not None and self._process.stdin is not None
+        assert self._process is not None and self._process.stdin is not None and self._output is not None
+        output = self._output
         try:
             try:
                 self._process.stdin.write(json.dumps(payload).encode() + b"\n")
                 self._process.stdin.flush()
             except (BrokenPipeError, OSError):
                 self._on_death(what)
-            return self._read_reply(timeout_s, what=what)
+            reply = self._read_reply(timeout_s, what=what)
+            output.next_request()
+            return reply
         except RunnerError:
             raise
         except BaseException:
@@ -214,7 +238,7 @@ class WarmRunner:
         """Scenarios, backends and file matrix of a checkout (None: the built-in library).
         ``availability`` also says which backends can run here, at the price of importing every framework."""
         request = {"op": "list", "source": source, "availability": availability}
-        reply = self.request(request, LIST_TIMEOUT_S, what="listing scenarios")
+        reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
         if not reply.get("ok"):
             raise RunnerError(reply.get("error", "listing failed"))
         return reply
@@ -247,13 +271,14 @@ class WarmRunner:
 _local = threading.local()
 
 
-def shared_runner(*, cell_timeout_s: float, workdir: Path | None = None) -> WarmRunner:
-    """This worker's runner, started on first use and kept warm between jobs."""
+def shared_runner(**config: Any) -> WarmRunner:
+    """This worker's runner (``config``: WarmRunner's arguments), started on first use and kept
+    warm between jobs."""
     runner = getattr(_local, "runner", None)
     if runner is None:
-        runner = _local.runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir)
+        runner = _local.runner = WarmRunner(**config)
         atexit.register(runner.close)
-    runner.cell_timeout_s = cell_timeout_s
+    runner.cell_timeout_s = config["cell_timeout_s"]
     return runner
 
 

@@ -11,17 +11,20 @@ never corrupt the protocol. Requests:
 - ``{"op": "warm", "backends": [...]}`` → imports the frameworks of those backends;
 - ``{"op": "cell", "source", "scenario", "backend", "device", "dtype"}`` → one checked cell.
 
-It holds no secret (the parent scrubs its environment) and writes nothing but its answers; the
-parent owns timeouts and restarts.
+It holds no secret (the parent scrubs its environment and ``worker.sandbox`` confines it) and
+writes nothing but its answers; the parent owns timeouts and restarts.
 """
 from __future__ import annotations
 
 import faulthandler
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 from typing import Any, TextIO
+
+from services.secrecy import forbid_inspection
 
 
 class SourceCache:
@@ -110,7 +113,14 @@ def check_cell(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
     report = scenarios.check([scenario], backends=[request["backend"]], devices=[request["device"]],
                              dtypes=[request["dtype"]])
     (cell,) = report.cells
+    if cell.status == "error" and "MemoryError" in cell.message:
+        cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     return {"ok": True, "cell": {**cell.to_dict(), "fingerprint": source.fingerprints[scenario.name]}}
+
+
+def _memory_limit() -> str:
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "no address-space limit" if limit == resource.RLIM_INFINITY else f"the runner's limit is {limit >> 20} MB"
 
 
 def handle(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +133,7 @@ def handle(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
         if op == "cell":
             return check_cell(cache, request)
         return {"ok": False, "error": f"unknown request {op!r}"}
-    except Exception as exc:  # user code may raise anything; the runner stays up
+    except BaseException as exc:  # user code may raise anything (SystemExit too); the runner stays up
         return {"ok": False, "error": _describe(exc)}
 
 
@@ -145,6 +155,8 @@ def serve(requests: TextIO, replies: TextIO) -> None:
 
 
 def main() -> None:
+    # Other runners run as the same user: none may attach to this one or read its memory.
+    forbid_inspection()
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # user prints land in the worker's log
     faulthandler.enable()  # a segfault leaves a Python traceback in the worker's log

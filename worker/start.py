@@ -10,7 +10,8 @@ import os
 import socket
 
 from scenarios.devices import CPU
-from worker import context
+from services.secrecy import forbid_inspection
+from worker import context, shutdown
 from worker.celery_app import create_worker_app
 from worker.devices import parse_worker_device
 
@@ -42,10 +43,13 @@ def default_concurrency(device: str) -> int:
 
 
 def start_worker(device: str, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None) -> None:
-    """Run a worker in this process until it is stopped."""
+    """Run a worker in this process until it is stopped. SIGTERM and SIGINT stop it within seconds
+    (see ``worker.shutdown``): the jobs it was running go back to the broker for the next worker."""
+    forbid_inspection()  # its environment holds the credentials; its pool processes inherit this
     local = parse_worker_device(device)
     name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
     configured = context.configure(local, name=name)
     app = create_worker_app(configured.settings)
+    shutdown.install()
     argv = worker_argv(local.name, local.queues, concurrency or default_concurrency(local.name), name, loglevel)
     app.worker_main(argv)

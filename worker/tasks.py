@@ -1,84 +1,116 @@
 """The Celery tasks: thin shells over ``worker.planning``, ``worker.execute``,
 ``services.db.jobs.finalize_run`` and ``services.github.publish``, so that each can be run and
-tested without a broker.
+tested without a broker; and the chores the elected worker does after its heartbeats.
 
 Every task is idempotent, as acks_late requires: a redelivered plan re-sends only waiting jobs, a
 redelivered job rewrites the same result rows, finalising or publishing twice gives the same result.
+A task whose database was unreachable is retried with backoff (``DATABASE_RETRY``), never
+acknowledged as done; should its retries run out, the reconciler still finds what it owed.
 """
 from __future__ import annotations
 
+import functools
 import logging
 
 from celery import shared_task
 
 from services.db import jobs as job_store
+from services.db.availability import DATABASE_UNAVAILABLE
 from services.db.session import session_scope
-from services.github.client import GitHubError
+from services.db.workers import elected_worker
+from services.github.publish import claim_due_reports, owe_reports
 from services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
 from worker.context import current
 from worker.execute import JobExecution
 from worker.planning import plan
-from worker.recovery import recover_orphaned_jobs
+from worker.recovery import Reconciler, Senders
 
 log = logging.getLogger(__name__)
+
+# 2, 4, 8 … 60 s with jitter: about ten minutes of outage before the reconciler has to step in.
+DATABASE_RETRY = dict(autoretry_for=DATABASE_UNAVAILABLE, retry_backoff=2, retry_backoff_max=60, retry_jitter=True,
+                      max_retries=12)
+# Reconcile only once the database has answered this many beats in a row: after an outage every
+# live worker must first have had the chance to renew its leases.
+SETTLE_BEATS = 3
+REPORTS_PER_SWEEP = 100
 
 
 def send_job(job_id: int, queue: str) -> None:
     run_job.apply_async(args=[job_id], queue=queue)
 
 
+def send_plan(run_id: int) -> None:
+    plan_run.apply_async(args=[run_id], queue=CONTROL_QUEUE)
+
+
 def send_finalize(run_id: int) -> None:
     finalize_run.apply_async(args=[run_id], queue=CONTROL_QUEUE)
 
 
-@shared_task(name=PLAN_RUN, bind=True)
+def send_publish(run_id: int) -> None:
+    publish_github.apply_async(args=[run_id], queue=CONTROL_QUEUE)
+
+
+@shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
 def plan_run(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
     """Check out the run's commit, list its scenarios, store its jobs and queue them."""
     plan(run_id, current(), send_job)
 
 
-@shared_task(name=RUN_JOB, bind=True)
+@shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)
 def run_job(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Check one job's cells in this worker's warm runner."""
+    """Check one job's cells in this worker's warm runner. The task id names the delivery: a retry or
+    a redelivery keeps it, a second message of the same job has its own (``claim_job``)."""
     context = current()
-    JobExecution(job_id, context, self.request.hostname or context.name, send_finalize)()
+    JobExecution(job_id, context, self.request.hostname or context.name, self.request.id, send_finalize)()
 
 
-@shared_task(name=FINALIZE_RUN)
+@shared_task(name=FINALIZE_RUN, **DATABASE_RETRY)
 def finalize_run(run_id: int) -> None:
     """Counts, coverage and the run's final status once its last job finished; then its GitHub
-    report, and those of the pull requests whose base commit it checked (they were waiting for it)."""
+    report, and those of the pull requests whose base commit it checked (they were waiting for it).
+    The reports are marked owed in the same transaction: should a message be lost, the sweeper sends them."""
     with session_scope(current().settings.database_url) as session:
         run = job_store.finalize_run(session, run_id)
         if run is None:
             return
         log.info("run %s finished: %s (coverage %s)", run_id, run.status, run.coverage)
-        to_publish = [run_id, *job_store.runs_reporting_against(session, run)]
+        to_publish = owe_reports(session, [run_id, *job_store.runs_reporting_against(session, run)],
+                                 current().settings)
     for published in to_publish:
-        publish_github.apply_async(args=[published], queue=CONTROL_QUEUE)
+        send_publish(published)
 
 
-@shared_task(name=PUBLISH_GITHUB, autoretry_for=(GitHubError,), retry_backoff=5, retry_backoff_max=600,
-          max_retries=8)
+@shared_task(name=PUBLISH_GITHUB, **DATABASE_RETRY)
 def publish_github(run_id: int) -> None:
     """Commit statuses and the pull-request comment of a run (nothing for runs not from GitHub).
-    GitHub being down is retried with backoff; the report stays pending in the database meanwhile."""
+    GitHub being down leaves the report pending, with its next attempt set: the sweeper sends it then."""
     from services.github.publish import publish_run
 
     publish_run(run_id, current().settings)
 
 
-# A report still pending this long after its last attempt lost its retry (a worker died holding
-# it, or the retries ran out during a long outage): send it again. Publishing is idempotent.
-STALE_REPORT_S = 900
+@functools.cache
+def reconciler() -> Reconciler:
+    """This worker's reconciler (it remembers what it sent again, so it is made once)."""
+    settings = current().settings
+    # A retry waiting for its countdown holds its message as long as the longest backoff.
+    return Reconciler(settings, Senders(job=send_job, plan=send_plan, finalize=send_finalize),
+                      held_credible_s=settings.reconcile_grace_s + DATABASE_RETRY["retry_backoff_max"])
 
 
-def periodic_chores() -> None:
-    """After each heartbeat: re-send the jobs of dead workers, and reports owed to GitHub too long."""
-    from services.github.publish import stale_pending_reports
-
+def periodic_chores(worker_name: str, healthy_for_s: float) -> None:
+    """After each heartbeat, on the one elected worker of the control queue: send again what the
+    broker lost, then the GitHub reports whose backoff has expired — one message per report per step."""
     context = current()
-    recover_orphaned_jobs(context.settings, context.device.queues, send_job)
-    if CONTROL_QUEUE in context.device.queues:
-        for run_id in stale_pending_reports(context.settings, STALE_REPORT_S):
-            publish_github.apply_async(args=[run_id], queue=CONTROL_QUEUE)
+    settings = context.settings
+    if CONTROL_QUEUE not in context.device.queues:
+        return
+    with session_scope(settings.database_url, readonly=True) as session:
+        if elected_worker(session, queue=CONTROL_QUEUE, within_s=settings.worker_online_s) != worker_name:
+            return
+    if healthy_for_s >= SETTLE_BEATS * settings.worker_heartbeat_s:
+        reconciler()()
+    for run_id in claim_due_reports(settings, limit=REPORTS_PER_SWEEP):
+        send_publish(run_id)

@@ -15,7 +15,8 @@ from services.settings import Settings
 _bearer = HTTPBearer(auto_error=False, description="GRADCI_API_TOKEN; required for writes when it is set")
 
 
-def app_settings(request: Request) -> Settings:
+# async: a plain attribute read; FastAPI would run a sync dependency in a worker thread.
+async def app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

@@ -8,8 +8,14 @@ import re
 from collections.abc import Sequence
 
 URL_SCHEMES = ("file", "https", "http", "ssh", "git")
-FULL_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-SCP_STYLE = re.compile(r"^[\w.-]+@[\w.-]+:\S+$")  # git@github.com:owner/name.git
+_TEXT = r"[^\x00-\x1f\x7f]"  # any character but a control character
+_FULL_NAME = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+_SCP_STYLE = rf"[\w.-]+@[\w.-]+:{_TEXT}+"  # git@github.com:owner/name.git
+FULL_NAME = re.compile(rf"^{_FULL_NAME}$")
+SCP_STYLE = re.compile(rf"^{_SCP_STYLE}$")
+_ANY_CASE_SCHEME = "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in scheme) for scheme in URL_SCHEMES)
+# Every form parse_repo_ref reads, for the API's schema (so that what it admits is what is read).
+REPO_PATTERN = rf"^(?:(?:{_ANY_CASE_SCHEME})://{_TEXT}+|{_SCP_STYLE}|/{_TEXT}*|{_FULL_NAME})$"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,12 +27,12 @@ class RepoRef:
 def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
     """A git URL, an absolute path on the workers' machine, or a GitHub ``owner/name``.
     Relative paths are refused: the server cannot know the client's current directory."""
+    if SCP_STYLE.match(repo):  # first: its path may hold anything, "://" included
+        return RepoRef(url=repo)
     if "://" in repo:
         scheme = repo.split("://", 1)[0].lower()
         if scheme not in URL_SCHEMES:
             raise ValueError(f"repo URL scheme {scheme!r} is not supported (use one of {', '.join(URL_SCHEMES)})")
-        return RepoRef(url=repo)
-    if SCP_STYLE.match(repo):
         return RepoRef(url=repo)
     if os.path.isabs(repo):
         return RepoRef(url=os.path.normpath(repo))

@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse, Response
 
 from services.api.deps import ReadSession, SettingsDep
+from services.api.errors import errors
 from services.api.runs import RunId, find_run, run_url
 from services.reports.markdown import render
 from services.reports.model import RunReport
@@ -17,17 +19,20 @@ router = APIRouter(prefix="/api/runs", tags=["reports"])
 
 
 @router.get("/{run_id}/report", response_model=RunReport, responses={
-    200: {"content": {"text/markdown": {"schema": {"type": "string"}}}},
+    200: {"content": {"text/markdown": {"schema": {"type": "string"}}},
+          "description": "The report as JSON, or with `format=markdown` the pull-request comment"},
+    **errors(404),
 })
 def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
                format: Literal["json", "markdown"] = Query("json")) -> RunReport | Response:
-    """The run's report against its base run; 422 when the repository's gradci.toml has an invalid
-    ``[report]`` table."""
+    """The run's report against its base run; 422 (as for an invalid field, ``loc`` naming it) when
+    the repository's gradci.toml has an invalid ``[report]`` table."""
     run = find_run(session, run_id)
     try:
         report = report_for_run(session, run)
     except TargetConfigError as exc:
-        return JSONResponse({"detail": f"gradci.toml: {exc}"}, status_code=422)
+        raise RequestValidationError([{"type": "value_error", "loc": ("gradci.toml", "report"), "msg": str(exc),
+                                       "input": None}]) from exc
     if format == "markdown":
         return PlainTextResponse(render(report, run_url(settings, request, run.id)), media_type="text/markdown")
     return report

@@ -1,15 +1,17 @@
 """/api/runs: submit, list, inspect, export, cancel and rerun runs."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi import status as http
+from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from services import dispatch
 from services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
-from scenarios.formats import junit_xml
+from services.api.errors import errors
 from services.api.repo_refs import is_allowed, parse_repo_ref
 from services.api.schemas import (
     SHA_PREFIX_PATTERN,
@@ -23,6 +25,7 @@ from services.api.schemas import (
     from_row,
 )
 from services.db import queries
+from services.db.pagination import CURSOR_PATTERN
 from services.db.models import CellStatus, Run, RunStatus
 from services.db.runs import (
     RunAlreadyFinished,
@@ -32,7 +35,10 @@ from services.db.runs import (
     mark_run_error,
     request_cancel,
 )
+from services.db.session import session_scope
+from services.reports import finished
 from services.reports.coverage import coverage_percent
+from services.reports.junit import junit_chunks
 from services.settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -40,7 +46,7 @@ router = APIRouter(prefix="/api/runs", tags=["runs"])
 MAX_INT32 = 2**31 - 1  # the id and pr_number columns are 32-bit: larger values can only be unknown
 RunId = Annotated[int, Path(ge=1, le=MAX_INT32, description="run id")]
 Name = Annotated[str | None, Query(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]
-Cursor = Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")]
+Cursor = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="next_cursor of the previous page")]
 
 
 def run_url(settings: Settings, request: Request, run_id: int) -> str:
@@ -50,9 +56,9 @@ def run_url(settings: Settings, request: Request, run_id: int) -> str:
 
 
 def runs_out(session: Session, runs: list[Run], settings: Settings, request: Request) -> list[RunOut]:
-    """Runs with their cell and job counts, two grouped queries for the whole list."""
-    ids = [run.id for run in runs]
-    cells, jobs = queries.cell_counts(session, ids), queries.job_counts(session, ids)
+    """Runs with their cell and job counts, grouped queries for the whole list (a finished run's cells
+    are counted once: they never change)."""
+    cells, jobs = finished.cell_counts(session, runs), queries.job_counts(session, [run.id for run in runs])
     out = []
     for run in runs:
         counts = CellCounts(**cells[run.id], queued=jobs[run.id]["queued"], running=jobs[run.id]["running"])
@@ -85,15 +91,12 @@ def queue_run(session: Session, run: Run, settings: Settings) -> None:
         raise HTTPException(http.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from exc
 
 
-@router.post("", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess])
+@router.post("", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess], responses=errors(401, 403))
 def submit_run(body: RunCreate, request: Request, session: WriteSession, settings: SettingsDep) -> RunCreated:
     """Queue a run of a repository at a commit (or of the built-in library when ``repo`` is omitted)."""
     repository = None
     if body.repo is not None:
-        try:
-            ref = parse_repo_ref(body.repo, settings.clone_url_template)
-        except ValueError as exc:
-            raise HTTPException(http.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from exc
+        ref = parse_repo_ref(body.repo, settings.clone_url_template)  # its form was validated with the body
         if not is_allowed(ref, settings.allowed_repos):
             raise HTTPException(http.HTTP_403_FORBIDDEN, detail=f"repository {body.repo!r} is not in GRADCI_ALLOWED_REPOS")
         repository = get_or_create_repository(session, ref.url, ref.full_name)
@@ -108,7 +111,7 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
     return RunCreated(id=run.id, status=run.status, url=run_url(settings, request, run.id))
 
 
-@router.get("")
+@router.get("", responses=errors())
 def list_runs(
     request: Request,
     session: ReadSession,
@@ -127,12 +130,12 @@ def list_runs(
     return RunsPage(items=runs_out(session, page.items, settings, request), next_cursor=page.next_cursor)
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", responses=errors(404))
 def get_run(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep) -> RunOut:
     return runs_out(session, [find_run(session, run_id)], settings, request)[0]
 
 
-@router.get("/{run_id}/results")
+@router.get("/{run_id}/results", responses=errors(404))
 def list_results(
     run_id: RunId,
     session: ReadSession,
@@ -154,15 +157,22 @@ def list_results(
     return ResultsPage(items=[CellOut.model_validate(row) for row in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{run_id}/junit.xml", response_class=Response, responses={200: {"content": {"application/xml": {}}}})
-def get_junit(run_id: RunId, session: ReadSession) -> Response:
-    """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype."""
+@router.get("/{run_id}/junit.xml", response_class=StreamingResponse,
+            responses={200: {"content": {"application/xml": {}}}, **errors(404)})
+def get_junit(run_id: RunId, session: ReadSession, settings: SettingsDep) -> StreamingResponse:
+    """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype,
+    streamed as the database returns the cells."""
     find_run(session, run_id)
-    body = junit_xml(f"gradci run {run_id}", queries.iter_results_by_matrix_cell(session, run_id))
-    return Response(content=body, media_type="application/xml")
+    return StreamingResponse(_junit_document(settings.database_url, run_id), media_type="application/xml")
 
 
-@router.post("/{run_id}/cancel", dependencies=[WriteAccess])
+def _junit_document(database_url: str, run_id: int) -> Iterator[bytes]:
+    # A session of its own: the response is still being written after the request's session closed.
+    with session_scope(database_url, readonly=True) as session:
+        yield from junit_chunks(session, run_id, f"gradci run {run_id}")
+
+
+@router.post("/{run_id}/cancel", dependencies=[WriteAccess], responses=errors(401, 404, 409))
 def cancel_run(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunOut:
     """Drop the run's queued jobs; running jobs stop at their next cell."""
     run = find_run(session, run_id)
@@ -174,7 +184,8 @@ def cancel_run(run_id: RunId, request: Request, session: WriteSession, settings:
     return runs_out(session, [run], settings, request)[0]
 
 
-@router.post("/{run_id}/rerun", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess])
+@router.post("/{run_id}/rerun", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess],
+             responses=errors(401, 404, 409))
 def rerun(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunCreated:
     """A new run of the same commit over the failed, errored and unexpectedly passing cells."""
     run = find_run(session, run_id)

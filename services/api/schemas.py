@@ -4,9 +4,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from scenarios.matrix import Matrix
+from services.api.repo_refs import REPO_PATTERN, parse_repo_ref
 from services.cell_fields import cell_fields
 from services.reports.model import StatusCounts
 
@@ -22,14 +24,19 @@ SHA_PREFIX_PATTERN = r"^[0-9a-fA-F]{4,64}$"
 
 
 class RunCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"dependentRequired": {"sha": ["repo"],
+                                                                                       "ref": ["repo"]}})
 
-    repo: Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=NO_CONTROL_CHARS)] | None = Field(
-        None, description="git URL, absolute path on the workers' machine, or GitHub owner/name; "
-        "omitted: the built-in scenario library"
+    # Not nullable in the schema (omit the field instead), so that the schema can say sha and ref need it.
+    repo: SkipJsonSchema[None] | Annotated[str, StringConstraints(max_length=2048)] = Field(
+        None, json_schema_extra={"pattern": REPO_PATTERN}, description="git URL (file, https, http, ssh, git), user@host:path, absolute path on the workers' "
+        "machine, or GitHub owner/name; omitted: the built-in scenario library"
     )
-    sha: Annotated[str, StringConstraints(pattern=SHA_PATTERN)] | None = Field(None, description="commit to check")
-    ref: Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_CONTROL_CHARS)] | None = None
+    sha: SkipJsonSchema[None] | Annotated[str, StringConstraints(pattern=SHA_PATTERN)] = Field(
+        None, description="commit to check (needs repo)")
+    ref: SkipJsonSchema[None] | Annotated[str, StringConstraints(min_length=1, max_length=255,
+                                                                 pattern=NO_CONTROL_CHARS)] = Field(
+        None, description="branch or tag to check (needs repo)")
     backends: Annotated[list[AxisValue], Field(min_length=1, max_length=64)] | None = None
     devices: Annotated[list[AxisValue], Field(min_length=1, max_length=64)] | None = None
     dtypes: Annotated[list[AxisValue], Field(min_length=1, max_length=16)] | None = None
@@ -40,6 +47,14 @@ class RunCreate(BaseModel):
 
     def matrix(self) -> Matrix:
         return Matrix.of(backends=self.backends, devices=self.devices, dtypes=self.dtypes, scenarios=self.scenarios)
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_is_readable(cls, repo: str | None) -> str | None:
+        # The schema's pattern says the same, but this says which form was meant and what is wrong.
+        if repo is not None:
+            parse_repo_ref(repo, clone_url_template="{full_name}")
+        return repo
 
     @model_validator(mode="after")
     def _commit_needs_repository(self) -> RunCreate:

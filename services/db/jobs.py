@@ -1,10 +1,13 @@
-"""The workers' writes: storing a plan, claiming a job, finishing it, finalising the run.
+"""The workers' writes: storing a plan, claiming a job, finishing it, finalising the run; and the
+reconciler's questions: which jobs and runs lost their message or their worker.
 
 Reliability lives here, in the database, not in the broker: a job's attempts are counted when it
 is claimed (so a job whose worker died is redelivered at most ``max_attempts`` times, then marked
-error), a finished job ignores every later delivery, and "was this the last job?" is answered
-under a lock on the run row so that exactly one worker finalises. Locks are always taken run
-first, then job, as ``services.db.runs.request_cancel`` does, so they cannot deadlock.
+error), a finished job ignores every later delivery, a running job belongs to the one delivery that
+claimed it for as long as that delivery renews its lease (a second message of the same job is then
+a duplicate and is dropped), and "was this the last job?" is answered under a lock on the run row so
+that exactly one worker finalises. Locks are always taken run first, then job, as
+``services.db.runs.request_cancel`` does, so they cannot deadlock.
 
 Functions flush but never commit: the caller owns the transaction.
 """
@@ -12,11 +15,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from datetime import timedelta
-
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, lazyload
 
 from scenarios.cell import FAILING
@@ -36,6 +38,7 @@ from services.db.upsert import dialect_insert
 from services.reports.coverage import coverage_percent
 
 UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
+FINISHED_RUN_VALUES = tuple(sorted(status.value for status in FINISHED_RUN_STATUSES))
 FINISHED_JOB_STATUSES = (JobStatus.done.value, JobStatus.error.value, JobStatus.cancelled.value)
 
 
@@ -44,6 +47,7 @@ class Claim(enum.Enum):
     finished = "finished"  # already done, errored or cancelled: a stale delivery, drop it
     cancelled = "cancelled"  # the run was cancelled: the job is marked so, nothing runs
     gave_up = "gave_up"  # attempts exhausted: the job is marked error
+    duplicate = "duplicate"  # another delivery runs the job and renews its lease: drop this one
     missing = "missing"  # no such job (its run was deleted)
 
 
@@ -83,8 +87,13 @@ def jobs_of_run(session: Session, run_id: int) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.id)))
 
 
-def claim_job(session: Session, job_id: int, *, worker: str, max_attempts: int) -> tuple[Claim, Job | None]:
-    """Decide what a delivery of ``job_id`` does, and record it."""
+def claim_job(session: Session, job_id: int, *, worker: str, delivery: str, max_attempts: int,
+              lease_s: float) -> tuple[Claim, Job | None]:
+    """Decide what ``delivery`` (a Celery task id) of ``job_id`` does, and record it.
+
+    A running job is taken over only by its own delivery coming back (its pool process died, or it
+    is retried after an outage) or when its holder stopped renewing the lease for ``lease_s``: two
+    messages of one job delivered at once run it once."""
     run_id = session.scalar(select(Job.run_id).where(Job.id == job_id))
     run = lock_run(session, run_id) if run_id is not None else None
     job = session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
@@ -96,6 +105,9 @@ def claim_job(session: Session, job_id: int, *, worker: str, max_attempts: int) 
     if run.cancel_requested or run.status in FINISHED_RUN_STATUSES:
         job.status, job.finished_at = JobStatus.cancelled.value, now
         return Claim.cancelled, job
+    if (job.status == JobStatus.running.value and job.delivery != delivery
+            and job.lease_renewed_at is not None and job.lease_renewed_at >= now - timedelta(seconds=lease_s)):
+        return Claim.duplicate, job
     if job.attempts >= max_attempts:
         job.status, job.finished_at = JobStatus.error.value, now
         job.message = (f"gave up after {job.attempts} attempts: the worker running it died or ran out of time "
@@ -103,8 +115,25 @@ def claim_job(session: Session, job_id: int, *, worker: str, max_attempts: int) 
         return Claim.gave_up, job
     job.attempts += 1
     job.status, job.worker, job.started_at, job.finished_at = JobStatus.running.value, worker, now, None
+    job.delivery, job.lease_renewed_at = delivery, now
     mark_run_started(run)
     return Claim.run, job
+
+
+def renew_lease(session: Session, job_id: int, delivery: str) -> bool:
+    """Keep ``delivery``'s hold on its running job; False once the job is no longer its own
+    (finished, or sent again after the lease lapsed)."""
+    result = session.execute(update(Job).where(Job.id == job_id, Job.delivery == delivery,
+                                               Job.status == JobStatus.running.value)
+                             .values(lease_renewed_at=utcnow())
+                             .execution_options(synchronize_session=False))
+    return result.rowcount == 1
+
+
+def holds_job(session: Session, job_id: int, delivery: str) -> bool:
+    """Whether ``delivery`` still holds the job it runs."""
+    return bool(session.scalar(select(func.count()).select_from(Job).where(
+        Job.id == job_id, Job.delivery == delivery, Job.status == JobStatus.running.value)))
 
 
 def cancel_requested(session: Session, run_id: int) -> bool:
@@ -121,14 +150,20 @@ def stored_cell_keys(session: Session, run_id: int, scenarios: Sequence[str], ba
     return {(scenario, dtype) for scenario, dtype in session.execute(statement)}
 
 
-def finish_job(session: Session, job_id: int, status: str, message: str | None = None) -> bool:
+def finish_job(session: Session, job_id: int, status: str, message: str | None = None,
+               delivery: str | None = None) -> bool:
     """Mark the job finished; True when no job of its run is left unfinished (the caller then
     finalises). Under the run's lock, so that of two jobs finishing at once exactly one sees zero;
-    a caller that writes cells in the same transaction locks the run first (one lock order)."""
+    a caller that writes cells in the same transaction locks the run first (one lock order).
+    With ``delivery``, only while that delivery still holds the job: one taken over after its lease
+    lapsed is finished by the delivery that took it over."""
     job = session.get(Job, job_id)
     if job is None:
         return False
     lock_run(session, job.run_id)
+    session.refresh(job, with_for_update=True)
+    if delivery is not None and job.delivery != delivery:
+        return False
     job.status, job.finished_at = status, utcnow()
     if message is not None:
         job.message = message[:2000]
@@ -182,21 +217,74 @@ def runs_reporting_against(session: Session, run: Run) -> list[int]:
         Run.repository_id == run.repository_id, Run.base_sha == run.head_sha, Run.id != run.id)))
 
 
-def orphaned_jobs(session: Session, queues: Sequence[str], *, online_within_s: float) -> list[int]:
-    """Running jobs of ``queues`` whose worker stopped beating: it died with the job, and a broker
-    may never redeliver it (the embedded transport keeps no unacknowledged copy; Redis only after
-    the visibility timeout)."""
-    cutoff = utcnow() - timedelta(seconds=online_within_s)
+# --- the reconciler's questions: what the database owes that the broker may have lost --------------
+
+
+def _lost(cutoff: datetime) -> ColumnElement[bool]:
+    """A running job nobody runs any more: its delivery stopped renewing the lease, or the worker
+    that claimed it stopped beating (it died whole, pool and all)."""
     alive = select(Worker.name).where(Worker.last_heartbeat >= cutoff)
-    return list(session.scalars(select(Job.id).where(
-        Job.status == JobStatus.running.value, Job.queue.in_(list(queues)), Job.started_at < cutoff,
-        or_(Job.worker.is_(None), Job.worker.not_in(alive)),
-    )))
+    return and_(Job.status == JobStatus.running.value, or_(
+        func.coalesce(Job.lease_renewed_at, Job.started_at) < cutoff,
+        and_(Job.started_at < cutoff, or_(Job.worker.is_(None), Job.worker.not_in(alive))),
+    ))
 
 
-def requeue_orphan(session: Session, job_id: int) -> bool:
-    """Put a running job back in the queue; True for the one worker whose update won (so that only
-    it re-sends the job). Its attempt stays counted: the next claim counts the next one."""
-    result = session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.running.value)
-                             .values(status=JobStatus.queued.value, worker=None))
+def lost_jobs(session: Session, *, lease_s: float, limit: int) -> list[tuple[int, str]]:
+    """(id, queue) of running jobs whose holder is gone: a broker may never redeliver them (the
+    embedded transport keeps no unacknowledged copy; Redis only after the visibility timeout, and
+    nothing at all when it restarted, or when the holder gave the job up after its retries)."""
+    cutoff = utcnow() - timedelta(seconds=lease_s)
+    return [tuple(row) for row in session.execute(  # type: ignore[misc]
+        select(Job.id, Job.queue).where(_lost(cutoff)).order_by(Job.id).limit(limit))]
+
+
+def requeue_lost(session: Session, job_id: int, *, lease_s: float) -> bool:
+    """Put a lost job back in the queue; True for the one caller whose update won (so that only it
+    sends the job again). Its attempt stays counted: the next claim counts the next one."""
+    cutoff = utcnow() - timedelta(seconds=lease_s)
+    result = session.execute(update(Job).where(Job.id == job_id, _lost(cutoff)).values(
+        status=JobStatus.queued.value, worker=None, delivery=None, queued_at=utcnow())
+        .execution_options(synchronize_session=False))
     return result.rowcount == 1
+
+
+def _active_run() -> ColumnElement[bool]:
+    return and_(Run.cancel_requested.is_(False), Run.status.not_in(FINISHED_RUN_VALUES))
+
+
+def stranded_jobs(session: Session, *, grace_s: float, limit: int) -> list[tuple[int, str]]:
+    """(id, queue) of jobs of active runs queued for longer than ``grace_s`` since they were last sent."""
+    cutoff = utcnow() - timedelta(seconds=grace_s)
+    return [tuple(row) for row in session.execute(  # type: ignore[misc]
+        select(Job.id, Job.queue).join(Run, Run.id == Job.run_id)
+        .where(Job.status == JobStatus.queued.value, Job.queued_at < cutoff, _active_run())
+        .order_by(Job.id).limit(limit))]
+
+
+def mark_resent(session: Session, job_id: int, *, grace_s: float) -> bool:
+    """Restart a stranded job's grace; True for the one caller whose update won (it sends the job)."""
+    cutoff = utcnow() - timedelta(seconds=grace_s)
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.queued.value,
+                                               Job.queued_at < cutoff).values(queued_at=utcnow())
+                             .execution_options(synchronize_session=False))
+    return result.rowcount == 1
+
+
+def unplanned_runs(session: Session, *, grace_s: float, limit: int) -> list[int]:
+    """Runs queued for longer than ``grace_s`` with no job stored: their plan is owed."""
+    cutoff = utcnow() - timedelta(seconds=grace_s)
+    return list(session.scalars(select(Run.id).where(
+        Run.status == RunStatus.queued.value, Run.cancel_requested.is_(False), Run.created_at < cutoff,
+        ~exists().where(Job.run_id == Run.id)).order_by(Run.id).limit(limit)))
+
+
+def unfinalized_runs(session: Session, *, grace_s: float, limit: int) -> list[int]:
+    """Unfinished runs whose every job finished more than ``grace_s`` ago: their finalisation is owed."""
+    cutoff = utcnow() - timedelta(seconds=grace_s)
+    unfinished = func.sum(case((Job.status.in_(UNFINISHED_JOB_STATUSES), 1), else_=0))
+    return list(session.scalars(
+        select(Run.id).join(Job, Job.run_id == Run.id)
+        .where(Run.status.not_in(FINISHED_RUN_VALUES))
+        .group_by(Run.id).having(unfinished == 0, func.max(Job.finished_at) < cutoff)
+        .order_by(Run.id).limit(limit)))

@@ -179,7 +179,9 @@ class Run(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (status_check("status", JobStatus.values()), Index(None, "run_id", "status"))
+    # (status, queued_at): the reconciler's look for jobs waiting too long or no longer renewed.
+    __table_args__ = (status_check("status", JobStatus.values()), Index(None, "run_id", "status"),
+                      Index(None, "status", "queued_at"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -194,6 +196,12 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # When the job last entered its queue (stored, or sent again): the reconciler's grace counts from it.
+    queued_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The broker delivery (Celery task id) that holds the job while it runs, and that delivery's lease,
+    # renewed while it runs: a second delivery of a job whose lease is fresh is a duplicate.
+    delivery: Mapped[str | None] = mapped_column(String(64))
+    lease_renewed_at: Mapped[datetime | None]
 
 
 def cell_column(name: str) -> Any:
@@ -281,7 +289,7 @@ class GitHubReport(Base):
     """What gradci owes GitHub for a pull-request or baseline run: statuses and the PR comment.
 
     Written before anything is sent, so a GitHub outage delays the report but never loses it: a
-    pending row is retried until it is published.
+    pending row is sent again by the sweeper, with exponential backoff, until it is published.
     """
 
     __tablename__ = "github_reports"
@@ -291,6 +299,9 @@ class GitHubReport(Base):
     full_name: Mapped[str] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16), default=ReportState.pending.value)
     published_phase: Mapped[str | None] = mapped_column(String(16))  # "pending" or "final" statuses sent
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # since the last successful publication
     last_error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # When the sweeper may send a pending report again (exponential backoff over attempts); None: not
+    # yet attempted, due once it has been pending for the backoff's base.
+    next_attempt_at: Mapped[datetime | None]

@@ -4,8 +4,7 @@ Functions flush but never commit: the caller owns the transaction.
 """
 from __future__ import annotations
 
-
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from scenarios.cell import FAILING
@@ -23,15 +22,28 @@ from services.db.models import (
 from services.db.queries import unsuccessful_cells
 from services.db.upsert import dialect_insert
 
+
+def lock_for_transaction(session: Session, key: str) -> None:
+    """Serialise the transactions that take the same ``key`` until they end, so that a
+    check-then-create (is there a base run? an active run of this pull request?) is not raced by
+    a concurrent one. PostgreSQL: an advisory lock; SQLite already lets one writer in at a time."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+
+
 def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:
-    """Safe under concurrency: two requests for a new repository insert it once."""
-    insert = dialect_insert(session, Repository.__table__)
-    session.execute(
-        insert.values(url=url, full_name=full_name, created_at=utcnow()).on_conflict_do_nothing(
-            index_elements=["url"]
+    """Safe under concurrency: two requests for a new repository insert it once. A known repository
+    (nearly every call) costs one query."""
+    by_url = select(Repository).where(Repository.url == url)
+    repository = session.scalars(by_url).one_or_none()
+    if repository is None:
+        insert = dialect_insert(session, Repository.__table__)
+        session.execute(
+            insert.values(url=url, full_name=full_name, created_at=utcnow()).on_conflict_do_nothing(
+                index_elements=["url"]
+            )
         )
-    )
-    repository = session.scalars(select(Repository).where(Repository.url == url)).one()
+        repository = session.scalars(by_url).one()
     if full_name and not repository.full_name:
         repository.full_name = full_name
     return repository
@@ -127,6 +139,12 @@ def create_rerun(session: Session, run: Run) -> Run | None:
         trigger=Trigger.rerun.value,
         parent_run_id=run.id,
     )
+
+
+def delete_runs(session: Session, run_ids: list[int]) -> None:
+    """Forget runs that were never queued (their jobs, results and reports go with them)."""
+    if run_ids:
+        session.execute(delete(Run).where(Run.id.in_(run_ids)))
 
 
 def mark_run_error(session: Session, run: Run, message: str) -> None:

@@ -55,3 +55,13 @@ def online_counts_by_device(session: Session, *, within_s: float) -> dict[str, i
     cutoff = utcnow() - timedelta(seconds=within_s)
     devices = session.scalars(select(Worker.device).where(Worker.last_heartbeat >= cutoff))
     return dict(Counter(devices))
+
+
+def elected_worker(session: Session, *, queue: str, within_s: float) -> str | None:
+    """The online worker of ``queue`` that does the chores one worker should do (reconciling,
+    sweeping reports): the first by name. Needs no lock: should two workers both believe they are
+    elected for a moment, every chore still claims its items atomically."""
+    cutoff = utcnow() - timedelta(seconds=within_s)
+    names = session.execute(select(Worker.name, Worker.queue).where(Worker.last_heartbeat >= cutoff)
+                            .order_by(Worker.name))
+    return next((name for name, queues in names if queue in queues.split(",")), None)

@@ -1,7 +1,18 @@
 """Sending a run's report to GitHub: commit statuses `gradci/project` and `gradci/patch`, and the one
-pull-request comment, edited in place. Idempotent: publishing twice sends the same state twice."""
+pull-request comment, edited in place. Idempotent: publishing twice sends the same state twice.
+
+What is owed is in the database (``GitHubReport``), so an outage delays a report but never loses
+it: every attempt first sets when the next may start, ``report_retry_base_s`` doubling with each
+failed attempt up to ``report_retry_max_s``; the sweeper (``claim_due_reports``, after the elected
+worker's heartbeats) sends a pending report again once that time has come — one message per
+report per backoff step, whatever the number of workers or heartbeats.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
@@ -45,9 +56,14 @@ def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str,
     return "final", statuses, report
 
 
+def retry_delay_s(settings: Settings, attempts: int) -> float:
+    """How long after its ``attempts``-th attempt a pending report waits for the next."""
+    return min(settings.report_retry_max_s, settings.report_retry_base_s * 2 ** max(0, attempts - 1))
+
+
 def publish_run(run_id: int, settings: Settings | None = None) -> str:
-    """Publish what GitHub should show for ``run_id`` now; returns the report's state. Raises
-    GitHubError when GitHub is unreachable (the row stays pending: the caller retries)."""
+    """Publish what GitHub should show for ``run_id`` now; returns the report's state. GitHub being
+    unreachable leaves it pending, due again after the backoff."""
     settings = settings or get_settings()
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
@@ -57,7 +73,10 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
         phase, statuses, report = plan_statuses(session, run)
         body = render(report, dashboard_url(settings, run.id)) if report is not None and run.pr_number else None
         full_name, sha, pr_number = row.full_name, run.head_sha, run.pr_number
-        row.state, row.attempts, row.updated_at = ReportState.pending.value, row.attempts + 1, utcnow()
+        now = utcnow()
+        # Due again after the backoff, should this attempt fail or never finish (its worker died).
+        row.state, row.attempts, row.updated_at = ReportState.pending.value, row.attempts + 1, now
+        row.next_attempt_at = now + timedelta(seconds=retry_delay_s(settings, row.attempts))
     token = settings.github_token.get_secret_value() if settings.github_token else None
     try:
         with GitHubClient(settings.github_api_url, token) as client:
@@ -66,10 +85,9 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
             if body is not None:
                 client.upsert_comment(full_name, pr_number, body, MARKER)
     except GitHubError as exc:
-        _record(settings, run_id, ReportState.pending if exc.retryable else ReportState.failed, None, str(exc))
-        if exc.retryable:
-            raise
-        return ReportState.failed.value
+        state = ReportState.pending if exc.retryable else ReportState.failed
+        _record(settings, run_id, state, None, str(exc))
+        return state.value
     _record(settings, run_id, ReportState.published, phase, None)
     return ReportState.published.value
 
@@ -78,19 +96,45 @@ def _record(settings: Settings, run_id: int, state: ReportState, phase: str | No
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
         row.state, row.last_error, row.updated_at = state.value, error, utcnow()
+        if state is not ReportState.pending:  # nothing left to retry: the backoff starts over next time
+            row.attempts, row.next_attempt_at = 0, None
         if phase:
             row.published_phase = phase
 
 
-def stale_pending_reports(settings: Settings, older_than_s: float) -> list[int]:
-    """Reports still owed to GitHub whose last attempt is older than ``older_than_s``: the sweep
-    that makes an outage delay a report rather than lose it (a retry message can be lost with a
-    worker)."""
-    from datetime import timedelta
+def owe_reports(session: Session, run_ids: Sequence[int], settings: Settings) -> list[int]:
+    """Mark the reports of ``run_ids`` pending (their run changed: GitHub must hear of it), due for
+    the sweeper after the backoff's base should the message sent now be lost; returns the runs
+    that have a report."""
+    now = utcnow()
+    result = session.execute(
+        update(GitHubReport).where(GitHubReport.run_id.in_(list(run_ids)))
+        .values(state=ReportState.pending.value, updated_at=now,
+                next_attempt_at=now + timedelta(seconds=settings.report_retry_base_s))
+        .returning(GitHubReport.run_id).execution_options(synchronize_session=False))
+    return sorted(result.scalars())
 
-    from sqlalchemy import select
 
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
-    with session_scope(settings.database_url, readonly=True) as session:
-        return list(session.scalars(select(GitHubReport.run_id).where(
-            GitHubReport.state == ReportState.pending.value, GitHubReport.updated_at < cutoff)))
+def _due(settings: Settings, now: datetime) -> ColumnElement[bool]:
+    never_tried_since = now - timedelta(seconds=settings.report_retry_base_s)
+    return and_(GitHubReport.state == ReportState.pending.value, or_(
+        GitHubReport.next_attempt_at <= now,
+        and_(GitHubReport.next_attempt_at.is_(None), GitHubReport.updated_at <= never_tried_since)))
+
+
+def claim_due_reports(settings: Settings, limit: int) -> list[int]:
+    """The sweep: pending reports whose next attempt is due, each claimed by pushing that attempt
+    one backoff step later in a conditional update — of several workers sweeping at once, one wins
+    each report, and it sends one message for it."""
+    now = utcnow()
+    claimed = []
+    with session_scope(settings.database_url) as session:
+        due = session.execute(select(GitHubReport.run_id, GitHubReport.attempts).where(_due(settings, now))
+                              .order_by(GitHubReport.next_attempt_at, GitHubReport.run_id).limit(limit))
+        for run_id, attempts in due.all():
+            later = now + timedelta(seconds=retry_delay_s(settings, attempts + 1))
+            won = session.execute(update(GitHubReport).where(GitHubReport.run_id == run_id, _due(settings, now))
+                                  .values(next_attempt_at=later).execution_options(synchronize_session=False))
+            if won.rowcount == 1:
+                claimed.append(run_id)
+    return claimed

@@ -15,13 +15,17 @@ from scenarios.cell import COUNTED, STATUSES
 MISSING = tuple(status for status in COUNTED if status != "pass")
 
 
-def status_counts(statuses: Iterable[str]) -> dict[str, int]:
-    """Cells per status, every status present (zeros included)."""
-    tally = Counter(statuses)
+def status_tally(tally: Mapping[str, int]) -> dict[str, int]:
+    """Cells per status from a count per status (as SQL's GROUP BY gives it), every status present."""
     unknown = set(tally) - set(STATUSES)
     if unknown:
         raise ValueError(f"unknown cell status {sorted(unknown)}")
     return {status: tally.get(status, 0) for status in STATUSES}
+
+
+def status_counts(statuses: Iterable[str]) -> dict[str, int]:
+    """Cells per status, every status present (zeros included)."""
+    return status_tally(Counter(statuses))
 
 
 def counted_cells(counts: Mapping[str, int]) -> int:

@@ -52,18 +52,20 @@ def diff_block(report: RunReport) -> str:
     return "```diff\n" + "\n".join(rows) + "\n```"
 
 
-def _cells_table(title: str, cells: list[CellBrief]) -> str:
-    if not cells:
+def _cells_table(title: str, cells: list[CellBrief], total: int) -> str:
+    """The first ``LIST_LIMIT`` of ``total`` changed cells (the report holds the top of the list)."""
+    if not total:
         return ""
-    lines = [f"**{title}** ({len(cells)})", "",
+    lines = [f"**{title}** ({total})", "",
              "| scenario | backend | device | dtype | status | max abs err | max rel err | atol | rtol |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for c in cells[:LIST_LIMIT]:
+    shown = cells[:LIST_LIMIT]
+    for c in shown:
         status = f"{c.base_status} → {c.status}"
         lines.append(f"| `{c.scenario}` | {c.backend} | {c.device} | {c.dtype} | {status} | "
                      f"{_num(c.max_abs_err)} | {_num(c.max_rel_err)} | {_num(c.atol)} | {_num(c.rtol)} |")
-    if len(cells) > LIST_LIMIT:
-        lines.append(f"| … and {len(cells) - LIST_LIMIT} more | | | | | | | | |")
+    if total > len(shown):
+        lines.append(f"| … and {total - len(shown)} more | | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -72,19 +74,20 @@ def _num(value: float | None) -> str:
 
 
 def render(report: RunReport, run_url: str | None = None) -> str:
-    project, patch = report.project, report.patch
+    project, patch, counts = report.project, report.patch, report.change_counts
     title = f"[gradci]({run_url}) report" if run_url else "gradci report"
     header = (f"## {title}\n\nPatch coverage is **{percent(patch.coverage)}** and project coverage is "
               f"**{percent(project.coverage)}** (head `{_short(report.head_sha)}` compared to base "
               f"`{_short(report.base_sha)}`).")
     table = ["| backend | device | pass % | missing cells |", "| --- | --- | --- | --- |"]
     for g in report.groups:
-        missing = ", ".join(f"`{m}`" for m in g.missing[:10]) + (" …" if len(g.missing) > 10 else "")
+        missing = ", ".join(f"`{m}`" for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
         table.append(f"| {g.backend} | {g.device} | {percent(g.coverage)} | {missing or '—'} |")
     sections = [MARKER, header, "\n".join(table), diff_block(report),
-                _cells_table("Regressions", report.regressions),
-                _cells_table("Fixes", report.fixes),
-                _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses)]
+                _cells_table("Regressions", report.regressions, counts.regressions),
+                _cells_table("Fixes", report.fixes, counts.fixes),
+                _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses,
+                             counts.near_misses)]
     body = "\n\n".join(s for s in sections if s)
     if len(body) > COMMENT_BODY_LIMIT:
         body = body[: COMMENT_BODY_LIMIT - 200] + "\n\n… (truncated: the full report is on the dashboard)"

@@ -5,18 +5,22 @@ Records are frozen: a report is a statement about stored results, never edited a
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from scenarios.cell import STATUSES, status_attribute
 from services.cell_fields import cell_fields
-from services.reports.coverage import counted_cells, coverage_percent, status_counts
+from services.reports.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
 
 # The engine's status vocabulary: checked on construction and listed in the OpenAPI schema.
 CellStatusName = Literal[STATUSES]  # type: ignore[valid-type]
 CoverageState = Literal["success", "failure"]
+# The most entries any list of a report holds (changed cells, a group's missing cells, changed
+# scenarios): a run of a million cells must not make a report of a million lines. Counts say how many
+# there are in all.
+LIST_LIMIT = 50
 
 
 class Record(BaseModel):
@@ -41,6 +45,10 @@ class StatusCounts(Record):
     @classmethod
     def of(cls, statuses: Iterable[str]) -> StatusCounts:
         return cls.model_validate(status_counts(statuses))
+
+    @classmethod
+    def of_tally(cls, tally: Mapping[str, int]) -> StatusCounts:
+        return cls.model_validate(status_tally(tally))
 
     def by_status(self) -> dict[str, int]:
         return {status: getattr(self, status_attribute(status)) for status in STATUSES}
@@ -76,13 +84,19 @@ class CoverageStatus(Record):
 
 
 class GroupCoverage(Record):
-    """Coverage of one backend × device, with its failed and errored cells as "scenario [dtype]"."""
+    """Coverage of one backend × device, with its first failed and errored cells (at most
+    ``LIST_LIMIT``, in the order they were stored) as "scenario [dtype]"."""
 
     backend: str
     device: str
     coverage: float | None
     counts: StatusCounts
     missing: list[str]
+
+    @property
+    def missing_count(self) -> int:
+        """All the group's failed and errored cells, listed or not."""
+        return sum(self.counts.by_status()[status] for status in MISSING)
 
 
 # The Cell fields a report shows of a changed cell.
@@ -112,8 +126,19 @@ class ReportSubject(Record):
     pr_number: int | None = None
 
 
+class ChangeCounts(Record):
+    """How many entries each list of the report has in all; the lists hold at most ``LIST_LIMIT``."""
+
+    regressions: int = 0
+    fixes: int = 0
+    near_misses: int = 0
+    changed_scenarios: int = 0
+
+
 class RunReport(ReportSubject):
-    """Project and patch coverage against the base run, per-group coverage, and the cells that changed."""
+    """Project and patch coverage against the base run, per-group coverage, and the cells that changed:
+    the changed cells furthest over (or nearest to) their tolerance first, ``LIST_LIMIT`` of each kind
+    at most, with their numbers in ``change_counts``."""
 
     project: CoverageStatus
     patch: CoverageStatus
@@ -123,3 +148,4 @@ class RunReport(ReportSubject):
     regressions: list[CellBrief]
     fixes: list[CellBrief]
     near_misses: list[CellBrief]
+    change_counts: ChangeCounts

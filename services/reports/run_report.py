@@ -1,18 +1,18 @@
 """The report of a stored run: its cells against those of the latest finished run of its base commit."""
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.db.models import FINISHED_RUN_STATUSES, Result, Run, RunStatus, ScenarioCatalogEntry
-from services.reports.model import ReportSubject, RunReport
-from services.reports.pr_report import RunCells, build_report
+from services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus
+from services.db.queries import cell_counts, without_jit
+from services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
+from services.reports.diff import Changes, compare
+from services.reports.finished import is_final, remembered, runs_key
+from services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
+from services.reports.pr_report import RunFigures, build_report
 from services.reports.targets import parse_report_config
 
-CELL_FIELDS = ("scenario", "operator", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err",
-               "atol", "rtol", "message")
 COMPARABLE = (RunStatus.passed.value, RunStatus.failed.value)
 
 
@@ -35,26 +35,31 @@ def waiting_for_base(session: Session, run: Run) -> Run | None:
     return base_run(session, run, finished_only=False)
 
 
-def _cells(session: Session, run_id: int) -> list[dict[str, Any]]:
-    rows = session.scalars(select(Result).where(Result.run_id == run_id).order_by(Result.id))
-    return [{field: getattr(row, field) for field in CELL_FIELDS} for row in rows]
-
-
-def _fingerprints(session: Session, run_id: int) -> dict[str, str]:
-    rows = session.execute(select(ScenarioCatalogEntry.name, ScenarioCatalogEntry.fingerprint)
-                           .where(ScenarioCatalogEntry.run_id == run_id))
-    return {name: fingerprint for name, fingerprint in rows}
-
-
-def _run_cells(session: Session, run: Run) -> RunCells:
-    return RunCells(_cells(session, run.id), _fingerprints(session, run.id))
+def _figures(session: Session, run: Run, base: Run | None) -> RunFigures:
+    base_id = base.id if base else None
+    base_counts = StatusCounts.of_tally(cell_counts(session, [base_id])[base_id]) if base else None
+    changed, changed_count = changed_scenarios(session, run.id, base_id, LIST_LIMIT)
+    return RunFigures(
+        tallies=group_tallies(session, run.id, base_id),
+        missing=missing_cells(session, run.id, LIST_LIMIT),
+        base_counts=base_counts if base_counts and base_counts.total else None,
+        changed_scenarios=changed, changed_scenario_count=changed_count,
+        changes=compare(session, run.id, base_id, LIST_LIMIT) if base else Changes.none(),
+    )
 
 
 def report_for_run(session: Session, run: Run) -> RunReport:
-    base = base_run(session, run)
+    """The run's report, from aggregates the database computes: a handful of statements whatever the
+    number of cells, and never more than ``LIST_LIMIT`` cells of each list in memory. A finished run's
+    report against a finished base never changes: it is computed once (``finished``)."""
     project_target, patch_target = parse_report_config(run.config or {})
-    subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
-                            base_run_id=base.id if base else None, head_sha=run.head_sha,
-                            base_sha=run.base_sha, pr_number=run.pr_number)
-    return build_report(subject, _run_cells(session, run), _run_cells(session, base) if base else None,
-                        project_target, patch_target)
+    base = base_run(session, run)
+
+    def compute() -> RunReport:
+        without_jit(session)
+        subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
+                                base_run_id=base.id if base else None, head_sha=run.head_sha,
+                                base_sha=run.base_sha, pr_number=run.pr_number)
+        return build_report(subject, _figures(session, run, base), project_target, patch_target)
+
+    return remembered(runs_key(session, "report", run, base), compute) if is_final(run) else compute()

@@ -1,0 +1,74 @@
+"""What this process computed from the cells of finished runs, remembered.
+
+A run that passed or failed never changes again: its last job finished before the run did, so its
+cells are final, and so is anything computed from them alone (its counts) or from them and a base run
+that is itself finished (its report, keyed by that base run). Computing a report of a million cells
+takes the database seconds; remembering it makes every later request for it — the dashboard's page,
+the API, a re-published comment — a lookup. The memory it takes is bounded: a report holds at most
+``LIST_LIMIT`` cells of each list, and only the ``SIZE`` most recently used are kept.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.orm import Session
+
+from services.db import queries
+from services.db.models import Run, RunStatus
+
+T = TypeVar("T")
+SIZE = 64
+FINAL = frozenset({RunStatus.passed.value, RunStatus.failed.value})  # runs whose cells are final
+
+_remembered: OrderedDict[Hashable, Any] = OrderedDict()
+_lock = threading.Lock()
+
+
+def is_final(run: Run) -> bool:
+    return run.status in FINAL
+
+
+def runs_key(session: Session, what: str, *runs: Run | None) -> Hashable:
+    """Names ``what`` of these runs in this database: a run id alone could name another run after the
+    database was emptied and its ids restarted, its creation time with it cannot."""
+    return (str(session.get_bind().url), what, *((run.id, run.created_at) if run else None for run in runs))
+
+
+def recall(key: Hashable) -> Any | None:
+    """The value remembered for ``key``, or None."""
+    with _lock:
+        if key in _remembered:
+            _remembered.move_to_end(key)
+        return _remembered.get(key)
+
+
+def remember(key: Hashable, value: T) -> T:
+    with _lock:
+        _remembered[key] = value
+        _remembered.move_to_end(key)
+        while len(_remembered) > SIZE:
+            _remembered.popitem(last=False)
+    return value
+
+
+def remembered(key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``'s value for ``key``, computed once while it stays among the ``SIZE`` most recently
+    used. Only for values that can never change (see the module's docstring)."""
+    value = recall(key)
+    # Computed outside the lock: a slow report must not hold up the others.
+    return value if value is not None else remember(key, compute())
+
+
+def cell_counts(session: Session, runs: Sequence[Run]) -> dict[int, dict[str, int]]:
+    """Cells per status of each run (``queries.cell_counts``, one grouped query); a finished run's are
+    counted once."""
+    keys = {run.id: runs_key(session, "cell counts", run) for run in runs if is_final(run)}
+    known = {run_id: counts for run_id, key in keys.items() if (counts := recall(key)) is not None}
+    counts = queries.cell_counts(session, [run.id for run in runs if run.id not in known])
+    for run_id, key in keys.items():
+        if run_id not in known:
+            remember(key, counts[run_id])
+    return {**counts, **known}

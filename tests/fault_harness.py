@@ -1,0 +1,177 @@
+"""Private PostgreSQL and Redis servers a test may stop and start at will (the shared ones must never
+be touched), and a service (API over HTTP + ``gradci worker``) running on them.
+
+PostgreSQL refuses to run as root: ``initdb`` and ``postgres`` run as the ``postgres`` user, in a
+folder of their own that user can reach. Redis runs without persistence, as the issue's outage did:
+a restart loses every message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+
+from services.db.migrate import upgrade
+from services.db.session import dispose_engine
+from tests.test_integration import Service, _healthy, free_port, service_env, spawn, stop, wait_for
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+POSTGRES_BIN = Path(shutil.which("postgres") or "/usr/local/bin/postgres").parent
+AS_POSTGRES = ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--init-groups"]
+
+
+def available() -> str | None:
+    """Why private servers cannot run here, or None."""
+    if not Path(REDIS_SERVER).exists():
+        return f"no redis-server at {REDIS_SERVER}"
+    if not (POSTGRES_BIN / "initdb").exists():
+        return f"no initdb in {POSTGRES_BIN}"
+    if os.geteuid() != 0 and os.environ.get("USER") != "postgres":
+        return "PostgreSQL's servers must run as the postgres user: needs root to switch to it"
+    return None
+
+
+class PrivateRedis:
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port = folder, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = spawn([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", str(self.folder)], dict(os.environ),
+                             self.folder / "redis.log")
+        wait_for(self._answers, "the private Redis", timeout_s=20, interval_s=0.1)
+
+    def kill(self) -> None:
+        """Gone at once, and everything it held with it (no persistence)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def _answers(self) -> bool:
+        try:
+            with redis.Redis.from_url(self.url, socket_connect_timeout=1) as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+
+class PrivatePostgres:
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port = folder, free_port()
+        self.data = folder / "data"
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/gradci"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def create(self) -> None:
+        self.folder.chmod(0o755)
+        self.data.mkdir()
+        shutil.chown(self.data, "postgres", "postgres")
+        subprocess.run([*AS_POSTGRES, str(POSTGRES_BIN / "initdb"), "-D", str(self.data), "-U", "postgres",
+                        "--auth=trust", "-E", "UTF8", "--no-sync"], check=True, capture_output=True, cwd=self.folder)
+        self.start()
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as admin:
+            admin.execute("CREATE DATABASE gradci")
+        upgrade(self.url)
+
+    def start(self) -> None:
+        # Durability is not under test: fsync off keeps the restart quick on a busy machine.
+        self.process = spawn([*AS_POSTGRES, str(POSTGRES_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                              "-k", str(self.data), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                              "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+                             dict(os.environ), self.folder / "postgres.log", cwd=self.data)
+        wait_for(self._answers, "the private PostgreSQL", timeout_s=30, interval_s=0.1)
+
+    def stop(self) -> None:
+        """A fast shutdown, as a restart does: every connection is cut."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(timeout=30)
+            self.process = None
+
+    def _answers(self) -> bool:
+        try:
+            with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                                 connect_timeout=1):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+
+@dataclasses.dataclass
+class FaultyService(Service):
+    """A ``Service`` on private servers, with a worker of concurrency 2 the test may kill."""
+    redis: PrivateRedis | None = None
+    postgres: PrivatePostgres | None = None
+
+    def start_worker(self) -> None:
+        self.worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "2"],
+                            self.env, self.logs / "worker.log")
+
+    def kill_worker(self) -> None:
+        """SIGKILL to the worker's whole process group: main process, pool and runners at once."""
+        assert self.worker is not None
+        os.killpg(self.worker.pid, signal.SIGKILL)
+        self.worker.wait()
+
+    def health(self) -> tuple[int, float]:
+        """(status code of /api/health, seconds it took)."""
+        started = time.monotonic()
+        response = httpx.get(f"{self.url}/api/health", timeout=30)
+        return response.status_code, time.monotonic() - started
+
+
+@contextmanager
+def faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyService]:
+    """Private PostgreSQL and Redis, the API (uvicorn) and one worker, all stopped at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="gradci-faults-"))
+    folder.chmod(0o755)  # the postgres user must reach its data folder inside
+    postgres, broker = PrivatePostgres(folder / "postgres"), PrivateRedis(folder)
+    (folder / "postgres").mkdir()
+    logs = folder / "logs"
+    logs.mkdir()
+    workdir = folder / "work"  # private to root, as a pytest tmp_path is (the folder above is not)
+    workdir.mkdir(mode=0o700)
+    api = None
+    service = None
+    try:
+        postgres.create()
+        broker.start()
+        env = service_env(database_url=postgres.url, broker_url=broker.url, workdir=str(workdir),
+                          api_token="integration-token", **settings)
+        port = free_port()
+        api = spawn([sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host",
+                     "127.0.0.1", "--port", str(port)], env, logs / "api.log")
+        service = FaultyService(url=f"http://127.0.0.1:{port}", database_url=postgres.url, broker_url=broker.url,
+                                repo=repo, sha=sha, workdir=workdir, logs=logs, env=env, redis=broker,
+                                postgres=postgres)
+        service.start_worker()
+        wait_for(lambda: _healthy(service.url), "the API and a cpu worker", timeout_s=90)
+        yield service
+    finally:
+        for log in ("worker.log", "api.log"):  # shown by pytest when a test failed
+            if (logs / log).exists():
+                print(f"--- {log} ---\n" + (logs / log).read_text(errors="replace")[-8000:])
+        if service is not None and service.worker is not None:
+            stop(service.worker)
+        if api is not None:
+            stop(api)
+        dispose_engine(postgres.url)
+        postgres.stop()
+        broker.kill()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""What the webhook tests share: GitHub's side of a delivery (signed or not) and reading back the runs."""
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from services.db.models import Run
+from services.db.session import session_scope
+from services.github.signature import sign
+
+SECRET = "webhook-s3cret"
+HEAD, BASE = "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
+
+
+def webhook_headers(event: str, raw: bytes, delivery: str | None = None, secret: str = SECRET,
+                    signed: bool = True) -> dict[str, str]:
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+               "Content-Type": "application/json"}
+    if signed:
+        headers["X-Hub-Signature-256"] = sign(secret, raw)
+    return headers
+
+
+def deliver(client: TestClient, event: str, body: dict | bytes, delivery: str | None = None,
+            secret: str = SECRET, signed: bool = True):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post("/webhooks/github", content=raw,
+                       headers=webhook_headers(event, raw, delivery, secret, signed))
+
+
+def runs(url: str) -> list[Run]:
+    with session_scope(url, readonly=True) as session:
+        return list(session.scalars(select(Run).order_by(Run.id)))
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: a server that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
