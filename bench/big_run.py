@@ -17,9 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,40 +25,15 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, select  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
-from services.db.migrate import upgrade  # noqa: E402
 from services.db.models import Result  # noqa: E402
 from services.db.pagination import encode_cursor  # noqa: E402
-from services.db.session import dispose_engine, engine_for, session_scope  # noqa: E402
+from services.db.session import engine_for, session_scope  # noqa: E402
+from tests.databases import scratch_database  # noqa: E402
 from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run  # noqa: E402
 from tests.served_app import ServedApp, served_app  # noqa: E402
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-@contextmanager
-def scratch_database(admin_url: str) -> Iterator[str]:
-    import psycopg
-    from psycopg import sql
-
-    admin = make_url(admin_url)
-    name = f"gradci_bench_{uuid.uuid4().hex[:8]}"
-
-    def connect() -> psycopg.Connection:
-        return psycopg.connect(host=admin.host, port=admin.port or 5432, user=admin.username,
-                               password=admin.password, dbname=admin.database, autocommit=True)
-
-    with connect() as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = admin.set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        dispose_engine(url)
-        with connect() as connection:
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def fill(url: str, cells: int) -> BigRun:
@@ -161,7 +134,7 @@ def main() -> None:
     parser.add_argument("--admin-url", default=ADMIN_URL)
     args = parser.parse_args()
     cells = args.cells // MATRIX_SIZE * MATRIX_SIZE
-    with scratch_database(args.admin_url) as url:
+    with scratch_database(args.admin_url, "gradci_bench") as url:
         big = fill(url, cells)
         rows = run_benchmark(url, big, args.samples)
     print_figures(rows, cells)

@@ -223,10 +223,10 @@ def scratch_databases(postgres_admin_url: str, redis_url: str) -> Iterator[str]:
     """A new migrated PostgreSQL database (dropped on exit) and the Redis database emptied."""
     import redis
 
-    from bench.big_run import scratch_database
+    from tests.databases import scratch_database
 
     redis.Redis.from_url(redis_url).flushdb()
-    with scratch_database(postgres_admin_url) as url:
+    with scratch_database(postgres_admin_url, "gradci_load") as url:
         yield url
 
 

@@ -10,7 +10,6 @@ before each test that uses it. A service that is not running skips its tests wit
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy.engine import make_url
 from services.db.migrate import upgrade
 from services.db.session import dispose_engine, engine_for, session_scope
 from services.settings import get_settings
+from tests.databases import admin_connection, scratch_database
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -37,35 +37,17 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     get_settings.cache_clear()
 
 
-def _admin_connection() -> Any:
-    import psycopg
-
-    admin = make_url(POSTGRES_ADMIN_URL)
-    try:
-        return psycopg.connect(
-            host=admin.host, port=admin.port or 5432, user=admin.username, password=admin.password,
-            dbname=admin.database, autocommit=True, connect_timeout=5,
-        )
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {admin.render_as_string()}: {exc}")
-
-
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """URL of a fresh, migrated PostgreSQL database for this test session."""
-    from psycopg import sql
+    import psycopg
 
-    name = f"gradci_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with _admin_connection() as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     try:
-        upgrade(url)
+        admin_connection(POSTGRES_ADMIN_URL).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL is not reachable at {make_url(POSTGRES_ADMIN_URL).render_as_string()}: {exc}")
+    with scratch_database(POSTGRES_ADMIN_URL, f"gradci_test_{os.getpid()}") as url:
         yield url
-    finally:
-        dispose_engine(url)
-        with _admin_connection() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture
