@@ -236,6 +236,16 @@ def test_results_filter_and_every_row_comes_back_once(client, settings, cell_fac
     assert client.get(f"/api/runs/{run_id}/results", params={"limit": 5000}).status_code == 422
 
 
+def test_an_invalid_report_table_is_a_422_naming_it_like_any_invalid_field(client, settings, cell_factory) -> None:
+    run_id = seed_run(settings.database_url, [cell_factory(i) for i in range(4)])
+    with session_scope(settings.database_url) as session:
+        session.get(Run, run_id).config = {"report": {"project": {"target": "high"}}}
+    response = client.get(f"/api/runs/{run_id}/report")
+    assert response.status_code == 422
+    (problem,) = response.json()["detail"]  # the documented validation-error shape, not a bare string
+    assert problem["loc"] == ["gradci.toml", "report"] and "target must be 'auto' or a percentage" in problem["msg"]
+
+
 def test_junit_has_a_suite_per_matrix_cell_and_junit_outcomes(client, settings, cell_factory) -> None:
     cells = [cell_factory(i, dtype=dtype) for i in range(8) for dtype in ("float32", "float64")]
     cells[0]["message"] = "bad \x01 control character"
