@@ -115,7 +115,12 @@ class Layout:
     def prepare(self) -> None:
         """The runner's writable folders, its own (run by the parent, before the runner starts)."""
         for folder in map(Path, self.writable):
-            folder.mkdir(parents=True, exist_ok=True)
+            # Parents made here are searchable whatever the umask: untraversable_ancestors, which ran
+            # before they existed, counted on the runner user reaching its folders through them.
+            for parent in [p for p in reversed(folder.parents) if not p.exists()]:
+                parent.mkdir(exist_ok=True)
+                parent.chmod(0o755)
+            folder.mkdir(exist_ok=True)
             folder.chmod(0o700)
             if self.uid is not None:
                 os.chown(folder, self.uid, self.gid)
