@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, select  # noqa: E402
 
-from services.db.models import Result  # noqa: E402
+from services.db.models import Result, Run  # noqa: E402
+from services.reports.run_report import store_report  # noqa: E402
 from services.db.pagination import encode_cursor  # noqa: E402
 from services.db.session import engine_for, session_scope  # noqa: E402
 from tests.databases import scratch_database  # noqa: E402
@@ -43,6 +44,11 @@ def fill(url: str, cells: int) -> BigRun:
     with engine_for(url).connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         connection.exec_driver_sql("VACUUM ANALYZE results, scenario_catalog")
     print(f"stored 2 × {cells:,} results in {time.perf_counter() - start:.0f} s", flush=True)
+    start = time.perf_counter()
+    with session_scope(url) as session:  # what the worker's finalize_run does for each run
+        for run_id in (big.base_id, big.head_id):
+            store_report(session, session.get(Run, run_id))
+    print(f"finalisation: both runs' reports stored in {time.perf_counter() - start:.1f} s", flush=True)
     return big
 
 

@@ -23,7 +23,8 @@ from tests.databases import admin_connection, scratch_database
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "github_reports", "runs", "repositories", "workers")
+TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "github_reports", "run_reports", "runs", "repositories",
+          "workers")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from services.reports.markdown import LIST_LIMIT as COMMENT_LIST_LIMIT
 from services.reports.markdown import render
 from services.reports import finished
 from services.reports.model import LIST_LIMIT
-from services.reports.run_report import report_for_run
+from services.reports.run_report import report_for_run, store_report
 from services.settings import Settings
 from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run
 from tests.report_cases import report_of
@@ -178,7 +178,7 @@ def test_the_run_page_walks_every_cell_once_failures_first(database_url: str, ma
     assert ranks == sorted(ranks)  # failures, errors and unexpected passes before everything else
 
 
-def test_only_a_finished_runs_report_and_counts_are_remembered(sqlite_url: str, make_run, cell_factory) -> None:
+def test_a_finished_runs_report_is_stored_and_its_counts_remembered(sqlite_url: str, make_run, cell_factory) -> None:
     run_id = make_run(sqlite_url)
 
     def report_and_counts() -> tuple[int, int]:
@@ -192,10 +192,14 @@ def test_only_a_finished_runs_report_and_counts_are_remembered(sqlite_url: str, 
 
     store(range(10))
     assert report_and_counts() == (10, 10)
-    store(range(10, 20))  # a running run's cells keep landing: nothing about it is remembered
+    with session_scope(sqlite_url) as session:  # a report stored while running is never served
+        store_report(session, session.get(Run, run_id))
+    store(range(10, 20))  # a running run's cells keep landing: nothing about it is kept
     assert report_and_counts() == (20, 20)
-    with session_scope(sqlite_url) as session:
+    with session_scope(sqlite_url) as session:  # finalised: its report is stored
         session.get(Run, run_id).status = "passed"
+    with session_scope(sqlite_url) as session:
+        store_report(session, session.get(Run, run_id))
     assert report_and_counts() == (20, 20)
     with session_scope(sqlite_url) as session:  # what cannot happen to a finished run shows it is not asked again
         session.execute(delete(Result).where(Result.run_id == run_id))

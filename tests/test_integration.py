@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from services.db.models import Job, Result, Run, ScenarioCatalogEntry, Worker, utcnow
+from services.db.models import Job, Result, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
 from services.db.session import dispose_engine, session_scope
 
 pytestmark = pytest.mark.integration
@@ -296,8 +296,10 @@ def test_a_run_lands_every_cell_exactly_once(service: Service) -> None:
     assert len(jobs) == 4 and {j.status for j in jobs} == {"done"} and {j.attempts for j in jobs} == {1}
     with session_scope(service.database_url, readonly=True) as session:
         catalog = session.scalars(select(ScenarioCatalogEntry).where(ScenarioCatalogEntry.run_id == run_id)).all()
+        stored_report = session.get(StoredReport, run_id).report
         workers = session.scalars(select(Worker)).all()
     assert len(catalog) == 10 and all(entry.fingerprint for entry in catalog)
+    assert stored_report["totals"]["head"]["pass"] == 8  # kept when the run was finalised
     assert any(w.device == "cpu" and w.versions.get("python") and w.versions.get("gradci") for w in workers)
     assert {j.worker for j in jobs} <= {w.name for w in workers}  # jobs name the worker that heartbeats
 

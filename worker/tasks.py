@@ -16,10 +16,13 @@ from celery import shared_task
 
 from services.db import jobs as job_store
 from services.db.availability import DATABASE_UNAVAILABLE
+from services.db.models import Run
 from services.db.session import session_scope
 from services.db.workers import elected_worker
 from services.github.publish import claim_due_reports, owe_reports
 from services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
+from services.reports.run_report import store_report
+from services.reports.targets import TargetConfigError
 from worker.context import current
 from worker.execute import JobExecution
 from worker.planning import plan
@@ -76,10 +79,25 @@ def finalize_run(run_id: int) -> None:
         if run is None:
             return
         log.info("run %s finished: %s (coverage %s)", run_id, run.status, run.coverage)
-        to_publish = owe_reports(session, [run_id, *job_store.runs_reporting_against(session, run)],
-                                 current().settings)
+        reported = [run_id, *job_store.runs_reporting_against(session, run)]
+        to_publish = owe_reports(session, reported, current().settings)
+    for report_run in reported:  # before publishing: the comment then reads the stored report
+        keep_report(report_run)
     for published in to_publish:
         send_publish(published)
+
+
+def keep_report(run_id: int) -> None:
+    """Store a finished run's report (against its base, which may just have finished), so that no
+    request has to compute it from a million cells. A report that cannot be computed stays unstored:
+    the API computes it on request and says why."""
+    with session_scope(current().settings.database_url) as session:
+        run = session.get(Run, run_id)
+        try:
+            if run is not None:
+                store_report(session, run)
+        except TargetConfigError as exc:
+            log.warning("run %s: report not stored: gradci.toml: %s", run_id, exc)
 
 
 @shared_task(name=PUBLISH_GITHUB, **DATABASE_RETRY)

@@ -305,3 +305,15 @@ class GitHubReport(Base):
     # When the sweeper may send a pending report again (exponential backoff over attempts); None: not
     # yet attempted, due once it has been pending for the backoff's base.
     next_attempt_at: Mapped[datetime | None]
+
+
+class StoredReport(Base):
+    """A finished run's report, computed once when the run (or its base run) is finalised: reading
+    it is one row however many cells the run has, on every API process."""
+
+    __tablename__ = "run_reports"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    base_run_id: Mapped[int | None] = mapped_column(Integer)  # the base it was compared with, if any
+    report: Mapped[dict[str, Any]]
+    computed_at: Mapped[datetime] = mapped_column(default=utcnow)

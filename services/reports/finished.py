@@ -1,17 +1,16 @@
-"""What this process computed from the cells of finished runs, remembered.
+"""What this process counted in the cells of finished runs, remembered.
 
 A run that passed or failed never changes again: its last job finished before the run did, so its
-cells are final, and so is anything computed from them alone (its counts) or from them and a base run
-that is itself finished (its report, keyed by that base run). Computing a report of a million cells
-takes the database seconds; remembering it makes every later request for it — the dashboard's page,
-the API, a re-published comment — a lookup. The memory it takes is bounded: a report holds at most
-``LIST_LIMIT`` cells of each list, and only the ``SIZE`` most recently used are kept.
+cells are final, and so are their counts per status. Counting a million cells takes the database a
+noticeable while on every runs list; remembering the counts makes it a lookup. Only the ``SIZE``
+most recently used are kept. (A finished run's report is stored in the database instead, when the
+run is finalised: ``services.reports.run_report.store_report``.)
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
@@ -52,14 +51,6 @@ def remember(key: Hashable, value: T) -> T:
         while len(_remembered) > SIZE:
             _remembered.popitem(last=False)
     return value
-
-
-def remembered(key: Hashable, compute: Callable[[], T]) -> T:
-    """``compute()``'s value for ``key``, computed once while it stays among the ``SIZE`` most recently
-    used. Only for values that can never change (see the module's docstring)."""
-    value = recall(key)
-    # Computed outside the lock: a slow report must not hold up the others.
-    return value if value is not None else remember(key, compute())
 
 
 def cell_counts(session: Session, runs: Sequence[Run]) -> dict[int, dict[str, int]]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus
+from services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus, StoredReport, utcnow
 from services.db.queries import cell_counts, without_jit
 from services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
 from services.reports.diff import Changes, compare
-from services.reports.finished import is_final, remembered, runs_key
+from services.reports.finished import is_final
 from services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from services.reports.pr_report import RunFigures, build_report
 from services.reports.targets import parse_report_config
@@ -49,17 +49,35 @@ def _figures(session: Session, run: Run, base: Run | None) -> RunFigures:
 
 
 def report_for_run(session: Session, run: Run) -> RunReport:
-    """The run's report, from aggregates the database computes: a handful of statements whatever the
-    number of cells, and never more than ``LIST_LIMIT`` cells of each list in memory. A finished run's
-    report against a finished base never changes: it is computed once (``finished``)."""
-    project_target, patch_target = parse_report_config(run.config or {})
+    """The run's report: the one stored when it was finalised, if it was compared with the base it
+    has now; otherwise computed from aggregates the database computes — a handful of statements
+    whatever the number of cells, and never more than ``LIST_LIMIT`` cells of each list in memory."""
     base = base_run(session, run)
+    if is_final(run):
+        stored = session.get(StoredReport, run.id)
+        if stored is not None and stored.base_run_id == (base.id if base else None):
+            return RunReport.model_validate(stored.report)
+    return _compute(session, run, base)
 
-    def compute() -> RunReport:
-        without_jit(session)
-        subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
-                                base_run_id=base.id if base else None, head_sha=run.head_sha,
-                                base_sha=run.base_sha, pr_number=run.pr_number)
-        return build_report(subject, _figures(session, run, base), project_target, patch_target)
 
-    return remembered(runs_key(session, "report", run, base), compute) if is_final(run) else compute()
+def store_report(session: Session, run: Run) -> None:
+    """Compute a finished run's report and keep it (done when the run, or its base run, is finalised:
+    a finished run's report against a finished base never changes)."""
+    if not is_final(run):
+        return
+    base = base_run(session, run)
+    report = _compute(session, run, base).model_dump(mode="json")
+    stored = session.get(StoredReport, run.id)
+    if stored is None:
+        session.add(StoredReport(run_id=run.id, base_run_id=base.id if base else None, report=report))
+    else:
+        stored.base_run_id, stored.report, stored.computed_at = base.id if base else None, report, utcnow()
+
+
+def _compute(session: Session, run: Run, base: Run | None) -> RunReport:
+    project_target, patch_target = parse_report_config(run.config or {})
+    without_jit(session)
+    subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
+                            base_run_id=base.id if base else None, head_sha=run.head_sha,
+                            base_sha=run.base_sha, pr_number=run.pr_number)
+    return build_report(subject, _figures(session, run, base), project_target, patch_target)
