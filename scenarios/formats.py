@@ -30,17 +30,19 @@ def cells_to_junit(cells: Iterable[Cell], name: str = "gradci") -> str:
 # XML 1.0 cannot carry most control characters, and tracebacks in messages sometimes do.
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # (child element, JUnit counter it increments, message prefix) per cell status; pass has none.
-_OUTCOME = {
+# Public, with JUNIT_COUNTERS, junit_testcase and xml_text: services.reports.junit streams the
+# same testcases for a stored run.
+JUNIT_OUTCOMES = {
     "fail": ("failure", "failures", ""),
     "xpass": ("failure", "failures", "unexpectedly passed (declared as an expected failure)"),
     "error": ("error", "errors", ""),
     "skip": ("skipped", "skipped", ""),
     "xfail": ("skipped", "skipped", "expected failure"),
 }
-_COUNTERS = ("tests", "failures", "errors", "skipped")
+JUNIT_COUNTERS = ("tests", "failures", "errors", "skipped")
 
 
-def _text(value: str) -> str:
+def xml_text(value: str) -> str:
     return _NOT_XML.sub("\ufffd", value)
 
 
@@ -48,16 +50,16 @@ def _seconds(time_ms: float | None) -> str:
     return f"{(time_ms or 0.0) / 1000:.6f}"
 
 
-def _testcase(suite: ET.Element, suite_name: str, result: Any) -> str | None:
+def junit_testcase(suite: ET.Element, suite_name: str, result: Any) -> str | None:
     """Append the result's testcase; returns the counter its outcome increments, if any."""
     case = ET.SubElement(
-        suite, "testcase", name=_text(result.scenario), classname=_text(suite_name), time=_seconds(result.time_ms)
+        suite, "testcase", name=xml_text(result.scenario), classname=xml_text(suite_name), time=_seconds(result.time_ms)
     )
-    outcome = _OUTCOME.get(result.status)
+    outcome = JUNIT_OUTCOMES.get(result.status)
     if outcome is None:
         return None
     element, counter, prefix = outcome
-    message = _text(": ".join(part for part in (prefix, result.message or "") if part) or result.status)
+    message = xml_text(": ".join(part for part in (prefix, result.message or "") if part) or result.status)
     child = ET.SubElement(case, element, message=message.splitlines()[0][:500] if message else "", type=result.status)
     if element != "skipped":
         child.text = message
@@ -65,19 +67,19 @@ def _testcase(suite: ET.Element, suite_name: str, result: Any) -> str | None:
 
 
 def junit_xml(name: str, results: Iterable[Any]) -> bytes:
-    """``results`` (Cells, or anything with their attributes, such as stored rows) must arrive grouped
-    by (backend, device, dtype), e.g. from ``queries.iter_results_by_matrix_cell``."""
+    """``results`` (Cells, or anything with their attributes) must arrive grouped by (backend, device,
+    dtype). A stored run's document is streamed by ``services.reports.junit`` instead."""
     root = ET.Element("testsuites", name=name)
-    totals = dict.fromkeys(_COUNTERS, 0)
+    totals = dict.fromkeys(JUNIT_COUNTERS, 0)
     total_time = 0.0
     for (backend, device, dtype), group in itertools.groupby(results, key=lambda r: (r.backend, r.device, r.dtype)):
         name = f"{backend}.{device}.{dtype}"
-        suite = ET.SubElement(root, "testsuite", name=_text(name))
-        counts = dict.fromkeys(_COUNTERS, 0)
+        suite = ET.SubElement(root, "testsuite", name=xml_text(name))
+        counts = dict.fromkeys(JUNIT_COUNTERS, 0)
         suite_time = 0.0
         for result in group:
             counts["tests"] += 1
-            counter = _testcase(suite, name, result)
+            counter = junit_testcase(suite, name, result)
             if counter:
                 counts[counter] += 1
             suite_time += (result.time_ms or 0.0) / 1000

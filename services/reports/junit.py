@@ -17,7 +17,7 @@ from xml.sax.saxutils import quoteattr
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from scenarios.formats import _COUNTERS, _OUTCOME, _testcase, _text
+from scenarios.formats import JUNIT_COUNTERS, JUNIT_OUTCOMES, junit_testcase, xml_text
 from services.db.models import Result
 from services.db.queries import without_jit
 
@@ -30,12 +30,12 @@ class _Suite:
     """The counters of one testsuite (or of the whole document) and its time in seconds."""
 
     def __init__(self) -> None:
-        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.counts = dict.fromkeys(JUNIT_COUNTERS, 0)
         self.time_s = 0.0
 
     def add(self, status: str, cells: int, time_ms: float | None) -> None:
         self.counts["tests"] += cells
-        outcome = _OUTCOME.get(status)
+        outcome = JUNIT_OUTCOMES.get(status)
         if outcome is not None:
             self.counts[outcome[1]] += cells
         self.time_s += (time_ms or 0.0) / 1000
@@ -59,7 +59,7 @@ def _testcases(suite_name: str, rows: list[Any]) -> str:
     """The testcases of ``rows`` as ``scenarios.formats`` writes them, serialised in one call."""
     parent = ET.Element(_WRAPPER)
     for row in rows:
-        _testcase(parent, suite_name, row)
+        junit_testcase(parent, suite_name, row)
     text = ET.tostring(parent, encoding="unicode")
     return text[len(f"<{_WRAPPER}>"):-len(f"</{_WRAPPER}>")]  # the cases without their scratch parent
 
@@ -69,7 +69,7 @@ def junit_chunks(session: Session, run_id: int, name: str) -> Iterator[bytes]:
     cell, by scenario within a suite."""
     without_jit(session)
     suites, whole = _suites(session, run_id)
-    yield (f"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name={quoteattr(_text(name))} "
+    yield (f"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name={quoteattr(xml_text(name))} "
            f"{whole.attributes()}>").encode()
     # Core rows, not ORM ones: a million of them, and the ORM's loading was a tenth of the time.
     rows = session.connection().execute(
@@ -83,7 +83,7 @@ def junit_chunks(session: Session, run_id: int, name: str) -> Iterator[bytes]:
             suite_name = ".".join(key)
             if key != suite_key:
                 closing = "</testsuite>" if suite_key is not None else ""
-                yield f"{closing}<testsuite name={quoteattr(_text(suite_name))} {suites[key].attributes()}>".encode()
+                yield f"{closing}<testsuite name={quoteattr(xml_text(suite_name))} {suites[key].attributes()}>".encode()
                 suite_key = key
             yield _testcases(suite_name, list(group)).encode()
     yield ("</testsuite></testsuites>" if suite_key is not None else "</testsuites>").encode()
