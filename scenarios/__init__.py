@@ -15,6 +15,7 @@ _EXPORTS = {
     "OPERATORS": "scenarios.operators",
     "Scenario": "scenarios.scenario",
     "Tangents": "scenarios.scenario",
+    "Expect": "scenarios.expectations",
     "namespace": "scenarios.arrays",
     "Cell": "scenarios.cell",
     "STATUSES": "scenarios.cell",

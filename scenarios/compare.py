@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
+from scenarios.blocks import block_matrix
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.reference import Probe, Reference
 from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
@@ -124,9 +125,9 @@ def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
     return float(np.sum(terms)), float(np.linalg.norm(terms))
 
 
-def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
+def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
+    """``flat``: the result laid out as the probes read it (``probed_layout``)."""
     total = Comparison(ok=True)
-    flat = _flat(result)
     if flat.size != expected_size:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                           message=f"result has {flat.size} elements, expected {expected_size}")
@@ -150,28 +151,42 @@ def compare_probes(result: Any, probes: list[Probe], tol: Tolerance, expected_si
 
 
 def compare_to_reference(result: Any, reference: Reference, tol: Tolerance, operator: str,
-                         custom: Callable | None = None) -> Comparison:
+                         custom: Callable | None = None, *, x: Any) -> Comparison:
     """The whole comparison of one (co)tangent's result; an operator that returns the value
-    (value_and_gradient) has it checked too."""
+    (value_and_gradient) has it checked too. ``x``, the scenario's point, lays out a matrix result's
+    blocks for probes."""
     if OPERATOR_RECORDS[operator].returns_value:
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             return Comparison(ok=False, message=f"{operator} must return (value, gradient)")
         value_cmp = compare_arrays(result[0], reference.value, optree.tree_map(np.zeros_like, reference.value), tol)
         if value_cmp.message:
             value_cmp.message = "value: " + value_cmp.message
-        return value_cmp.merge(_compare_derivative(result[1], reference, tol, custom))
-    return _compare_derivative(result, reference, tol, custom)
+        return value_cmp.merge(_compare_derivative(result[1], reference, tol, custom, operator, x))
+    return _compare_derivative(result, reference, tol, custom, operator, x)
 
 
-def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custom: Callable | None) -> Comparison:
+def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custom: Callable | None,
+                        operator: str, x: Any) -> Comparison:
     if custom is not None and reference.is_full:
         ok, max_abs, max_rel = custom(result, reference.full, tol.rtol, tol.atol)
         return Comparison(ok=bool(ok), max_abs_err=float(max_abs), max_rel_err=float(max_rel), atol=tol.atol,
                           message="" if ok else "custom comparison failed")
     if reference.is_full:
         return compare_arrays(result, reference.full, reference.full_error, tol, reference.backend_error)
-    size = probes_result_size(reference)
-    return compare_probes(result, reference.probes, tol, size)
+    try:
+        flat = probed_layout(result, operator, x)
+    except ValueError as exc:
+        return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"), message=str(exc))
+    return compare_probes(flat, reference.probes, tol, probes_result_size(reference))
+
+
+def probed_layout(result: Any, operator: str, x: Any) -> np.ndarray:
+    """The result as one float64 vector in the layout of the reference's flattened function: a matrix
+    result's blocks (``scenarios.blocks``) as the row-major (rows, columns) matrix, anything else its
+    leaves in order."""
+    if OPERATOR_RECORDS[operator].matrix_result:
+        return block_matrix(result, x).reshape(-1)
+    return _flat(result)
 
 
 def probes_result_size(reference: Reference) -> int:

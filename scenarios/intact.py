@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import optree
 
+from scenarios.inputs import leaf_path
+
 # What torch says when a function writes into a leaf tensor that requires grad (torch-rev's x)...
 _TORCH_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
 # ...and into a tensor captured from outside a torch.func transform (an undeclared context).
@@ -23,16 +25,12 @@ def snapshot(inputs: tuple[Any, Any, tuple]) -> list[list[tuple[str, Any]]]:
     """Bitwise host copies of (x, tangent, contexts), each leaf with its name."""
     x, tangent, contexts = inputs
     parts = [("x", x), ("the tangent", tangent)] + [(f"context {i}", c) for i, c in enumerate(contexts)]
-    return [[(name + _path(path), _to_host(leaf)) for path, leaf in _leaves_with_paths(tree)] for name, tree in parts]
+    return [[(name + leaf_path(path), _to_host(leaf)) for path, leaf in _leaves_with_paths(tree)] for name, tree in parts]
 
 
 def _leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
     paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=True)
     return list(zip(paths, leaves))
-
-
-def _path(path: tuple) -> str:
-    return "".join(f"[{key!r}]" for key in path)
 
 
 def _to_host(leaf: Any) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 import optree
 
 from scenarios.cell import Cell
-from scenarios.compare import Comparison, compare_arrays, compare_to_reference
+from scenarios.compare import Comparison, compare_arrays, compare_to_reference, probed_layout
 from scenarios.numpy_function import ravel
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.reference import FDSettings, ReferenceBuilder
@@ -75,7 +75,10 @@ def _decide(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple
     where that reference cannot be computed or cannot decide."""
     record = OPERATOR_RECORDS[scenario.operator]
     derivative = (lambda r: r[1]) if record.returns_value else (lambda r: r)
-    difference = np.nan_to_num(ravel(derivative(a))[0] - ravel(derivative(b))[0])
+    def layout(result):  # a matrix result's blocks as its (rows, columns) matrix, row-major
+        return probed_layout(derivative(result), scenario.operator, scenario.x)
+
+    difference = np.nan_to_num(layout(a) - layout(b))
     m = ravel(scenario.x)[0].size
     if record.matrix_result:
         row, column = divmod(int(np.argmax(np.abs(difference))), m)
@@ -86,7 +89,7 @@ def _decide(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple
         reference = record.finite_differences(ReferenceBuilder(scenario, FDSettings(), along=along), t)
     except Exception:  # noqa: BLE001 - no reference along it: no decision
         return None, None
-    verdicts = tuple(compare_to_reference(r, reference, tol, scenario.operator) for r in (a, b))
+    verdicts = tuple(compare_to_reference(r, reference, tol, scenario.operator, x=scenario.x) for r in (a, b))
     if any(v.unreliable for v in verdicts):
         return None, None
     return verdicts

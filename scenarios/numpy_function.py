@@ -43,21 +43,27 @@ def float64_callable(scenario: Scenario) -> Callable:
     Prefer the numpy (or framework-neutral) implementation; fall back to torch, then jax, on the CPU in
     float64, so that every framework is held to the same reference.
     """
+    framework = reference_framework(scenario)
+    fn = scenario.implementation(framework)
+    if framework == "numpy":
+        return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
+    from scenarios.frameworks import get_framework
+
+    fw = get_framework(framework)
+
+    def through_framework(x, *contexts):
+        args = [fw.to_framework(tree, "float64", "cpu") for tree in (x, *contexts)]
+        return fw.to_numpy(fn(*args))
+
+    return through_framework
+
+
+def reference_framework(scenario: Scenario) -> str:
+    """The framework whose implementation computes references: numpy (or a framework-neutral f)
+    first, then torch, then jax."""
     for framework in ("numpy", "torch", "jax"):
-        fn = scenario.implementation(framework)
-        if fn is None:
-            continue
-        if framework == "numpy":
-            return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
-        from scenarios.frameworks import get_framework
-
-        fw = get_framework(framework)
-
-        def through_framework(x, *contexts, _fw=fw, _fn=fn):
-            args = [_fw.to_framework(tree, "float64", "cpu") for tree in (x, *contexts)]
-            return _fw.to_numpy(_fn(*args))
-
-        return through_framework
+        if scenario.implementation(framework) is not None:
+            return framework
     raise ValueError(f"scenario {scenario.name!r} has no implementation to compute a reference with")
 
 
@@ -74,9 +80,14 @@ class FlatFunction:
         self.v0, self.unravel_input = ravel(scenario.x)
         self.value = self._call_tree(scenario.x)
         self.y0, self.unravel_output = ravel(self.value)
-        _check_output(scenario.operator, self.value, self.y0)
+        self.check_output(scenario.operator)
         self.evaluations = 0
         self.failure: Exception | None = None  # the last exception at a stencil point, for the message
+
+    def check_output(self, operator: str) -> None:
+        """Raise ScenarioOutputError when f(x) is not what ``operator`` differentiates (one
+        FlatFunction may serve the scenarios of several operators)."""
+        _check_output(operator, self.value, self.y0)
 
     def _call_tree(self, x: Any) -> Any:
         out = self._fn(x, *self._contexts)

@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import optree
 
+from scenarios.blocks import matrix_blocks
 from scenarios.cell import OPERATORS
+from scenarios.inputs import ScenarioInputError, describe, differentiable
 
 if TYPE_CHECKING:
     from scenarios.backends.functional import Transforms
     from scenarios.reference import Reference, ReferenceBuilder
 
-__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "check_operator_input"]
+__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "operator_input"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,9 @@ class Operator:
     # Forward mode needs one JVP per input element (vectorised, so memory grows with the input).
     per_input_in_forward: bool = False
     returns_value: bool = False         # the result is (f(x), the derivative)
-    matrix_result: bool = False         # the result is a matrix: rows like f(x) (or x), columns like x
+    # The result is a matrix, rows like f(x) (or x), columns like x: for pytrees, jax.jacrev's blocks
+    # (a pytree like the rows whose leaves are pytrees like x; block [i][j] of shape row_i.shape + x_j.shape).
+    matrix_result: bool = False
 
     @property
     def takes_tangent_or_cotangent(self) -> bool:
@@ -133,9 +137,11 @@ def _fd_gradient(B: ReferenceBuilder, t: Any) -> Reference:
 
 
 def _fd_jacobian(B: ReferenceBuilder, t: Any) -> Reference:
-    shape = np.shape(B.g.value) + np.shape(B.scenario.x)
+    def blocks(matrix):
+        return matrix_blocks(matrix, B.g.value, B.scenario.x)
+
     return B.full_or_probes(1, lambda: B.unit_direction(B.g.y0.size), matrix=True,
-                            full=lambda jac, err: (jac.reshape(shape), err.reshape(shape)))
+                            full=lambda jac, err: (blocks(jac), blocks(err)))
 
 
 def _fd_jvp(B: ReferenceBuilder, t: Any) -> Reference:
@@ -156,9 +162,11 @@ def _fd_hvp(B: ReferenceBuilder, t: Any) -> Reference:
 
 
 def _fd_hessian(B: ReferenceBuilder, t: Any) -> Reference:
-    shape = np.shape(B.scenario.x) * 2
+    def blocks(matrix):
+        return matrix_blocks(matrix, B.scenario.x, B.scenario.x)
+
     return B.full_or_probes(2, lambda: B.unit_direction(B.m), matrix=True,
-                            full=lambda hess, err: (hess.reshape(shape), err.reshape(shape)))
+                            full=lambda hess, err: (blocks(hess), blocks(err)))
 
 
 _RECORDS = (
@@ -188,8 +196,8 @@ _RECORDS = (
         autograd=_autograd_value_and_gradient,
         finite_differences=_fd_gradient),
     Operator(
-        "jacobian", input="array", output="any", result="f(x).shape + x.shape", per_input_in_forward=True,
-        matrix_result=True,
+        "jacobian", input="pytree", output="any", result="f(x).shape + x.shape (per block for pytrees)",
+        per_input_in_forward=True, matrix_result=True,
         reverse=lambda T, f, x, t: T.jacrev(f)(x),
         forward=lambda T, f, x, t: T.jacfwd(f)(x),
         autograd=lambda A, f, x, t: A.jacobian(f, x),
@@ -214,7 +222,7 @@ _RECORDS = (
         autograd=lambda A, f, x, t: A.hvp(f, x, t),
         finite_differences=_fd_hvp),
     Operator(
-        "hessian", input="array", output="scalar", result="x.shape + x.shape", order=2,
+        "hessian", input="pytree", output="scalar", result="x.shape + x.shape (per block for pytrees)", order=2,
         per_input_in_forward=True, matrix_result=True,
         reverse=_rev_twice,
         forward=lambda T, f, x, t: T.jacfwd(T.jacfwd(f))(x),
@@ -227,13 +235,27 @@ OPERATOR_RECORDS: dict[str, Operator] = {op.name: op for op in _RECORDS}
 assert tuple(OPERATOR_RECORDS) == OPERATORS, (tuple(OPERATOR_RECORDS), OPERATORS)
 
 
-def check_operator_input(operator: str, x: Any, name: str) -> None:
-    """Reject inputs the operator is not defined for, at construction time rather than mid-run."""
+_INPUT_KINDS = {
+    "scalar": "a scalar (a float or a 0-d float array)",
+    "array": "a float array",
+    "pytree": "a float array or a pytree of float arrays",
+}
+
+
+def operator_input(operator: str, x: Any, name: str) -> Any:
+    """x as float64 arrays, or a one-line error where the operator is not defined for it: at
+    construction time rather than mid-run."""
     kind = OPERATOR_RECORDS[operator].input
+    needs = f"{operator} needs x to be {_INPUT_KINDS[kind]}"
+    x = differentiable(x, "x", needs, name)
     if kind == "scalar" and not (isinstance(x, np.ndarray) and x.ndim == 0):
-        raise ValueError(f"scenario {name!r}: {operator} needs a scalar input")
+        raise ScenarioInputError(f"scenario {name!r}: {needs}; got {_structure(x)}")
     if kind == "array" and not isinstance(x, np.ndarray):
-        raise ValueError(f"scenario {name!r}: {operator} needs a single array input, not a pytree")
-    leaves = optree.tree_leaves(x, none_is_leaf=True)
-    if not leaves or not all(isinstance(leaf, np.ndarray) for leaf in leaves):
-        raise ValueError(f"scenario {name!r}: x must be a float array or a pytree of them")
+        raise ScenarioInputError(f"scenario {name!r}: {needs}, not a pytree; got {_structure(x)}")
+    return x
+
+
+def _structure(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return describe(x)
+    return f"a {type(x).__name__} of {len(optree.tree_leaves(x, none_is_leaf=True))} arrays"

@@ -2,13 +2,17 @@
 
 ```toml
 [scenarios]
-modules = ["pkg.grad_scenarios"]      # importable from the repository root; each has scenarios()
+modules = ["pkg.grad_scenarios"]      # importable from the repository root; each has scenarios(),
+                                       # or "pkg.grad_scenarios:my_scenarios" names the function
 
 [matrix]                               # optional; command-line flags and run requests override it
 backends = ["torch-rev", "jax-rev"]
 devices = ["cpu", "cuda"]
 dtypes = ["float64", "float32"]
 scenarios = ["nn/*"]                   # selection patterns (scenarios.matrix: glob, or a plain word as a substring)
+
+[check]                                # optional; gradci check's own settings
+cell_timeout_s = 300                   # per cell, in the sandboxed runner (--cell-timeout overrides it)
 ```
 """
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+import types
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ class Project:
     modules: list[str]
     matrix: Matrix
     config: dict[str, Any]
+    cell_timeout_s: float | None = None  # [check] cell_timeout_s: gradci check's, unless its flag says otherwise
 
 
 def read_config(root: str | Path) -> dict[str, Any]:
@@ -61,31 +67,30 @@ def load_project(root: str | Path) -> Project:
         matrix = Matrix.from_mapping(config.get("matrix", {}))
     except MatrixError as exc:
         raise ProjectError(f"{path}: [matrix]: {exc}") from None
-    return Project(root=root, modules=modules, matrix=matrix, config=config)
+    return Project(root=root, modules=modules, matrix=matrix, config=config,
+                   cell_timeout_s=_cell_timeout(config, path))
+
+
+def _cell_timeout(config: dict[str, Any], path: Path) -> float | None:
+    table = config.get("check", {})
+    value = table.get("cell_timeout_s") if isinstance(table, dict) else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ProjectError(f"{path}: [check] cell_timeout_s must be a positive number of seconds, not {value!r}")
+    return value
+
+
+DEFAULT_FACTORY = "scenarios"
 
 
 def load_scenarios(project: Project) -> list[Scenario]:
-    """Import each module from the repository root and collect its scenarios()."""
+    """Import each module from the repository root and collect its scenarios: a module named
+    "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
     root = str(project.root)
     sys.path.insert(0, root)
     try:
         found: list[Scenario] = []
-        for name in project.modules:
-            try:
-                module = importlib.import_module(name)
-            except Exception as exc:  # any import-time failure of user code
-                raise ProjectError(f"cannot import scenario module {name!r}: {type(exc).__name__}: {exc}") from None
-            factory = getattr(module, "scenarios", None)
-            if not callable(factory):
-                raise ProjectError(f"scenario module {name!r} has no scenarios() function")
-            try:
-                made = list(factory())
-            except Exception as exc:
-                raise ProjectError(f"{name}.scenarios() failed: {type(exc).__name__}: {exc}") from None
-            bad = [type(s).__name__ for s in made if not isinstance(s, Scenario)]
-            if bad:
-                raise ProjectError(f"{name}.scenarios() returned non-Scenario objects ({bad[0]})")
-            found.extend(made)
+        for entry in project.modules:
+            found.extend(_scenarios_of(entry))
     finally:
         if sys.path and sys.path[0] == root:
             sys.path.pop(0)
@@ -94,3 +99,29 @@ def load_scenarios(project: Project) -> list[Scenario]:
     if duplicates:
         raise ProjectError(f"duplicate scenario names: {', '.join(duplicates[:5])}")
     return found
+
+
+def _scenarios_of(entry: str) -> list[Scenario]:
+    name, _, function = entry.partition(":")
+    function = function or DEFAULT_FACTORY
+    if not name or not all(part.isidentifier() for part in [*name.split("."), function]):
+        raise ProjectError(f"{CONFIG_NAME}: [scenarios] modules entry {entry!r} is not \"package.module\" "
+                           f"or \"package.module:function\"")
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # any import-time failure of user code
+        raise ProjectError(f"cannot import scenario module {name!r}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, function, None)
+    if not callable(factory) or isinstance(factory, types.ModuleType):
+        given = "nothing" if factory is None else f"a {type(factory).__name__}"
+        raise ProjectError(f"scenario module {name!r}: {function} is {given}; expected a function returning "
+                           f"a list of scenarios.Scenario")
+    try:
+        made = list(factory())
+    except Exception as exc:
+        raise ProjectError(f"{name}.{function}() failed: {type(exc).__name__}: {exc}") from None
+    bad = [type(s).__name__ for s in made if not isinstance(s, Scenario)]
+    if bad:
+        raise ProjectError(f"{name}.{function}() returned a {bad[0]} among its scenarios; expected only "
+                           f"scenarios.Scenario")
+    return made

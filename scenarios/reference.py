@@ -3,7 +3,9 @@ error estimates, or the scenario's analytic reference.
 
 Small inputs get the full operator result. Large ones (a network's parameters) get random
 directional probes: u·R (or w·R·u for matrices) against the finite difference of f along u, so a
-reference costs O(1) function evaluations in the parameter count.
+reference costs O(1) function evaluations in the parameter count. The function's values at the
+stencil points come from ``scenarios.stencil_batch`` (batched where f allows, shared between the
+scenarios of one function).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import numpy as np
 import optree
 from scipy import differentiate
 
+from scenarios.evaluation_memo import EvaluationMemo
 from scenarios.numpy_function import FlatFunction, ravel
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Scenario, Tangents
+from scenarios.stencil_batch import StencilEvaluator
 from scenarios.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 
 # Above these many input elements, first-order operators are checked through probes...
@@ -99,71 +103,73 @@ class ReferenceUnavailable(Exception):
 STEP_DIRECTIONS = (0, 1, -1)
 
 
-def _richardson(compute: Callable[[float, int], Any], settings: FDSettings, directions=STEP_DIRECTIONS):
-    """Run a scipy.differentiate routine as ``compute(initial_step, step_direction)``, retrying smaller
-    initial steps, then one-sided stencils, where f was not finite (a domain edge within the step).
-    A non-finite result is never a reference: a NaN there would let a NaN derivative pass."""
-    for direction in directions:
-        for step in settings.initial_steps:
-            # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about
-            # it are ours, not the user's.
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                result = compute(step, direction)
-            values = result.ddf if hasattr(result, "ddf") else result.df
-            if np.all(np.isfinite(values)) and np.all(result.status != -3):
-                return result
-    raise ReferenceUnavailable("finite differences found no finite derivative at x (a singularity or a "
-                               "domain edge); give the scenario an analytic reference")
+def _richardson(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSettings, size: int,
+                directions=STEP_DIRECTIONS):
+    """Run a scipy.differentiate routine as ``compute(initial_steps, step_directions)``, one of each
+    per element of its ``size`` input elements, retrying smaller initial steps, then one-sided
+    stencils, for the elements whose derivatives were not finite (a domain edge within the step),
+    while the others keep their central stencils. A non-finite result is never a reference: a NaN
+    there would let a NaN derivative pass."""
+    attempts = [(direction, step) for direction in directions for step in settings.initial_steps]
+    attempt = np.zeros(size, dtype=int)
+    while True:
+        # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about it
+        # are ours, not the user's.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            result = compute(np.array([attempts[i][1] for i in attempt]),
+                             np.array([attempts[i][0] for i in attempt]))
+        values = result.ddf if hasattr(result, "ddf") else result.df
+        # The input element is the last axis of scipy's results.
+        finite = (np.isfinite(values) & (np.asarray(result.status) != -3)).reshape(-1, size).all(axis=0)
+        if finite.all():
+            return result
+        attempt[~finite] += 1
+        if attempt.max() >= len(attempts):
+            raise ReferenceUnavailable("finite differences found no finite derivative at x (a singularity "
+                                       "or a domain edge); give the scenario an analytic reference")
 
 
 def _scipy_options(settings: FDSettings) -> dict:
     return dict(order=settings.order, maxiter=settings.maxiter, tolerances=settings.tolerances)
 
 
-def _jacobian(g: FlatFunction, point: np.ndarray, settings: FDSettings):
-    """Full Jacobian (n, m) of the flat function at ``point`` and its error estimate."""
-    res = _richardson(lambda step, direction: differentiate.jacobian(
-        _Composed(g).batched, point, initial_step=step, step_direction=direction, **_scipy_options(settings)),
-        settings)
+def _jacobian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
+    """Full Jacobian (n, m) at ``point`` of a function of many points (rows (k, m) → (k, n)), and its
+    error estimate."""
+    res = _richardson(lambda steps, directions: differentiate.jacobian(
+        _Composed(rows_fn), point, initial_step=steps, step_direction=directions, **_scipy_options(settings)),
+        settings, point.size)
     return np.atleast_2d(res.df), np.atleast_2d(res.error)
 
 
 class _Composed:
-    """A callable of a flat vector, given scipy's batched calling convention."""
+    """A function of many points, rows (k, d) → values (k, p) or (k,) for a scalar, in scipy's
+    calling convention: points (d, ...) → values (p, ...) or (...)."""
 
-    def __init__(self, fn: Callable[[np.ndarray], Any]):
-        self._fn = fn
+    def __init__(self, rows_fn: Callable[[np.ndarray], np.ndarray]):
+        self._rows_fn = rows_fn
 
-    def __call__(self, v):
-        return np.atleast_1d(np.asarray(self._fn(v), dtype=np.float64))
-
-    def batched(self, points: np.ndarray) -> np.ndarray:
-        m, batch = points.shape[0], points.shape[1:]
-        columns = points.reshape(m, -1)
-        # Each point its own contiguous vector: a column of scipy's array is a strided view.
-        values = np.stack([self(np.ascontiguousarray(columns[:, j])) for j in range(columns.shape[1])], axis=1)
-        return values.reshape((values.shape[0],) + batch)
-
-    def scalar_batched(self, points: np.ndarray) -> np.ndarray:
-        """For scipy's hessian, whose f returns (...) rather than (1, ...)."""
-        return self.batched(points)[0]
+    def __call__(self, points: np.ndarray) -> np.ndarray:
+        d, batch = points.shape[0], points.shape[1:]
+        values = np.asarray(self._rows_fn(points.reshape(d, -1).T), dtype=np.float64)
+        return values.T.reshape(values.shape[1:] + batch)
 
 
-def _directional(fn: Callable[[np.ndarray], Any], settings: FDSettings):
-    """d/ds fn(s) at 0 for a vector-valued fn of a scalar: (value (n,), error (n,))."""
-    composed = _Composed(lambda s: fn(s[0]))
-    res = _richardson(lambda step, direction: differentiate.jacobian(
-        composed.batched, np.zeros(1), initial_step=step, step_direction=direction, **_scipy_options(settings)),
-        settings)
+def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings):
+    """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
+    (value (n,), error (n,))."""
+    res = _richardson(lambda steps, directions: differentiate.jacobian(
+        _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions,
+        **_scipy_options(settings)), settings, 1)
     return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
 
 
-def _hessian(fn: Callable[[np.ndarray], float], point: np.ndarray, settings: FDSettings):
-    """Hessian (m, m) of a scalar fn of a flat vector, and its error estimate (central stencils only:
-    scipy's hessian takes no step direction)."""
-    composed = _Composed(fn)
-    res = _richardson(lambda step, direction: differentiate.hessian(
-        composed.scalar_batched, point, initial_step=step, **_scipy_options(settings)), settings, directions=(0,))
+def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
+    """Hessian (m, m) at ``point`` of a scalar function of many points (rows (k, m) → (k,)), and its
+    error estimate (central stencils only, one step for all: scipy's hessian takes no step direction)."""
+    res = _richardson(lambda steps, directions: differentiate.hessian(
+        _Composed(rows_fn), point, initial_step=float(steps[0]), **_scipy_options(settings)),
+        settings, 1, directions=(0,))
     return res.ddf, res.error
 
 
@@ -177,13 +183,17 @@ class ReferenceBuilder:
     the operator records' ``finite_differences`` functions are written in."""
 
     def __init__(self, scenario: Scenario, settings: FDSettings,
-                 along: list[tuple[np.ndarray, np.ndarray | None]] | None = None):
+                 along: list[tuple[np.ndarray, np.ndarray | None]] | None = None,
+                 memo: EvaluationMemo | None = None):
         """``along``: probe these directions (u, and w for matrix results or None) instead of random
-        ones, whatever the input's size: how a disagreement between two modes is decided."""
+        ones, whatever the input's size: how a disagreement between two modes is decided. ``memo``:
+        f's evaluations shared with the other scenarios of the same function."""
         self.scenario = scenario
         self.settings = settings
         self.along = along
-        self.g = FlatFunction(scenario)
+        self.g = memo.flat_function(scenario) if memo is not None else FlatFunction(scenario)
+        # f at many flat points at once (rows → rows): what every difference below is taken of.
+        self.evaluate = StencilEvaluator(self.g, scenario, memo)
         seed = int(scenario.fingerprint()[:8], 16)
         self.rng = np.random.default_rng(seed)
         # Differences are taken in z = x / scale (per element for full results, one number for
@@ -224,19 +234,20 @@ class ReferenceBuilder:
 
     # -- full results -------------------------------------------------------------------------
     def jacobian_matrix(self):
-        jac, err = _jacobian(lambda z: self.g(z * self.scale), self.g.v0 / self.scale, self.settings)
+        jac, err = _jacobian(lambda z: self.evaluate(z * self.scale), self.g.v0 / self.scale, self.settings)
         return jac / self.scale, err / self.scale
 
     def hessian_matrix(self, output: int = 0):
         """The Hessian of one element of f's (flat) output."""
-        hess, err = _hessian(lambda z: self.g(z * self.scale)[output], self.g.v0 / self.scale, self.settings)
+        hess, err = _hessian(lambda z: self.evaluate(z * self.scale)[:, output], self.g.v0 / self.scale,
+                             self.settings)
         outer = np.outer(self.scale, self.scale)
         return hess / outer, err / outer
 
     def directional(self, flat_t: np.ndarray):
         """d/ds f(x + s·t) at 0, flat, and its error estimate."""
         c = self.probe_scale
-        d, err = _directional(lambda s: self.g(self.g.v0 + s * c * flat_t), self.settings)
+        d, err = _directional(lambda s: self.evaluate(self.g.v0 + s * c * flat_t), self.settings)
         return d / c, err / c
 
     def like_x(self, flat: np.ndarray) -> Any:
@@ -260,7 +271,7 @@ class ReferenceBuilder:
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
             c = self.probe_scale
-            value, error = _directional(lambda s, u=u, w=w: w @ self.g(self.g.v0 + s * c * u),
+            value, error = _directional(lambda s, u=u, w=w: (self.evaluate(self.g.v0 + s * c * u) @ w)[:, None],
                                         self.settings.for_probes())
             probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0] / c), error=float(error[0] / c)))
         return probes
@@ -271,8 +282,8 @@ class ReferenceBuilder:
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
             c = self.probe_scale
-            hess, err = _hessian(lambda ab, u=u, w=w: self.g(self.g.v0 + c * (ab[0] * w + ab[1] * u))[0],
-                                 np.zeros(2), self.settings.for_probes())
+            hess, err = _hessian(lambda ab, u=u, w=w: self.evaluate(
+                self.g.v0 + c * (ab[:, :1] * w + ab[:, 1:] * u))[:, 0], np.zeros(2), self.settings.for_probes())
             probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1] / c ** 2),
                                 error=float(err[0, 1] / c ** 2)))
         return probes
@@ -314,10 +325,11 @@ def default_tangent(scenario: Scenario, value: Any) -> Any:
     return optree.tree_map(lambda leaf: rng.standard_normal(np.shape(leaf)), like)
 
 
-def compute_references(scenario: Scenario, settings: FDSettings | None = None) -> tuple[Any, list[Reference]]:
+def compute_references(scenario: Scenario, settings: FDSettings | None = None,
+                       memo: EvaluationMemo | None = None) -> tuple[Any, list[Reference]]:
     """(the tangent used, one Reference per tangent), each refined where its error estimate cannot
-    decide the scenario's strictest tolerance."""
-    builder = ReferenceBuilder(scenario, settings or FDSettings())
+    decide the scenario's strictest tolerance; f's evaluations shared through ``memo`` if given."""
+    builder = ReferenceBuilder(scenario, settings or FDSettings(), memo=memo)
     tangent = default_tangent(scenario, builder.g.value)
     if scenario.reference is not None:
         return tangent, _analytic(scenario, builder.g.value, tangent)
@@ -330,7 +342,7 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None) -
         for refined_settings in REFINEMENTS:
             if decides(reference, required):
                 break
-            refined = ReferenceBuilder(scenario, refined_settings)
+            refined = ReferenceBuilder(scenario, refined_settings, memo=memo)
             reference = most_accurate(reference, _with_failure(refined, lambda: recipe(refined, t)))
         references.append(reference)
     return tangent, references
@@ -378,18 +390,20 @@ def most_accurate(a: Reference, b: Reference) -> Reference:
 
 
 class ReferenceCache:
-    """References by scenario fingerprint: computed once however many backends, devices and dtypes."""
+    """References by scenario fingerprint: computed once however many backends, devices and dtypes;
+    f's evaluations shared by the scenarios of one function (``share_evaluations``)."""
 
-    def __init__(self, maxsize: int = 4096):
+    def __init__(self, maxsize: int = 4096, share_evaluations: bool = True):
         self._entries: OrderedDict[str, tuple[Any, list[Reference]]] = OrderedDict()
         self._maxsize = maxsize
+        self.memo = EvaluationMemo() if share_evaluations else None
 
     def get(self, scenario: Scenario) -> tuple[Any, list[Reference]]:
         key = scenario.fingerprint()
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        entry = compute_references(scenario)
+        entry = compute_references(scenario, memo=self.memo)
         self._entries[key] = entry
         if len(self._entries) > self._maxsize:
             self._entries.popitem(last=False)

@@ -10,8 +10,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import optree
 
+from scenarios import wrt as positional
 from scenarios.cell import FRAMEWORKS
-from scenarios.operators import OPERATOR_RECORDS, check_operator_input
+from scenarios.expectations import expectations
+from scenarios.inputs import ScenarioInputError, describe, differentiable, held_fixed
+from scenarios.operators import OPERATOR_RECORDS, operator_input
 
 
 
@@ -33,15 +36,6 @@ def map_tangents(fn: Callable[[Any], Any], tangent: Any) -> Any:
     return fn(tangent)
 
 
-def _tree_to_float64(tree: Any) -> Any:
-    def convert(leaf):
-        if isinstance(leaf, (np.ndarray, float, int, np.floating)) and not isinstance(leaf, bool):
-            return np.asarray(leaf, dtype=np.float64)
-        return leaf
-
-    return optree.tree_map(convert, tree, none_is_leaf=True)
-
-
 @dataclasses.dataclass(eq=False)
 class Scenario:
     """One function, one operator, one input point.
@@ -50,9 +44,34 @@ class Scenario:
     (numpy, torch and jax all run it) or a dict ``{"numpy"|"torch"|"jax": callable}`` with
     the same signature ``f(x, *contexts)`` in every framework.
 
+    ``x``, ``tangent`` and ``contexts`` may hold numpy arrays, torch tensors, jax arrays, Python
+    numbers, and tuples, lists and dicts of them (``scenarios.inputs``); all are kept as numpy, once.
+    x and tangents must be floating point. In contexts only floating-point leaves are cast to each
+    cell's dtype; integers, booleans, index arrays (handed to f as the framework's integer arrays),
+    strings and None reach f unchanged.
+
+    ``jacobian`` and ``hessian`` of pytrees follow ``jax.jacrev``'s block convention
+    (``scenarios.blocks``): the Jacobian is a pytree like f(x) whose leaves are pytrees like x, block
+    [y_i][x_j] of shape ``y_i.shape + x_j.shape``; the Hessian is x-structure over x-structure, block
+    [x_i][x_j] of shape ``x_i.shape + x_j.shape``. For a single array x that is the one array of shape
+    ``f(x).shape + x.shape`` (``x.shape * 2``).
+
+    ``wrt`` differentiates a function of several positional arguments with respect to some of them
+    (``scenarios.wrt``): with ``x=(a, b, c)`` and ``wrt=(0, 2)`` (a tuple of positions) the scenario
+    checks ``f(a, b, c, *contexts)`` as a function of the tuple ``(a, c)``, b held fixed like a
+    context; ``wrt=1`` (one position) as a function of b alone, the result shaped like b. It is applied
+    at construction: afterwards ``x`` holds the differentiated arguments (a tangent is given like
+    them), the held ones follow the contexts, and ``f`` puts every argument back in its place. A
+    callable ``reference`` is then called with every argument too: ``reference(a, b, c, *contexts)``,
+    or ``reference(a, b, c, tangent, *contexts)``.
+
     ``state`` names contexts (by position) that ``f`` updates in place, such as a batch norm's
     running statistics: each evaluation gets a fresh copy of their declared value, so the derivative
     is checked at the declared point and the update is not mistaken for a bug.
+
+    ``xfail`` and ``skip`` declare cells known to fail, or not to be run, by backend, device and dtype
+    patterns, with the reason (and for ``xfail`` optionally the exception expected): see
+    ``scenarios.expectations``.
 
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
     enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
@@ -70,31 +89,64 @@ class Scenario:
     atol: float | None = None
     compare: Callable | None = None
     dtypes: tuple[str, ...] = ("float64", "float32")
-    xfail: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    xfail: Any = ()      # scenarios.expectations: which cells are known to fail, and why
+    skip: Any = ()       # ... and which are not run at all
     tags: tuple[str, ...] = ()
     state: tuple[int, ...] = ()
+    wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
         if self.operator not in OPERATOR_RECORDS:
-            raise ValueError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
-                             f"expected one of {', '.join(OPERATOR_RECORDS)}")
-        if isinstance(self.f, Mapping):
-            unknown = set(self.f) - set(FRAMEWORKS)
-            if unknown:
-                raise ValueError(f"scenario {self.name!r}: unknown framework keys {sorted(unknown)}")
-        elif not callable(self.f):
-            raise TypeError(f"scenario {self.name!r}: f must be callable or a dict of callables")
-        self.x = _tree_to_float64(self.x)
-        self.contexts = tuple(_tree_to_float64(c) for c in self.contexts)
-        self.tangent = map_tangents(_tree_to_float64, self.tangent)
+            raise ScenarioInputError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
+                                     f"expected one of {', '.join(OPERATOR_RECORDS)}")
+        self._check_implementations()
+        if not isinstance(self.contexts, (tuple, list)):
+            raise ScenarioInputError(f"scenario {self.name!r}: contexts must be a tuple of f's arguments after x; "
+                                     f"got {describe(self.contexts)}")
+        self.contexts = tuple(held_fixed(c) for c in self.contexts)
         self.dtypes = tuple(self.dtypes)
         self.tags = tuple(self.tags)
         self.state = tuple(self.state)
+        self.xfail = expectations(self.xfail, "xfail", self.name)
+        self.skip = expectations(self.skip, "skip", self.name)
         wrong = [i for i in self.state if not (isinstance(i, int) and 0 <= i < len(self.contexts))]
         if wrong:
-            raise ValueError(f"scenario {self.name!r}: state={self.state} names contexts by position; "
-                             f"{wrong} is not one of 0..{len(self.contexts) - 1}")
-        check_operator_input(self.operator, self.x, self.name)
+            raise ScenarioInputError(f"scenario {self.name!r}: state={self.state} names contexts by position; "
+                                     f"{wrong} is not one of 0..{len(self.contexts) - 1}")
+        if wrt is not None:
+            self._hold_fixed_all_but(wrt)
+        self.x = operator_input(self.operator, self.x, self.name)
+        like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
+        needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
+        self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
+
+    def _check_implementations(self) -> None:
+        implementations = self.f if isinstance(self.f, Mapping) else {None: self.f}
+        unknown = sorted(set(implementations) - {None, *FRAMEWORKS})
+        if unknown:
+            raise ScenarioInputError(f"scenario {self.name!r}: f has unknown framework keys {unknown}; "
+                                     f"expected some of {', '.join(FRAMEWORKS)}")
+        for key, fn in implementations.items():
+            if not callable(fn):
+                where = "f" if key is None else f"f[{key!r}]"
+                raise TypeError(f"scenario {self.name!r}: {where} must be a callable (or f a dict of callables "
+                                f"by framework); got {describe(fn)}")
+
+    def _hold_fixed_all_but(self, wrt: int | tuple[int, ...]) -> None:
+        """Apply ``wrt`` (see ``scenarios.wrt``): x becomes the differentiated arguments, the held ones
+        follow the contexts, f and a callable reference take them back in their places."""
+        positions = positional.chosen_positions(wrt, self.x, self.name)
+        count = len(self.x)
+        self.x, held = positional.split(wrt, self.x, positions)
+        self.contexts += tuple(held_fixed(arg) for arg in held)
+
+        def regroup(fn):
+            return positional.regrouped(fn, wrt, positions, count)
+
+        self.f = ({key: regroup(fn) for key, fn in self.f.items()} if isinstance(self.f, Mapping)
+                  else regroup(self.f))
+        if callable(self.reference):
+            self.reference = regroup(self.reference)
 
     def implementation(self, framework: str) -> Callable | None:
         """The callable for ``framework``, or None when the scenario gives none."""
@@ -115,22 +167,49 @@ class Scenario:
     def _compute_fingerprint(self) -> str:
         digest = hashlib.sha256()
         digest.update(f"{self.name}\0{self.operator}\0".encode())
+        self._hash_implementations(digest)
+        if callable(self.reference):
+            _hash_code(digest, self.reference)
+        for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
+            _hash_tree(digest, part)
+        return digest.hexdigest()[:20]
+
+    def function_fingerprint(self) -> str:
+        """A hash of what decides f's value at a given point: its code, contexts, state and x's
+        structure, not the operator, the point or the name. Scenarios sharing it (one function under
+        several operators) can share f's evaluations. Computed once, as ``fingerprint``."""
+        cached = self.__dict__.get("_function_fingerprint")
+        if cached is None:
+            cached = self.__dict__["_function_fingerprint"] = self._compute_function_fingerprint()
+        return cached
+
+    def _compute_function_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        self._hash_implementations(digest)
+        leaves, spec = optree.tree_flatten(self.x, none_is_leaf=True)
+        digest.update(f"{spec}{[np.shape(leaf) for leaf in leaves]}{self.state}".encode())
+        _hash_tree(digest, self.contexts)
+        return digest.hexdigest()[:20]
+
+    def _hash_implementations(self, digest) -> None:
         implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
         for key, fn in sorted(implementations, key=lambda kv: kv[0]):
             digest.update(key.encode())
             _hash_code(digest, fn)
-        if callable(self.reference):
-            _hash_code(digest, self.reference)
-        for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
-            leaves, spec = optree.tree_flatten(part, none_is_leaf=True)
-            digest.update(str(spec).encode())
-            for leaf in leaves:
-                if isinstance(leaf, np.ndarray):
-                    digest.update(str(leaf.shape).encode())
-                    digest.update(np.ascontiguousarray(leaf).tobytes())
-                else:
-                    digest.update(repr(leaf).encode())
-        return digest.hexdigest()[:20]
+
+
+def _hash_tree(digest, tree: Any) -> None:
+    """Hash a pytree's structure and its leaves (arrays by shape and content)."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    digest.update(str(spec).encode())
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray):
+            # float64 (every x, every float context) by shape alone, as before index arrays existed
+            kind = "" if leaf.dtype == np.float64 else str(leaf.dtype)
+            digest.update(f"{kind}{leaf.shape}".encode())
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        else:
+            digest.update(repr(leaf).encode())
 
 
 def _hash_code(digest, obj: Any, depth: int = 0) -> None:
@@ -154,7 +233,21 @@ def _hash_code(digest, obj: Any, depth: int = 0) -> None:
     elif isinstance(obj, functools.partial):
         for part in (obj.func, obj.args, obj.keywords):
             _hash_code(digest, part, depth + 1)
-    elif callable(obj):
+    elif inspect.isclass(obj):
+        digest.update(_source_of(obj).encode())
+    elif inspect.ismodule(obj):  # numpy, torch...: their version is the environment's business
+        digest.update(obj.__name__.encode())
+    elif _is_framework_array(obj):  # a torch tensor or jax array captured by a closure: by content
+        _hash_code(digest, _as_numpy(obj), depth)
+    elif _is_torch_module(obj):  # its weights decide its values
+        digest.update(f"{type(obj).__qualname__}{obj!r}".encode())
+        for name, tensor in obj.state_dict().items():
+            digest.update(name.encode())
+            _hash_code(digest, tensor, depth)
+    elif inspect.ismethod(obj):  # a bound method: the code and the object it is bound to
+        _hash_code(digest, obj.__func__, depth + 1)
+        _hash_code(digest, obj.__self__, depth + 1)
+    elif callable(obj) and not hasattr(obj, "__dict__") or inspect.isroutine(obj):
         digest.update(_source_of(obj).encode())
         for part in (getattr(obj, "__defaults__", None), getattr(obj, "__kwdefaults__", None)):
             _hash_code(digest, part, depth + 1)
@@ -163,8 +256,29 @@ def _hash_code(digest, obj: Any, depth: int = 0) -> None:
                 _hash_code(digest, cell.cell_contents, depth + 1)
             except ValueError:  # an empty cell (a name not bound yet)
                 pass
-    else:
+    else:  # any other object: its type and attributes, which may hold weights or settings
         digest.update(type(obj).__qualname__.encode())
+        if callable(obj):
+            digest.update(_source_of(type(obj)).encode())
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            _hash_code(digest, attributes, depth + 1)
+
+
+def _is_framework_array(obj: Any) -> bool:
+    module = type(obj).__module__
+    return hasattr(obj, "__array__") and (module.startswith("torch") or module.startswith("jax"))
+
+
+def _is_torch_module(obj: Any) -> bool:
+    return any(kind.__name__ == "Module" and kind.__module__ == "torch.nn.modules.module"
+               for kind in type(obj).__mro__)
+
+
+def _as_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "detach"):  # torch: off the autograd graph and the device first
+        array = array.detach().cpu()
+    return np.asarray(array)
 
 
 def _source_of(fn: Callable) -> str:

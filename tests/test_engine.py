@@ -1,6 +1,9 @@
 """The engine's correctness claims, each with a planted bug that must be caught and a twin that must pass."""
 from __future__ import annotations
 
+import inspect
+import types
+
 import numpy as np
 import pytest
 
@@ -273,6 +276,50 @@ def test_fingerprint_sees_data_captured_in_a_closure():
     b = Scenario("closure", "gradient", make(np.array([1.0, 3.0])), x)
     c = Scenario("closure", "gradient", make(np.array([1.0, 2.0])), x)
     assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()
+
+
+def _torch_layer(seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Linear(3, 2).double()
+
+
+def _weight_total(held) -> float:
+    """The sum of the layer weights ``held`` holds, however it holds them."""
+    if isinstance(held, types.SimpleNamespace):
+        held = held.layer
+    if inspect.ismethod(held):
+        held = held.__self__
+    held = getattr(held, "weight", held)
+    return float(np.asarray(held.detach() if hasattr(held, "detach") else held).sum())
+
+
+@pytest.mark.parametrize("capture", ["module", "bound method", "tensor", "jax array", "object"])
+def test_fingerprint_sees_weights_held_by_framework_objects(capture):
+    # Two closures with the same source over different weights must never share a reference (the
+    # reference cache and the shared evaluations are keyed by fingerprints): a stale reference
+    # makes correct code fail, or wrong code pass.
+    import jax.numpy as jnp
+    import torch
+    import scenarios.reference
+
+    def make(seed):
+        layer = _torch_layer(seed)
+        held = {"module": layer, "bound method": layer.forward, "tensor": layer.weight.detach().clone(),
+                "jax array": jnp.asarray(layer.weight.detach().numpy()), "object": types.SimpleNamespace(layer=layer)}
+        captured = held[capture]
+
+        def f(x):
+            return torch.sum(torch.tanh(x)) * _weight_total(captured)
+        return f
+
+    x = np.array([0.3, -0.2, 0.7])
+    a, b, c = (Scenario("same-name", "gradient", {"torch": make(seed)}, x) for seed in (0, 1, 0))
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()
+    assert a.function_fingerprint() != b.function_fingerprint()
+    reference_of = {s: scenarios.reference.compute_references(s)[1][0].full for s in (a, b)}
+    assert not np.allclose(reference_of[a], reference_of[b])  # so sharing them would be wrong
 
 
 @pytest.mark.parametrize(("returns", "says"), [

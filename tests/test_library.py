@@ -231,7 +231,7 @@ def test_kinked_functions_are_evaluated_away_from_their_kinks(library):
 
 def test_where_trick_is_expected_to_fail_only_in_reverse_mode(by_name):
     trick = by_name["delicate/sinc-where/gradient"]
-    assert 0.0 in trick.x and set(trick.xfail) == {"*-rev*"}
+    assert 0.0 in trick.x and [expected.backend for expected in trick.xfail] == ["*-rev*"]
     assert not by_name["delicate/sinc-double-where/gradient"].xfail
     assert not by_name["delicate/sinc-where/jvp"].xfail
 

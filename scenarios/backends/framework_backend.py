@@ -7,6 +7,7 @@ import optree
 
 from scenarios.backends.base import Backend, CellSkipped, Prepared
 from scenarios.frameworks import FrameworkUnavailable, get_framework
+from scenarios.frameworks.adapter import arrays_apart
 from scenarios.operators import OPERATOR_RECORDS
 from scenarios.scenario import Tangents, map_tangents
 
@@ -72,8 +73,11 @@ class FrameworkBackend(Backend):
         if batched:
             ft = tuple(ft)  # a plain tuple: compilers (jax.jit) accept only their own pytree types
         with_state = _state_resetter(adapter, scenario.state)
+        context_arrays, contexts_with = arrays_apart(fcontexts)
 
-        def computation(x_, tangent_, contexts_):
+        def computation(x_, tangent_, arrays_):
+            contexts_ = contexts_with(arrays_)
+
             def f(z):
                 return fn(z, *with_state(contexts_))
 
@@ -86,7 +90,7 @@ class FrameworkBackend(Backend):
         sync = (lambda: adapter.synchronize(device)) if device != "cpu" else (lambda: None)
 
         def call():
-            result = ready(compiled(fx, ft, fcontexts))
+            result = ready(compiled(fx, ft, context_arrays))
             sync()
             return result
 

@@ -70,6 +70,11 @@ def _detached_tree(spec: Any, values: Any) -> Any:
     return optree.tree_unflatten(spec, [v.detach() for v in values])
 
 
+def _blocks(row_spec: Any, column_spec: Any, rows: tuple) -> Any:
+    """A tuple (over row leaves) of tuples (over column leaves) as a pytree of pytrees."""
+    return optree.tree_unflatten(row_spec, [optree.tree_unflatten(column_spec, list(row)) for row in rows])
+
+
 class _OfLeaves:
     """f as a function of x's leaves, remembering the structure of what it returns."""
 
@@ -95,10 +100,15 @@ class Autograd:
         self._functional = functional
 
     def jacobian(self, f: Callable, x: Any, create_graph: bool = False) -> Any:
-        return self._functional.jacobian(f, x, create_graph=create_graph)
+        """jax.jacrev's blocks (``scenarios.blocks``): torch answers a tuple per output leaf of a
+        tuple per input leaf, or one of the two tuples where the output is a lone tensor."""
+        g = _OfLeaves(f, x)
+        rows = self._functional.jacobian(g, g.leaves, create_graph=create_graph)
+        return _blocks(g.out_spec, g.in_spec, (rows,) if g.out_spec.is_leaf() else rows)
 
     def hessian(self, f: Callable, x: Any) -> Any:
-        return self._functional.hessian(f, x)
+        g = _OfLeaves(f, x)
+        return _blocks(g.in_spec, g.in_spec, self._functional.hessian(g, g.leaves))
 
     def grad(self, value: Any, x: Any) -> Any:
         """d value / d x by a backward pass from ``value``, computed from x's leaves (requires_grad)."""

@@ -1,7 +1,16 @@
-"""What every framework adapter shares: its name and its table of dtypes."""
+"""What every framework adapter shares: its name and its table of dtypes; how non-float arrays and
+Python values among the arguments are told apart."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import optree
+from array_api_compat import is_jax_array, is_torch_array
+
+# numpy dtype kinds of the non-float arrays a function indexes, masks or counts with (bool, signed and
+# unsigned integers): adapters hand them over as the framework's arrays of the same dtype; any other
+# non-float array (strings, objects) stays numpy.
+INDEXING_KINDS = "biu"
 
 
 class FrameworkAdapter:
@@ -12,3 +21,18 @@ class FrameworkAdapter:
         if dtype not in self.dtypes:
             return f"{self.name} has no dtype {dtype}"
         return None
+
+
+def arrays_apart(tree: Any) -> tuple[list, Callable[[list], Any]]:
+    """(the torch or jax arrays among the leaves of ``tree``, ``tree`` rebuilt with others in their places).
+
+    Only the arrays go through a compiler (``jax.jit`` traces its arguments): a count, a flag, a
+    string or None stays the Python value the function was given, as a constant of the computation."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    is_array = [is_torch_array(leaf) or is_jax_array(leaf) for leaf in leaves]
+
+    def rebuild(arrays: list) -> Any:
+        given = iter(arrays)
+        return optree.tree_unflatten(spec, [next(given) if array else leaf for leaf, array in zip(leaves, is_array)])
+
+    return [leaf for leaf, array in zip(leaves, is_array) if array], rebuild

@@ -29,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
 import optree  # noqa: E402
 
-from scenarios.frameworks.adapter import FrameworkAdapter  # noqa: E402
+from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402
 
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}
@@ -62,6 +62,8 @@ class JaxAdapter(FrameworkAdapter):
             # A copy: on the CPU jax may otherwise alias the caller's numpy memory.
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
                 return jax.device_put(jnp.array(leaf, dtype=jax_dtype, copy=True), target)
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind in INDEXING_KINDS:
+                return jax.device_put(jnp.array(leaf, copy=True), target)  # its own dtype, not cast
             if isinstance(leaf, np.ndarray):
                 return leaf.copy()
             return leaf

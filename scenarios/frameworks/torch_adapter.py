@@ -7,7 +7,7 @@ import numpy as np
 import optree
 import torch
 
-from scenarios.frameworks.adapter import FrameworkAdapter
+from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -38,6 +38,8 @@ class TorchAdapter(FrameworkAdapter):
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
                 tensor = torch.tensor(leaf, dtype=torch_dtype, device=device)
                 return tensor.requires_grad_(True) if requires_grad else tensor
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind in INDEXING_KINDS:
+                return torch.tensor(leaf, device=device)  # an index array or mask: its own dtype, not cast
             if isinstance(leaf, np.ndarray):
                 return leaf.copy()
             return leaf

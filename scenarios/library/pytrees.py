@@ -13,8 +13,9 @@ from scenarios.scenario import Scenario
 from scenarios.library._common import operator_tags, rng, scenario_name
 
 FAMILY = "pytree"
-SCALAR_OPERATORS = ("gradient", "value_and_gradient", "hvp", "jvp", "vjp")
-TREE_OPERATORS = ("jvp", "vjp")
+# jacobian and hessian of a pytree: jax.jacrev's blocks (scenarios.blocks), on every backend
+SCALAR_OPERATORS = ("gradient", "value_and_gradient", "hvp", "hessian", "jvp", "vjp")
+TREE_OPERATORS = ("jvp", "vjp", "jacobian")
 
 
 def dict_to_num(params, inputs):
