@@ -1,4 +1,5 @@
-"""``gradci check``: run the engine on a repository's scenarios (or the built-in library) and report."""
+"""``gradci check``: check a repository's scenarios (or the built-in library) in the sandboxed
+runner (``gradci.sandboxed``) and report, with a progress bar on a terminal's stderr."""
 from __future__ import annotations
 
 import sys
@@ -11,48 +12,59 @@ from rich.table import Table
 
 import scenarios
 from gradci.client import coverage_text
+from gradci.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, plan
 from scenarios.cell import FAILING, STATUSES, Cell
-from scenarios.devices import expand_devices
 from scenarios.formats import cells_to_json, cells_to_junit
-from scenarios.matrix import Matrix, select_scenarios
-from scenarios.project import ProjectError, load_project, load_scenarios
+from scenarios.matrix import Matrix
+from scenarios.project import ProjectError, load_project
 from services.reports.coverage import coverage_percent
+from worker.runner import RunnerError
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def gather(repo: str | None, flags: Matrix) -> tuple[list[scenarios.Scenario], Matrix]:
-    """The scenarios and the matrix to check: flags over the repository's gradci.toml."""
-    if repo:
-        project = load_project(repo)
-        found, matrix = load_scenarios(project), project.matrix.overridden(flags)
-    else:
-        found, matrix = scenarios.library.default(), flags
-    return select_scenarios(found, matrix.scenarios), matrix
+class UsageError(Exception):
+    """What the user asked for cannot be checked: one line, exit 2."""
 
 
-def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None) -> int:
+def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
+           family: str | None) -> tuple[Target, float]:
+    """What to check and the per-cell timeout: flags over the repository's gradci.toml (read as
+    data: its scenario modules are imported in the runner only)."""
+    if cell_timeout_s is not None and cell_timeout_s <= 0:
+        raise UsageError(f"--cell-timeout must be a positive number of seconds, not {cell_timeout_s:g}")
+    if family is not None:
+        if repo:
+            raise UsageError("--family picks from the built-in library: give it without --repo")
+        if family not in scenarios.library.FAMILIES:
+            raise UsageError(f"--family must be one of {', '.join(scenarios.library.FAMILIES)}, not {family!r}")
+    if not repo:
+        return Target(None, flags, family), cell_timeout_s or DEFAULT_CELL_TIMEOUT_S
+    project = load_project(repo)
+    matrix = project.matrix.overridden(flags)
+    return Target(str(project.root), matrix), cell_timeout_s or project.cell_timeout_s or DEFAULT_CELL_TIMEOUT_S
+
+
+def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
+              family: str | None = None, verbose: bool = False) -> int:
     err = Console(stderr=True, soft_wrap=True)
-    if fmt not in FORMATS:
-        err.print(f"error: --format must be one of {', '.join(FORMATS)}")
-        return EXIT_USAGE
     try:
-        chosen, matrix = gather(repo, flags)
-        for name in matrix.backends or []:
+        if fmt not in FORMATS:
+            raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+        target, timeout_s = gather(repo, flags, cell_timeout_s, family)
+        for name in target.matrix.backends or []:
             scenarios.get_backend(name)
-    except (ProjectError, ValueError) as exc:
+        cells = _check_with_progress(target, timeout_s, err)
+    except (UsageError, ProjectError, RunnerError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
-    if not chosen:
-        err.print("error: no scenario matches", markup=False)
-        return EXIT_USAGE
-    report = _run_with_progress(chosen, matrix, show=(fmt == "table" and output is None) or err.is_terminal)
+    report = scenarios.Report(cells)
     text = {"json": lambda: cells_to_json(report.cells), "junit": lambda: cells_to_junit(report.cells)}
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
         console = Console(file=stream, width=None if stream.isatty() else 160)
-        render_table(report.cells, console)
+        render_table(report.cells, console, verbose=verbose)
     elif output:
         Path(output).write_text(text[fmt]())
     else:
@@ -60,23 +72,22 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None) -> 
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _run_with_progress(chosen, matrix: Matrix, show: bool) -> scenarios.Report:
-    from scenarios.checker import available_devices
-
-    devices = None if matrix.devices is None else expand_devices(matrix.devices, available_devices())
+def _check_with_progress(target: Target, cell_timeout_s: float, err: Console) -> list[Cell]:
+    """The cells, with a bar on stderr when it is a terminal (whatever the report's format and
+    destination: the bar never reaches stdout, nor a log that is not a terminal)."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), disable=not show, transient=True) as progress:
-        task = progress.add_task("checking", total=len(chosen))
-        reports = []
-        for scenario in chosen:
-            progress.update(task, description=scenario.name[:40])
-            reports.append(scenarios.check([scenario], backends=matrix.backends, devices=devices,
-                                           dtypes=matrix.dtypes))
-            progress.advance(task)
-    return scenarios.Report([cell for r in reports for cell in r.cells])
+    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
+            local_runner(target, cell_timeout_s) as runner:
+        task = progress.add_task("starting the runner", total=None)
+        planned = plan(runner, target)
+        if not planned:
+            raise UsageError("no scenario matches")
+        progress.update(task, total=len(planned))
+        return check_planned(runner, planned,
+                             lambda done, name: progress.update(task, completed=done, description=name[:40]))
 
 
-def render_table(cells: list[Cell], console: Console) -> None:
+def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> None:
     groups: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
     for cell in cells:
         groups[(cell.backend, cell.device, cell.dtype)][cell.status] += 1
@@ -96,6 +107,16 @@ def render_table(cells: list[Cell], console: Console) -> None:
             table.add_row(c.scenario, c.backend, c.device, c.dtype, c.status, _num(c.max_abs_err),
                           _num(c.max_rel_err), _num(c.atol), _num(c.rtol), c.message)
         console.print(table)
+    warned = [c for c in cells if c.warnings]
+    if warned and verbose:
+        table = Table(title=f"warnings raised in {len(warned)} of {len(cells)} cells")
+        for column in ("scenario", "backend", "device", "dtype", "warnings"):
+            table.add_column(column, overflow="fold")
+        for c in warned:
+            table.add_row(c.scenario, c.backend, c.device, c.dtype, c.warnings)
+        console.print(table)
+    elif warned:
+        console.print(f"warnings raised in {len(warned)} of {len(cells)} cells: -v shows them")
     totals = Counter(c.status for c in cells)
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage_text(coverage_percent(totals))}")
 

@@ -38,11 +38,18 @@ def check(
     k: Optional[str] = typer.Option(None, "-k", help=SCENARIOS_HELP),
     format: str = typer.Option("table", "--format", help="table, json or junit."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file."),
+    cell_timeout: Optional[float] = typer.Option(None, "--cell-timeout", metavar="SECONDS",
+                                                 help="Per-cell timeout (default: gradci.toml's [check] "
+                                                      "cell_timeout_s, else 300)."),
+    family: Optional[str] = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list the warnings each cell raised."),
 ) -> None:
-    """Check derivatives locally: exit 0 iff no cell is fail, error or xpass."""
+    """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
+    error or xpass."""
     from gradci.check import run_check
 
-    raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output))
+    raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
+                               cell_timeout_s=cell_timeout, family=family, verbose=verbose))
 
 
 @app.command()

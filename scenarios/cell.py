@@ -90,6 +90,9 @@ class Cell:
     first_call_ms: float | None = None
     peak_memory_bytes: int | None = None
     message: str = ""
+    # Python warnings the cell's computation raised (torch, jax, the scenario's own), one per line:
+    # kept with the cell instead of printed where they would flood a terminal or a worker's log.
+    warnings: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN and infinite errors become None with the message saying why."""
@@ -108,6 +111,8 @@ FIELDS: tuple[dataclasses.Field, ...] = dataclasses.fields(Cell)
 FIELD_NAMES = tuple(field.name for field in FIELDS)
 FLOAT_FIELDS = tuple(field.name for field in FIELDS if field.type == "float | None")
 INT_FIELDS = tuple(field.name for field in FIELDS if field.type == "int | None")
+# Free text, empty when there is nothing to say (the store keeps them as unbounded text).
+TEXT_FIELDS = ("message", "warnings")
 
 
 def validate_cell(fields: Mapping[str, Any]) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import statistics
 import time
 from collections import Counter
@@ -11,12 +10,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 from scenarios.backends import Backend, CellSkipped, get_backend, registry
 from scenarios.cell import FAILING, Cell
+from scenarios.expectations import first_applying
 from scenarios.compare import Comparison, compare_to_reference
 from scenarios.intact import in_place_culprit, mutation, snapshot
 from scenarios.modes import check_modes_agree
 from scenarios.reference import ReferenceCache, shared_cache
 from scenarios.scenario import Scenario, Tangents
 from scenarios.tolerances import Tolerance, tolerance_for
+from scenarios.warning_capture import captured_warnings
 
 # Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
 TIMING_REPEATS = 3
@@ -77,29 +78,45 @@ def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
 def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
                    dtypes: Sequence[str] | None, references: ReferenceCache,
                    progress: Callable[[Cell], None] | None = None) -> list[Cell]:
-    try:
-        tangent, refs = references.get(scenario)
-        reference_error = None
-    except Exception as exc:  # a broken scenario is an error cell, never a crashed run
-        tangent, refs, reference_error = None, None, f"reference failed: {_describe(exc)}"
-    cells, results = [], {}
+    cells, results, raised = [], {}, {}
+    reference = None  # computed for the first cell that runs: an all-skipped scenario never evaluates f
     for device in devices:
         for dtype in (dtypes if dtypes is not None else scenario.dtypes):
             for backend in backends:
                 cell = _new_cell(scenario, backend, device, dtype)
-                if reference_error:
-                    cell.status, cell.message = "error", reference_error
+                skip = first_applying(scenario.skip, backend.name, device, dtype)
+                if skip:
+                    cell.message = f"skipped: {skip.reason}"[:MESSAGE_LIMIT]
                 elif dtype not in scenario.dtypes:
-                    cell.status, cell.message = "skip", f"the scenario does not declare {dtype}"
+                    cell.message = f"the scenario does not declare {dtype}"
+                elif (reference := reference or _reference(scenario, references)).error:
+                    cell.status, cell.message = "error", reference.error
+                    raised[cell.key] = reference.exception
                 else:
-                    results[cell.key] = run_cell(cell, scenario, backend, tangent, refs)
+                    results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
+                                                 raised=raised)
                 cells.append(cell)
-    check_modes_agree(cells, results, scenario, tangent)
+    check_modes_agree(cells, results, scenario, reference.tangent if reference else None)
     for cell in cells:
-        _apply_xfail(cell, scenario)
+        _apply_xfail(cell, scenario, raised.get(cell.key))
         if progress:
             progress(cell)
     return cells
+
+
+@dataclasses.dataclass
+class _Reference:
+    tangent: Any = None
+    refs: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+def _reference(scenario: Scenario, references: ReferenceCache) -> _Reference:
+    try:
+        return _Reference(*references.get(scenario))
+    except Exception as exc:  # a broken scenario is an error cell, never a crashed run
+        return _Reference(error=f"reference failed: {_describe(exc)}", exception=exc)
 
 
 def _new_cell(scenario: Scenario, backend: Backend, device: str, dtype: str) -> Cell:
@@ -111,8 +128,10 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
     return backend.unavailable() or backend.device_unavailable(device) or backend.dtype_unavailable(device, dtype)
 
 
-def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs) -> Any:
-    """Fill in ``cell``; return the backend's numpy result (None when there is none)."""
+def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
+             raised: dict | None = None) -> Any:
+    """Fill in ``cell``; return the backend's numpy result (None when there is none). An exception
+    the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type)."""
     reason = _unavailable(backend, cell.device, cell.dtype)
     if reason:
         cell.status, cell.message = "skip", reason
@@ -120,17 +139,22 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
     cell.rtol, cell.atol = tol.rtol, tol.atol
     try:
-        prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
-        before = snapshot(prepared.inputs)
-        result = _timed_calls(cell, backend, prepared)
-        numpy_result = prepared.to_numpy(result)
-        changed = mutation(before, snapshot(prepared.inputs))
+        with captured_warnings() as caught:  # kept with the cell, not printed once per cell
+            prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
+            before = snapshot(prepared.inputs)
+            result = _timed_calls(cell, backend, prepared)
+            numpy_result = prepared.to_numpy(result)
+            changed = mutation(before, snapshot(prepared.inputs))
     except CellSkipped as exc:
         cell.status, cell.message = "skip", str(exc)
         return None
     except Exception as exc:  # the backend could not differentiate it: truthfully an error
         cell.status, cell.message = in_place_culprit(exc) or ("error", _describe(exc))
+        if raised is not None:
+            raised[cell.key] = exc
         return None
+    finally:
+        cell.warnings = caught.text()
     if prepared.error_estimate is not None:
         refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
     comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
@@ -171,7 +195,8 @@ def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent:
         return Comparison(ok=False, message=f"{len(results)} results for {len(refs)} tangents")
     total = Comparison(ok=True)
     for one, ref in zip(results, refs):
-        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare))
+        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare,
+                                                 x=scenario.x))
     return total
 
 
@@ -194,14 +219,18 @@ def _timed_calls(cell: Cell, backend: Backend, prepared) -> Any:
     return result
 
 
-def _apply_xfail(cell: Cell, scenario: Scenario) -> None:
-    for pattern, reason in scenario.xfail.items():
-        if fnmatch.fnmatchcase(cell.backend, pattern):
-            if cell.status in ("fail", "error"):
-                cell.status, cell.message = "xfail", f"{reason} ({cell.message})"[:MESSAGE_LIMIT]
-            elif cell.status == "pass":
-                cell.status, cell.message = "xpass", f"expected to fail: {reason}"[:MESSAGE_LIMIT]
-            return
+def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None) -> None:
+    expected = first_applying(scenario.xfail, cell.backend, cell.device, cell.dtype)
+    if expected is None:
+        return
+    if cell.status in ("fail", "error"):
+        if expected.met_by(exception if cell.status == "error" else None):
+            cell.status, cell.message = "xfail", f"{expected.reason} ({cell.message})"
+        else:  # a failure, but not the declared one: still a failure, saying what was expected
+            cell.message = f"{cell.message} (an xfail expects {expected.describe_raises()}: {expected.reason})"
+    elif cell.status == "pass":
+        cell.status, cell.message = "xpass", f"expected to fail: {expected.reason}"
+    cell.message = cell.message[:MESSAGE_LIMIT]
 
 
 def _describe(exc: BaseException) -> str:

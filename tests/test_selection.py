@@ -8,6 +8,7 @@ import pytest
 
 from gradci.check import gather
 from gradci.cli import matrix_of
+from gradci.sandboxed import local_runner, plan
 from scenarios import library
 from scenarios.matrix import Matrix
 from services.api.schemas import RunCreate
@@ -22,9 +23,15 @@ def library_names() -> list[str]:
     return [scenario.name for scenario in library.default()]
 
 
+def checked_by_cli(repo: str | None, flags: Matrix) -> list[str]:
+    """The scenarios `gradci check` checks: listed and selected through its runner."""
+    target, timeout_s = gather(repo, flags, None, None)
+    with local_runner(target, timeout_s) as runner:
+        return [specs[0].scenario for specs in plan(runner, target) if specs]
+
+
 def by_check(patterns: str) -> list[str]:
-    chosen, _ = gather(None, matrix_of(scenarios=patterns))
-    return [scenario.name for scenario in chosen]
+    return checked_by_cli(None, matrix_of(scenarios=patterns))
 
 
 def by_project_file(patterns: str, tmp_path) -> list[str]:
@@ -36,8 +43,7 @@ def by_project_file(patterns: str, tmp_path) -> list[str]:
         def scenarios():
             return library.default()
     """))
-    chosen, _ = gather(str(tmp_path), Matrix())
-    return [scenario.name for scenario in chosen]
+    return checked_by_cli(str(tmp_path), Matrix())
 
 
 def by_server(patterns: str, names: list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from kombu.utils.functional import retry_over_time
 
 from services.db.availability import DATABASE_UNAVAILABLE
 from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
-                              stored_cell_keys, unfinished_jobs)
+                              run_backends, stored_cell_keys, unfinished_jobs)
 from services.db.models import Job, JobStatus, Run
 from services.db.results import upsert_results
 from services.db.session import session_scope
@@ -180,6 +180,17 @@ def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, con
                     run_on=context.run_on(job.device), fingerprint=info.fingerprint if info else None)
 
 
+def other_mode_backends(backend: str, run_backends: Sequence[str], known: dict[str, dict[str, Any]]) -> list[str]:
+    """The run's backends of ``backend``'s framework in the other of forward and reverse mode: a
+    scenario's cells are compared with theirs, as ``gradci check`` compares a scenario's cells."""
+    own = known.get(backend, {})
+    modes = {"forward": "reverse", "reverse": "forward"}
+    if own.get("mode") not in modes:
+        return []
+    return [name for name in run_backends if known.get(name, {}).get("framework") == own.get("framework")
+            and known.get(name, {}).get("mode") == modes[own["mode"]]]
+
+
 def cells_of(job: JobRef, source: Source | None, run: RunRef) -> list[tuple[str, str]]:
     declared = {info.name: info.dtypes for info in source.scenarios} if source else {}
     dtypes = (source.requested(run.matrix) if source else run.matrix).dtypes
@@ -207,23 +218,25 @@ class JobExecution:
                 return
             ref, run = JobRef.of(job), RunRef.of(session.get(Run, job.run_id))
             attempt = job.attempts
+            backends = run_backends(session, job.run_id, job.device) if claim is Claim.run else []
         log.info("job %s (run %s, %s on %s): %s, attempt %s", ref.id, ref.run_id, ref.backend, ref.device,
                  claim.value, attempt)
         if claim is Claim.run:
             with LeaseKeeper(self.database, ref.id, self.delivery, settings.worker_heartbeat_s):
-                self.run(ref, run)
+                self.run(ref, run, backends)
         elif claim is Claim.gave_up:
             self.give_up(ref, run)
         elif claim is not Claim.duplicate:  # finished or cancelled: nothing to check, perhaps the run to finalise
             self.finalize_if_last(ref.run_id)
 
-    def run(self, job: JobRef, run: RunRef) -> None:
+    def run(self, job: JobRef, run: RunRef, run_backends: list[str]) -> None:
         runner = self.context.runner()
         try:
             source = load_source(run, self.context.checkouts(), runner)
         except (CheckoutError, RunnerError) as exc:
             self.fail(job, run, None, f"cannot load the scenarios: {exc}")
             return
+        peers = other_mode_backends(job.backend, run_backends, source.backends)
         cells = cells_of(job, source, run)
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
@@ -236,7 +249,7 @@ class JobExecution:
                 if stop is Stop.cancelled:
                     status = JobStatus.cancelled.value
                     break
-                writer.add(runner.run_cell(cell_spec(job, source, scenario, dtype, self.context)))
+                writer.add(runner.run_cell(cell_spec(job, source, scenario, dtype, self.context), peers=peers))
         except SoftTimeLimitExceeded:
             status = JobStatus.error.value
             message = f"exceeded the soft time limit ({self.context.settings.job_soft_time_limit_s} s)"

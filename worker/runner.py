@@ -1,10 +1,11 @@
 """The warm runner: one sandboxed subprocess per worker process, where scenario code runs.
 
 The worker process itself never imports scenario code or a framework. It asks its runner
-(``worker.runner_child``) for one cell at a time over JSON lines, with a per-cell timeout. When
-the runner segfaults, aborts, exits or hangs, that one cell becomes an ``error`` cell naming the
-signal or the timeout, the runner is killed (with anything it started: it leads its own process
-group) and the next request starts a fresh one, so the job goes on with its next cell.
+(``worker.runner_child``) for the cells of one scenario at a time over JSON lines (a job asks for one
+cell, ``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
+segfaults, aborts, exits or hangs, the cells asked for become ``error`` cells naming the signal or
+the timeout, the runner is killed (with anything it started: it leads its own process group) and
+the next request starts a fresh one, so the job goes on with its next cell.
 
 Pull-request code must not reach the worker's credentials: the runner's environment is scrubbed of
 them, and it runs confined by ``worker.sandbox`` (another user, namespaces, an address-space
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,7 @@ class CellSpec:
     source: str | None = None  # checkout root; None: the built-in library
     run_on: str | None = None
     fingerprint: str | None = None
+    family: str | None = None  # with source None: one family of the built-in library (None: all of it)
 
     def error_cell(self, message: str) -> dict[str, Any]:
         return {"scenario": self.scenario, "operator": self.operator, "framework": self.framework,
@@ -211,7 +214,8 @@ class WarmRunner:
         raise RunnerError(f"runner {describe_exit(returncode)} while {what} (it was restarted)")
 
     def request(self, payload: dict[str, Any], timeout_s: float, *, what: str) -> dict[str, Any]:
-        """Send one request and wait for its answer; start the runner first when it is not running."""
+        """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
+        runner's last word that a cell started; start the runner first when it is not running."""
         self.start()
         assert self._process is not None and self._process.stdin is not None and self._output is not None
         output = self._output
@@ -222,6 +226,8 @@ class WarmRunner:
             except (BrokenPipeError, OSError):
                 self._on_death(what)
             reply = self._read_reply(timeout_s, what=what)
+            while reply.get("beat"):  # the next cell started: its own timeout begins
+                reply = self._read_reply(timeout_s, what=what)
             output.next_request()
             return reply
         except RunnerError:
@@ -234,10 +240,12 @@ class WarmRunner:
 
     # --- what the worker asks -------------------------------------------------------------------
 
-    def list_source(self, source: str | None, *, availability: bool = False) -> dict[str, Any]:
-        """Scenarios, backends and file matrix of a checkout (None: the built-in library).
-        ``availability`` also says which backends can run here, at the price of importing every framework."""
-        request = {"op": "list", "source": source, "availability": availability}
+    def list_source(self, source: str | None, *, availability: bool = False,
+                    family: str | None = None) -> dict[str, Any]:
+        """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
+        ``family`` of it). ``availability`` also says which backends can run here and which devices
+        there are, at the price of importing every framework."""
+        request = {"op": "list", "source": source, "family": family, "availability": availability}
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
         if not reply.get("ok"):
             raise RunnerError(reply.get("error", "listing failed"))
@@ -250,21 +258,41 @@ class WarmRunner:
             self.request({"op": "warm", "backends": missing}, self.startup_timeout_s, what="importing frameworks")
             self._warm.update(missing)
 
-    def run_cell(self, spec: CellSpec, timeout_s: float | None = None) -> dict[str, Any]:
+    def run_cell(self, spec: CellSpec, timeout_s: float | None = None, peers: Sequence[str] = ()) -> dict[str, Any]:
         """The cell's record; an ``error`` cell when the runner crashed, hung or refused."""
+        (cell,) = self.run_cells([spec], timeout_s, peers)
+        return cell
+
+    def run_cells(self, specs: Sequence[CellSpec], timeout_s: float | None = None,
+                  peers: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The records of cells of one scenario of one source, in the order of ``specs``, checked in
+        one request over the product of their backends, devices and dtypes, as the engine checks a
+        scenario: forward and reverse modes are compared there. Each cell may take
+        ``cell_timeout_s`` (or ``timeout_s``), the scenario's reference counted in its first cell's;
+        when the runner crashed, hung or refused, every cell is an ``error`` cell saying so.
+
+        ``peers``: backends of the other mode whose results the cells are compared with, where the
+        scenario's reference is made of probes (a job checks one backend; its peers' cells belong to
+        other jobs and are not returned)."""
+        backends, devices, dtypes = (list(dict.fromkeys(axis)) for axis in
+                                     zip(*((s.backend, s.run_on or s.device, s.dtype) for s in specs)))
+        count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
-        payload = {"op": "cell", "source": spec.source, "scenario": spec.scenario, "backend": spec.backend,
-                   "device": spec.run_on or spec.device, "dtype": spec.dtype}
+        first = specs[0]
+        payload = {"op": "cells", "source": first.source, "family": first.family, "scenario": first.scenario,
+                   "backends": backends, "devices": devices, "dtypes": dtypes, "peers": list(peers)}
+        what = "checking this cell" if count == 1 else f"checking a cell of this scenario's {count}"
         try:
-            if spec.backend not in self._warm:
-                self.warm([spec.backend])
-            reply = self.request(payload, timeout_s, what="checking this cell")
+            self.warm([*backends, *peers])
+            reply = self.request(payload, timeout_s, what=what)
         except RunnerError as exc:
-            log.warning("cell %s %s %s %s: %s", spec.scenario, spec.backend, spec.device, spec.dtype, exc)
-            return spec.error_cell(str(exc))
+            log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
+                        ",".join(dtypes), exc)
+            return [spec.error_cell(str(exc)) for spec in specs]
         if not reply.get("ok"):
-            return spec.error_cell(reply.get("error", "the runner refused the cell"))
-        return {**reply["cell"], "device": spec.device}
+            return [spec.error_cell(reply.get("error", "the runner refused the cells")) for spec in specs]
+        checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply["cells"]}
+        return [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
 
 
 # One runner per worker process, or per thread in a threads pool: a runner serves one request at a time.

@@ -5,11 +5,18 @@ run. It reads one JSON request per line on stdin and answers one JSON line on a 
 the original stdout; scenario code printing to stdout is sent to stderr instead, so that it can
 never corrupt the protocol. Requests:
 
-- ``{"op": "list", "source": ROOT|null, "availability": bool}`` → the scenarios of the checkout at
-  ROOT (null: the built-in library), the registered backends (with why each cannot run here, when
-  ``availability`` is asked) and the checkout's ``[matrix]``;
+- ``{"op": "list", "source": ROOT|null, "family": NAME|null, "availability": bool}`` → the scenarios
+  of the checkout at ROOT (null: the built-in library, or its family NAME), the registered backends
+  (with why each cannot run here, and the devices there are, when ``availability`` is asked) and the
+  checkout's ``[matrix]``;
 - ``{"op": "warm", "backends": [...]}`` → imports the frameworks of those backends;
-- ``{"op": "cell", "source", "scenario", "backend", "device", "dtype"}`` → one checked cell.
+- ``{"op": "cells", "source", "family", "scenario", "backends", "devices", "dtypes"}`` → its cells
+  over those axes, checked together as the engine checks a scenario (forward and reverse modes
+  compared); the warnings raised outside any cell (computing the reference) are added to each.
+  With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
+  the peers' cells are checked too, for the comparison only, and not returned.
+  Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
+  counts from the last one, so that it holds per cell.
 
 It holds no secret (the parent scrubs its environment and ``worker.sandbox`` confines it) and
 writes nothing but its answers; the parent owns timeouts and restarts.
@@ -22,6 +29,7 @@ import os
 import resource
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from services.secrecy import forbid_inspection
@@ -30,10 +38,12 @@ from services.secrecy import forbid_inspection
 class SourceCache:
     """The scenarios of one source at a time. Checkouts of one repository at two commits have the
     same module names, so switching source first forgets the modules imported from the previous
-    checkout: ``import`` would otherwise return the old commit's code."""
+    checkout: ``import`` would otherwise return the old commit's code. The built-in library's source
+    is the root None, all of it or one ``family`` of it."""
 
     def __init__(self) -> None:
         self.root: str | None = None
+        self.family: str | None = None
         self.loaded = False
         self.scenarios: dict[str, Any] = {}
         self.file_matrix: dict[str, Any] = {}
@@ -41,12 +51,12 @@ class SourceCache:
         self.fingerprints: dict[str, str] = {}
         self.listing: list[dict[str, Any]] = []
 
-    def get(self, root: str | None) -> SourceCache:
-        if self.loaded and root == self.root:
+    def get(self, root: str | None, family: str | None = None) -> SourceCache:
+        if self.loaded and (root, family) == (self.root, self.family):
             return self
         self._forget_modules_under(self.root)
-        self.root, self.loaded = root, False
-        found, self.file_matrix = _load(root)
+        self.root, self.family, self.loaded = root, family, False
+        found, self.file_matrix = _load(root, family)
         self.scenarios = {scenario.name: scenario for scenario in found}
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
@@ -67,11 +77,11 @@ class SourceCache:
                 del sys.modules[name]
 
 
-def _load(root: str | None) -> tuple[list[Any], dict[str, Any]]:
+def _load(root: str | None, family: str | None) -> tuple[list[Any], dict[str, Any]]:
     if root is None:
         from scenarios import library
 
-        return library.default(), {}
+        return (library.default() if family is None else library.family(family)), {}
     from scenarios.project import load_project, load_scenarios
 
     project = load_project(root)
@@ -86,13 +96,17 @@ def _describe(exc: BaseException) -> str:
 def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
     from scenarios.backends import registry
 
-    source = cache.get(request.get("source"))
+    source = cache.get(request.get("source"), request.get("family"))
     backends = [{"name": b.name, "framework": b.framework, "mode": b.mode} for b in registry().values()]
+    reply = {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
     if request.get("availability"):
+        from scenarios.checker import available_devices
+
         # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
         for backend, entry in zip(registry().values(), backends):
             entry["unavailable"] = backend.unavailable()
-    return {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
+        reply["devices"] = available_devices()
+    return reply
 
 
 def warm(request: dict[str, Any]) -> dict[str, Any]:
@@ -103,19 +117,55 @@ def warm(request: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "unavailable": reasons}
 
 
-def check_cell(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
-    import scenarios
+class AnnouncingBackend:
+    """An engine backend that says when each of its cells starts computing (``beat``): the parent's
+    timeout then holds per cell while a scenario's cells are checked in one request."""
 
-    source = cache.get(request.get("source"))
+    def __init__(self, backend: Any, beat: Callable[[], None]) -> None:
+        self._backend, self._beat = backend, beat
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        self._beat()
+        return self._backend.prepare(*args, **kwargs)
+
+
+def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
+    from scenarios.backends import get_backend
+    from scenarios.checker import check_scenario
+    from scenarios.reference import shared_cache
+    from scenarios.warning_capture import captured_warnings, merged
+
+    source = cache.get(request.get("source"), request.get("family"))
     scenario = source.scenarios.get(request["scenario"])
     if scenario is None:
         return {"ok": False, "error": f"scenario {request['scenario']!r} is not declared by this checkout"}
-    report = scenarios.check([scenario], backends=[request["backend"]], devices=[request["device"]],
-                             dtypes=[request["dtype"]])
-    (cell,) = report.cells
-    if cell.status == "error" and "MemoryError" in cell.message:
-        cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
-    return {"ok": True, "cell": {**cell.to_dict(), "fingerprint": source.fingerprints[scenario.name]}}
+    wanted = request["backends"]
+    peers = [name for name in request.get("peers") or () if name not in wanted and _probed(scenario)]
+    backends = [AnnouncingBackend(get_backend(name), beat) for name in [*wanted, *peers]]
+    with captured_warnings() as outside:  # the cells keep their own; these came from the reference
+        cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache())
+    cells = [cell for cell in cells if cell.backend in wanted]
+    for cell in cells:
+        cell.warnings = merged(cell.warnings, outside.lines)
+        if cell.status == "error" and "MemoryError" in cell.message:
+            cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
+    fingerprint = source.fingerprints[scenario.name]
+    return {"ok": True, "cells": [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]}
+
+
+def _probed(scenario: Any) -> bool:
+    """Whether the scenario's reference is made of probes: only then can a wrong element pass against
+    it, and only the other mode's result finds it (a full reference is compared element by element)."""
+    from scenarios.reference import shared_cache
+
+    try:
+        _, references = shared_cache().get(scenario)
+    except Exception:  # noqa: BLE001 - the cells will say why the reference failed
+        return False
+    return any(not reference.is_full for reference in references)
 
 
 def _memory_limit() -> str:
@@ -123,15 +173,15 @@ def _memory_limit() -> str:
     return "no address-space limit" if limit == resource.RLIM_INFINITY else f"the runner's limit is {limit >> 20} MB"
 
 
-def handle(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
+def handle(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
     op = request.get("op")
     try:
         if op == "list":
             return list_source(cache, request)
         if op == "warm":
             return warm(request)
-        if op == "cell":
-            return check_cell(cache, request)
+        if op == "cells":
+            return check_cells(cache, request, beat)
         return {"ok": False, "error": f"unknown request {op!r}"}
     except BaseException as exc:  # user code may raise anything (SystemExit too); the runner stays up
         return {"ok": False, "error": _describe(exc)}
@@ -143,15 +193,15 @@ def _plain(value: Any) -> Any:
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:
-    cache = SourceCache()
-    replies.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
-    replies.flush()
-    for line in requests:
-        if not line.strip():
-            continue
-        reply = handle(cache, json.loads(line))
-        replies.write(json.dumps(reply, default=_plain) + "\n")
+    def send(message: dict[str, Any]) -> None:
+        replies.write(json.dumps(message, default=_plain) + "\n")
         replies.flush()
+
+    cache = SourceCache()
+    send({"ready": True, "pid": os.getpid()})
+    for line in requests:
+        if line.strip():
+            send(handle(cache, json.loads(line), beat=lambda: send({"beat": True})))
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """gradci's built-in scenario library: one module per family, variants derived mechanically.
 
-``default()`` is every scenario the library holds except the large ones; ``select(...)`` filters by
-tag; ``mlp_100k()`` is the large MLP the benchmark uses. Names are "family/what/operator[/variant]"
+``default()`` is every scenario the library holds except the large ones and the suites of their own
+(the framework conformance family); ``family(name)`` is one family's; ``select(...)`` filters by tag;
+``mlp_100k()`` is the large MLP the benchmark uses. Names are "family/what/operator[/variant]"
 and every scenario is tagged with its family.
 Neither torch nor jax is imported here: per-framework callables import their framework when called.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from scenarios.scenario import Scenario
-from scenarios.library import control, delicate, elementary, linalg, nn, pytrees
+from scenarios.library import control, delicate, elementary, frameworks, linalg, nn, pytrees
 from scenarios.library.nn import mlp_100k
 from scenarios.library.variants import derive, with_batched_tangents, with_closure
 
@@ -21,12 +22,25 @@ FAMILIES = {
     linalg.FAMILY: linalg,
     control.FAMILY: control,
     delicate.FAMILY: delicate,
+    frameworks.FAMILY: frameworks,
 }
+# Families run on their own, by name (`gradci check --family frameworks`): not part of default(), whose
+# time is the demo suite's, and without derived variants.
+OWN_SUITES = {frameworks.FAMILY}
 
 
 def base() -> list[Scenario]:
-    """The hand-written scenarios of every family, before variants."""
-    return [scenario for module in FAMILIES.values() for scenario in module.scenarios()]
+    """The hand-written scenarios of every family but the suites of their own, before variants."""
+    return [scenario for name, module in FAMILIES.items() if name not in OWN_SUITES
+            for scenario in module.scenarios()]
+
+
+def family(name: str) -> list[Scenario]:
+    """One family's scenarios: its own and, except for the suites of their own, its derived variants."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown scenario family {name!r}; expected one of {', '.join(FAMILIES)}")
+    scenarios = FAMILIES[name].scenarios()
+    return scenarios if name in OWN_SUITES else scenarios + derive(scenarios)
 
 
 def default() -> list[Scenario]:
@@ -60,5 +74,5 @@ def by_name(name: str) -> Scenario:
     raise KeyError(name)
 
 
-__all__ = ["FAMILIES", "base", "default", "everything", "select", "by_name", "mlp_100k", "derive",
-           "with_closure", "with_batched_tangents"]
+__all__ = ["FAMILIES", "OWN_SUITES", "base", "default", "family", "everything", "select", "by_name", "mlp_100k",
+           "derive", "with_closure", "with_batched_tangents"]

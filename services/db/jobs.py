@@ -77,6 +77,12 @@ def store_jobs(session: Session, run: Run, specs: Sequence[Any]) -> list[Job]:
     return jobs
 
 
+def run_backends(session: Session, run_id: int, device: str) -> list[str]:
+    """The backends the run checks on ``device`` (its jobs' backends)."""
+    query = select(Job.backend).where(Job.run_id == run_id, Job.device == device).distinct()
+    return sorted(session.scalars(query))
+
+
 def mark_run_started(run: Run) -> None:
     if run.status == RunStatus.queued.value:
         run.status = RunStatus.running.value

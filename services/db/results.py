@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from scenarios.cell import FIELD_NAMES as CELL_FIELDS
 from scenarios.cell import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS as CELL_KEY
-from scenarios.cell import UNKNOWN_WHEN_ERRORED, validate_cell
+from scenarios.cell import TEXT_FIELDS, UNKNOWN_WHEN_ERRORED, validate_cell
 from services.db.models import Result, utcnow
 from services.db.upsert import dialect_insert
 
@@ -42,7 +42,7 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str
         row[name] = _finite_or_none(row[name])
     for name in INT_FIELDS:
         row[name] = None if row[name] is None else int(row[name])
-    for name in (*UNKNOWN_WHEN_ERRORED, "message"):
+    for name in (*UNKNOWN_WHEN_ERRORED, *TEXT_FIELDS):
         row[name] = row[name] or ""
     row.update(run_id=run_id, job_id=job_id, fingerprint=fields.get("fingerprint"), created_at=utcnow())
     return row

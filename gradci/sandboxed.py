@@ -1,0 +1,101 @@
+"""``gradci check``'s cells, checked in the sandboxed warm runner the service's workers use.
+
+The command line imports no scenario code and no framework itself: it lists the scenarios in the
+runner (``worker.runner``), then asks for one scenario's cells per request. The runner checks them
+together, as the engine does in-process, so forward and reverse modes are compared and the verdicts
+are the engine's. A scenario that segfaults, hangs, exits or exhausts memory becomes error cells
+naming the signal or the timeout, and the next scenario runs in a fresh runner.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from scenarios.cell import FIELD_NAMES, Cell
+from scenarios.devices import CPU, expand_devices
+from scenarios.matrix import Matrix, select_scenarios
+from services.settings import get_settings
+from worker.runner import CellSpec, WarmRunner
+from worker.sandbox import SandboxPolicy
+
+DEFAULT_CELL_TIMEOUT_S = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What to check: a repository's root (None: the built-in library), the matrix, and a family of
+    the built-in library (None: every family)."""
+
+    source: str | None
+    matrix: Matrix
+    family: str | None = None
+
+
+def cache_folder() -> Path:
+    """Where runners keep their scratch folders and jax's compilation cache between checks."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gradci" / "check"
+
+
+def memory_limit_mb(matrix: Matrix) -> int | None:
+    """The worker's address-space limit (GRADCI_RUNNER_MEMORY_LIMIT_MB), on the CPU only: CUDA
+    reserves address space far beyond the memory it uses. Without --devices a machine with an
+    NVIDIA driver may check on its GPUs, so no limit there."""
+    on_cpu_only = (all(device == CPU for device in matrix.devices) if matrix.devices is not None
+                   else not os.path.exists("/dev/nvidiactl"))
+    return (get_settings().runner_memory_limit_mb or None) if on_cpu_only else None
+
+
+@contextlib.contextmanager
+def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
+    """A runner as the worker's, run as this user (nobody else's account is made on a developer's
+    machine), seeing the repository besides the interpreter."""
+    workdir = cache_folder()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(target.matrix), hidden=(workdir,))
+    visible = (Path(target.source),) if target.source else ()
+    runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+def plan(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
+    """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
+    ``worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
+    that is not there."""
+    listing = runner.list_source(target.source, availability=True, family=target.family)
+    chosen = select_scenarios(listing["scenarios"], target.matrix.scenarios, name=lambda s: s["name"])
+    backends = {backend["name"]: backend for backend in listing["backends"]}
+    names = target.matrix.backends or [name for name, b in backends.items() if b["unavailable"] is None]
+    devices = (listing["devices"] if target.matrix.devices is None
+               else expand_devices(target.matrix.devices, listing["devices"]))
+    return [[CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
+                      framework=backends[name]["framework"], mode=backends[name]["mode"], source=target.source,
+                      fingerprint=s["fingerprint"], family=target.family)
+             for device in devices
+             for dtype in (target.matrix.dtypes if target.matrix.dtypes is not None else s["dtypes"])
+             for name in names]
+            for s in chosen]
+
+
+def check_planned(runner: WarmRunner, planned: list[list[CellSpec]],
+                  on_scenario: Callable[[int, str], None] = lambda done, name: None) -> list[Cell]:
+    """Every planned scenario's cells, one request each; ``on_scenario`` hears each one start
+    (with how many were checked before it)."""
+    cells: list[Cell] = []
+    for done, specs in enumerate(planned):
+        if specs:
+            on_scenario(done, specs[0].scenario)
+            cells += [cell_of(record) for record in runner.run_cells(specs)]
+    return cells
+
+
+def cell_of(record: dict[str, Any]) -> Cell:
+    """A runner's record (which may carry a fingerprint, and an error cell fewer fields) as a Cell."""
+    return Cell(**{name: record[name] for name in FIELD_NAMES if name in record})
