@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install services bench clean
+.PHONY: demo test install services browser bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,11 @@ demo: $(STAMP)
 services:
 	bash scripts/start-services.sh
 
-test: $(STAMP) services
+# Chromium and chromedriver for the dashboard's browser tests (Debian packages; no browser download).
+browser:
+	bash scripts/install-browser.sh
+
+test: $(STAMP) services browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) services
@@ -33,6 +37,7 @@ bench: $(STAMP) services
 	$(PY) bench/service.py
 	$(PY) bench/load.py
 	$(PY) bench/big_run.py
+	$(PY) bench/web.py
 
 clean:
 	rm -rf $(VENV) .gradci build *.egg-info

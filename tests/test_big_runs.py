@@ -34,7 +34,7 @@ from tests.report_cases import report_of
 from tests.served_app import ServedApp, served_app
 from tests.test_github_unit import cell
 from web.app import create_app
-from web.views import CELLS_PER_PAGE
+from web.run_page import CELLS_PER_PAGE
 
 CELLS = 7143 * MATRIX_SIZE  # 200,004
 # What one request may add to the server's resident memory. Every cell as a Python object takes
@@ -129,9 +129,15 @@ def test_a_big_runs_answers_stay_small_and_true(postgres_database: str, big_run:
 
         page = _bounded(app, baseline, lambda: client.get(f"/runs/{head}"))
         assert page.status_code == 200
-        statuses = re.findall(r'<td class="(\w+)">\1</td>', page.text)
+        statuses = [status for status, _ in _table_rows(page.text)]
         assert statuses and set(statuses) == {"fail"}  # failures first: the first page holds only them
-        assert f"/runs/{head}?cursor=" in page.text  # and the next page is one link away
+        assert 'href="?cursor=' in page.text  # and the next page is one link away
+
+
+def _table_rows(html: str) -> list[tuple[str, str]]:
+    """(status, scenario) of each row of the run page's cell table."""
+    return re.findall(r'<span class="status s-(\w+)">[^<]*</span></a></td>\s*<td><a href="/runs/\d+/cells/\d+">'
+                      r'<code>([^<]+)</code>', html)
 
 
 # --- the bounded lists and pages, on both databases ------------------------------------------------
@@ -168,11 +174,11 @@ def test_the_run_page_walks_every_cell_once_failures_first(database_url: str, ma
         while path:
             page = client.get(path)
             assert page.status_code == 200
-            rows = re.findall(r'<code>(scenario_\d+)</code></td>.*?<td class="(\w+)">\2</td>', page.text, re.S)
+            rows = _table_rows(page.text)
             assert 0 < len(rows) <= CELLS_PER_PAGE
-            seen += [(status, scenario) for scenario, status in rows]
-            link = re.search(rf'href="(/runs/{run_id}\?cursor=[^"#]+)', page.text)
-            path = link.group(1) if link else None
+            seen += rows
+            link = re.search(r'href="(\?cursor=[^"#]+)#cells"', page.text)
+            path = f"/runs/{run_id}{link.group(1)}" if link else None
     assert sorted(seen) == sorted((c["status"], c["scenario"]) for c in map(cell_factory, range(250)))
     ranks = [ATTENTION_ORDER.index(status) for status, _ in seen]
     assert ranks == sorted(ranks)  # failures, errors and unexpected passes before everything else

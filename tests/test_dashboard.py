@@ -1,26 +1,318 @@
-"""The dashboard pages render runs and their cells (server-side HTML, real database)."""
+"""The dashboard's pages, server-side, on real databases: the run page (headline, heatmap, filters,
+bounded pages, failures first, the live JSON), the cell page, the scenario history, compare, the
+runs and workers pages, the badge and the locally served plotly.js. The browser tests drive the same
+pages in Chromium (tests/test_browser.py)."""
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from services.db.models import Job, Result, Run
 from services.db.results import upsert_results
-from services.db.runs import create_run
+from services.db.runs import create_run, get_or_create_repository
 from services.db.session import session_scope
+from services.db.workers import record_heartbeat
+from services.reports import matrix as matrix_module
+from services.reports.matrix import ROWS_PER_PAGE
+from services.reports.diff import stored_tolerance_ratio, tolerance_ratio
 from services.settings import Settings
+from web import heatmap
 from web.app import create_app
+from web.run_page import CELLS_PER_PAGE
+from web.status_style import BAND_COLOURS
+
+Cells = Callable[..., dict[str, Any]]
 
 
-def test_run_list_and_run_page(clean_environment, sqlite_url, tmp_path, cell_factory):
-    with session_scope(sqlite_url) as session:
-        run = create_run(session, head_sha="a" * 40)
-        upsert_results(session, run.id, [cell_factory(i) for i in range(8)])
+@pytest.fixture
+def client(database_url: str, tmp_path: Any, clean_environment: None) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(database_url=database_url, workdir=tmp_path / "work"))) as test_client:
+        yield test_client
+
+
+def make_run(url: str, cells: list[dict[str, Any]], *, status: str = "failed", **fields: Any) -> int:
+    with session_scope(url) as session:
+        run = create_run(session, **fields)
+        run.status = status
+        upsert_results(session, run.id, cells)
+        return run.id
+
+
+def cell(cell_factory: Cells, index: int, scenario: str, status: str, ratio: float = 0.01,
+         **axes: Any) -> dict[str, Any]:
+    """A cell of ``scenario`` that used ``ratio`` of its (absolute and relative) tolerance."""
+    made = cell_factory(index, status=status, **axes)
+    made.update(scenario=scenario, max_abs_err=ratio * made["atol"], max_rel_err=ratio * made["rtol"])
+    return made
+
+
+def embedded_figure(html: str, div: str) -> dict[str, Any]:
+    found = re.search(rf'<script type="application/json" data-chart="{div}">(.*?)</script>', html, re.S)
+    assert found, f"no figure for #{div}"
+    return json.loads(found.group(1))
+
+
+def table_statuses(html: str) -> list[str]:
+    return re.findall(r'<td><a href="/runs/\d+/cells/\d+"><span class="status s-(\w+)">', html)
+
+
+# --- the run page ---------------------------------------------------------------------------------
+
+
+def test_run_page_heatmap_groups_families_failures_first(database_url: str, client: TestClient,
+                                                        cell_factory: Cells) -> None:
+    cells = [cell(cell_factory, 0, "alpha/ok", "pass"), cell(cell_factory, 1, "alpha/near", "pass", ratio=0.9),
+             cell(cell_factory, 2, "beta/ok", "pass"), cell(cell_factory, 3, "beta/broken", "fail", ratio=30),
+             cell(cell_factory, 4, "beta/ok", "error", backend="torch-rev"),
+             cell(cell_factory, 5, "gamma/skipped", "skip")]
+    run_id = make_run(database_url, cells, head_sha="a" * 40)
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    trace = embedded_figure(page.text, "heatmap")["data"][0]
+    # Families with the worst cell first (beta has a failure); within one, the worst scenario first.
+    assert trace["y"] == [["beta", "beta", "alpha", "alpha", "gamma"], ["broken", "ok", "near", "ok", "skipped"]]
+    assert trace["x"] == ["jax-rev · cpu · float64", "torch-rev · cpu · float64"]
+    with session_scope(database_url, readonly=True) as session:
+        ids = {(r.scenario, r.backend): r.id for r in session.scalars(select(Result).where(Result.run_id == run_id))}
+    assert trace["customdata"][1] == [ids["beta/ok", "jax-rev"], ids["beta/ok", "torch-rev"]]  # a click opens it
+    assert trace["customdata"][0][1] is None and trace["z"][0][1] is None  # no such cell: a gap
+    assert embedded_figure(page.text, "heatmap")["layout"]["meta"]["link"] == f"/runs/{run_id}/cells/%s"
+    bands = list(BAND_COLOURS)
+    band_of = {status: bands.index(status) for status in bands}
+    assert int(trace["z"][0][0]) == band_of["fail"] and int(trace["z"][1][1]) == band_of["error"]
+    near, plain = trace["z"][2][0], trace["z"][3][0]
+    assert int(near) == int(plain) == band_of["pass"]
+    pass_stops = [position for position, _ in BAND_COLOURS["pass"]]
+    assert near % 1 > pass_stops[-2] and plain % 1 < pass_stops[1]  # the near miss turns amber, the rest green
+    # Readable without colour: the hover and the table say the status in words beside an icon.
+    assert trace["text"][0][0] == "✘ fail 30" and "✔ pass" in trace["text"][2][0]
+    assert table_statuses(page.text)[:2] == ["fail", "error"]  # the table lists failures first too
+    assert 'src="/static/plotly.min.js?v=' in page.text and "cdn" not in page.text.lower()
+
+
+def test_run_page_filters_server_side(database_url: str, client: TestClient, cell_factory: Cells) -> None:
+    kinds = [("nn", "pass", "float64"), ("nn", "fail", "float32"), ("linalg", "fail", "float64"),
+             ("linalg", "pass", "float32")]
+    cells = [cell(cell_factory, i, f"{family}/s{i}", status, dtype=dtype)
+             for i, (family, status, dtype) in enumerate(kinds)]
+    run_id = make_run(database_url, cells)
+
+    def figure_rows(query: str) -> list[str]:
+        return embedded_figure(client.get(f"/runs/{run_id}?{query}").text, "heatmap")["data"][0]["y"][1]
+
+    assert sorted(figure_rows("family=nn")) == ["s0", "s1"]
+    assert sorted(figure_rows("status=fail")) == ["s1", "s2"]
+    assert figure_rows("family=nn&status=fail&dtype=float32") == ["s1"]
+    assert figure_rows("family=&status=&dtype=") != []  # a form's "any" is no filter
+    page = client.get(f"/runs/{run_id}?status=fail")
+    assert set(table_statuses(page.text)) == {"fail"} and "s0" not in page.text.split('id="cells"')[1]
+    assert client.get(f"/runs/{run_id}?status=bogus").status_code == 422
+
+
+def test_run_page_ships_a_bounded_page_however_big_the_run(database_url: str, client: TestClient,
+                                                           cell_factory: Cells) -> None:
+    scenarios = ROWS_PER_PAGE + 5
+    cells = [cell(cell_factory, i, f"fam/s{i:03d}", "fail" if i % 3 == 0 else "pass") for i in range(scenarios)]
+    run_id = make_run(database_url, cells)
+    first = client.get(f"/runs/{run_id}")
+    rows = embedded_figure(first.text, "heatmap")["data"][0]["y"][1]
+    assert len(rows) == ROWS_PER_PAGE and re.search(r"page 1 of <span id=\"matrix-pages\">2</span>", first.text)
+    assert len(table_statuses(first.text)) == CELLS_PER_PAGE
+    assert set(table_statuses(first.text)[:(scenarios + 2) // 3]) == {"fail"}
+    following = re.search(r'href="(\?cursor=[^"#]+)#cells"', first.text).group(1)
+    second = client.get(f"/runs/{run_id}{following}")
+    assert len(table_statuses(second.text)) == CELLS_PER_PAGE
+    rest = embedded_figure(client.get(f"/runs/{run_id}?page=2").text, "heatmap")["data"][0]["y"][1]
+    assert len(rest) == 5 and set(rows) | set(rest) == {f"s{i:03d}" for i in range(scenarios)}
+    assert embedded_figure(client.get(f"/runs/{run_id}?page=3").text, "heatmap")["data"][0]["y"] == [[], []]
+
+
+def test_live_json_follows_a_running_run(database_url: str, client: TestClient, cell_factory: Cells) -> None:
+    run_id = make_run(database_url, [cell(cell_factory, 0, "a/one", "pass")], status="running")
+    with session_scope(database_url) as session:
+        session.add_all([Job(run_id=run_id, backend="jax-rev", device="cpu", queue="cpu", status=status)
+                         for status in ("done", "running", "queued")])
+    first = client.get(f"/runs/{run_id}/live.json").json()
+    assert first["live"] and first["counts"]["pass"] == 1 and first["jobs"] == {"over": 1, "total": 3}
+    assert 'data-live="true"' in client.get(f"/runs/{run_id}").text
+    with session_scope(database_url) as session:
+        upsert_results(session, run_id, [cell(cell_factory, 1, "a/two", "fail")])
+        session.get(Run, run_id).status = "failed"
+    later = client.get(f"/runs/{run_id}/live.json?status=fail").json()
+    assert later["counts"]["fail"] == 1 and not later["live"] and later["status"] == "failed"
+    assert later["coverage"] == "50.00%" and later["matrix"] == {"rows": 1, "page": 1, "pages": 1}
+    assert later["figure"]["data"][0]["y"] == [["a"], ["two"]]
+    assert client.get("/runs/999/live.json").status_code == 404
+
+
+# --- cell, history, compare -----------------------------------------------------------------------
+
+
+def test_cell_page_links_base_cell_and_history(database_url: str, client: TestClient, cell_factory: Cells) -> None:
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, "https://github.com/o/r.git", "o/r")
+        base = create_run(session, repository=repository, head_sha="b" * 40)
+        base.status = "passed"
+        upsert_results(session, base.id, [cell(cell_factory, 3, "nn/mlp", "pass", ratio=0.02)])
+        head = create_run(session, repository=repository, head_sha="c" * 40, base_sha="b" * 40)
+        head.status = "failed"
+        job = Job(run_id=head.id, backend="jax-rev", device="cpu", queue="cpu", status="done", worker="cpu-1@box")
+        session.add(job)
+        session.flush()
+        upsert_results(session, head.id, [cell(cell_factory, 3, "nn/mlp", "fail", ratio=4.0)], job_id=job.id)
+        record_heartbeat(session, name="cpu-1@box", host="box", device="cpu", queue="cpu",
+                         versions={"python": "3.11.7", "jax": "0.4.38"})
+        base_id, head_id = base.id, head.id
+    with session_scope(database_url, readonly=True) as session:
+        base_cell, head_cell = (session.scalar(select(Result.id).where(Result.run_id == r)) for r in (base_id, head_id))
+    page = client.get(f"/runs/{head_id}/cells/{head_cell}")
+    assert page.status_code == 200
+    text = page.text
+    assert "✘ fail" in text and "max abs error above tolerance" in text
+    assert ">4<" in text.replace(" ", "")  # error ÷ tolerance, in the table
+    assert f'href="/runs/{base_id}/cells/{base_cell}"' in text and 'href="/scenarios/nn/mlp"' in text
+    assert "jax" in text and "0.4.38" in text and "does not store the reference" in text
+    assert client.get(f"/runs/{base_id}/cells/{head_cell}").status_code == 404  # another run's cell
+    history = client.get("/scenarios/nn/mlp")
+    assert history.status_code == 200
+    ratios = embedded_figure(history.text, "chart-tolerance_ratio")["data"]
+    assert [(series["name"], series["x"], series["y"]) for series in ratios] == [
+        ("jax-rev · cpu · float64", [f"#{base_id}", f"#{head_id}"], [pytest.approx(0.02), pytest.approx(4.0)])]
+    statuses = embedded_figure(history.text, "chart-status")["data"][0]
+    assert statuses["customdata"] == [[f"{base_id}/cells/{base_cell}", f"{head_id}/cells/{head_cell}"]]
+    assert statuses["x"] == [f"#{base_id}", f"#{head_id}"] and [int(z) for z in statuses["z"][0]] == [
+        list(BAND_COLOURS).index("pass"), list(BAND_COLOURS).index("fail")]
+    times = embedded_figure(history.text, "chart-first_call_ms")["data"][0]["y"]
+    assert times == [20.0, 20.0]
+    assert client.get("/scenarios/nn/absent").status_code == 404
+    assert len(embedded_figure(client.get("/scenarios/nn/mlp?runs=1").text, "chart-time_ms")["data"][0]["x"]) == 1
+
+
+def test_compare_lists_changes_biggest_first(database_url: str, client: TestClient, cell_factory: Cells) -> None:
+    before = [cell(cell_factory, 0, "f/same", "pass"), cell(cell_factory, 1, "f/broke", "pass"),
+              cell(cell_factory, 2, "f/headroom", "pass", ratio=0.001), cell(cell_factory, 3, "f/slower", "pass"),
+              cell(cell_factory, 4, "f/drift", "pass", ratio=0.001)]
+    after = [dict(c) for c in before]
+    after[1]["status"] = "fail"
+    after[2].update(max_abs_err=0.5 * after[2]["atol"], max_rel_err=0.5 * after[2]["rtol"])  # 500×
+    after[3]["time_ms"] = before[3]["time_ms"] * 3
+    after[4].update(max_abs_err=0.0015 * after[4]["atol"], max_rel_err=0.0015 * after[4]["rtol"])  # 1.5×: noise
+    first, second = make_run(database_url, before), make_run(database_url, after)
+    page = client.get(f"/runs/{first}/compare/{second}")
+    assert page.status_code == 200
+    listed = re.findall(r'href="/scenarios/(f/\w+)"', page.text)
+    assert listed == ["f/broke", "f/headroom", "f/slower"] and "<strong>3</strong> cells changed" in page.text
+    assert client.get(f"/runs/{first}/compare/999").status_code == 404
+
+
+def test_tolerance_ratio_in_python_matches_the_sql(database_url: str, cell_factory: Cells) -> None:
+    cells = [cell_factory(i) for i in range(1, 9)]
+    cells[0].update(max_abs_err=None)
+    cells[1].update(max_abs_err=None, max_rel_err=None)
+    cells[2].update(atol=0.0)
+    run_id = make_run(database_url, cells)
+    with session_scope(database_url, readonly=True) as session:
+        rows = session.execute(select(Result, tolerance_ratio(Result)).where(Result.run_id == run_id)).all()
+        assert [stored_tolerance_ratio(row) for row, _ in rows] == [pytest.approx(sql) for _, sql in rows]
+        assert any(sql is None for _, sql in rows)
+
+
+# --- runs, workers, badge, assets -----------------------------------------------------------------
+
+
+def test_runs_page_filters_and_shows_change_against_base(database_url: str, client: TestClient,
+                                                         cell_factory: Cells) -> None:
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, "https://github.com/o/r.git", "o/r")
+        base = create_run(session, repository=repository, head_sha="b" * 40, trigger="push")
+        base.status, base.coverage = "passed", 100.0
+        head = create_run(session, repository=repository, head_sha="c" * 40, base_sha="b" * 40, pr_number=7,
+                          trigger="webhook")
+        head.status, head.coverage = "failed", 75.0
+        other = create_run(session, head_sha="d" * 40)
+        ids = base.id, head.id, other.id
+    runs = lambda query="": re.findall(r'<td><a href="/runs/(\d+)">', client.get(f"/?{query}").text)  # noqa: E731
+    assert runs() == [str(i) for i in reversed(ids)]
+    assert runs("trigger=push") == [str(ids[0])] and runs("status=failed") == [str(ids[1])]
+    assert runs("repo=o/r") == [str(ids[1]), str(ids[0])] and runs("repo=&status=&trigger=") == runs()
+    assert "-25.00 pp" in client.get("/").text and "#7" in client.get("/").text
+
+
+def test_workers_page_shows_current_job_and_queue_depth(database_url: str, client: TestClient) -> None:
+    with session_scope(database_url) as session:
+        record_heartbeat(session, name="cuda-0@gpu", host="gpu", device="cuda:0", queue="cuda",
+                         versions={"torch": "2.13.0"})
+        run = create_run(session)
+        session.add_all([Job(run_id=run.id, backend="torch-rev", device="cuda:0", queue="cuda", status="running",
+                             worker="cuda-0@gpu", scenarios=["a", "b"]),
+                         *(Job(run_id=run.id, backend="fd", device="cpu", queue="cpu") for _ in range(3))])
         run_id = run.id
-    settings = Settings(database_url=sqlite_url, workdir=tmp_path / "work")
-    with TestClient(create_app(settings)) as client:
-        listing = client.get("/")
-        assert listing.status_code == 200 and f"/runs/{run_id}" in listing.text
-        page = client.get(f"/runs/{run_id}")
-        assert page.status_code == 200
-        assert "scenario_00003" in page.text and 'class="fail"' in page.text
-        assert page.text.index("scenario_00003") < page.text.index("scenario_00000")  # failures first
-        assert client.get("/runs/999").status_code == 404
+    text = client.get("/workers").text
+    assert "cuda-0@gpu" in text and "✔ online" in text and "torch 2.13.0" in text
+    assert f'href="/runs/{run_id}">run #{run_id}</a>' in text and "2 scenarios" in text
+    assert re.search(r"<td>cpu</td><td class=\"num\">3</td>", text)
+    assert 'id="waiting-for-device"' in text  # issue 10 fills it
+
+
+def test_badge_shows_the_default_branch_coverage(database_url: str, client: TestClient) -> None:
+    unknown = client.get("/badge/o/r.svg")
+    assert unknown.status_code == 200 and unknown.headers["content-type"] == "image/svg+xml"
+    assert ">unknown</text>" in unknown.text and "#9f9f9f" in unknown.text
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, "https://github.com/o/r.git", "o/r")
+        for trigger, coverage in (("push", 91.25), ("webhook", 10.0)):  # a PR run is not the branch's coverage
+            run = create_run(session, repository=repository, head_sha="e" * 40, trigger=trigger)
+            run.status, run.coverage = "failed", coverage
+    badge = client.get("/badge/o/r.svg")
+    assert ">91.2%</text>" in badge.text and "#97ca00" in badge.text and "<title>gradient coverage: 91.2%" in badge.text
+    assert badge.headers["cache-control"] == "no-cache"
+    again = client.get("/badge/o/r.svg", headers={"If-None-Match": badge.headers["etag"]})
+    assert again.status_code == 304 and not again.content
+    assert client.get("/badge/o/r%3Cx.svg").status_code == 422
+
+
+def test_plotly_is_served_by_the_app(client: TestClient) -> None:
+    script = client.get("/static/plotly.min.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert len(script.content) > 1_000_000 and b"plotly" in script.content[:2000].lower()
+    assert "immutable" in script.headers["cache-control"]
+    assert client.get("/static/dashboard.css").headers["cache-control"] == "no-cache"
+    assert client.get("/static/../app.py").status_code == 404
+    assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_colour_scale_keeps_bands_apart() -> None:
+    scale = heatmap.colour_scale()
+    positions = [position for position, _ in scale]
+    assert positions == sorted(positions) and positions[0] == 0 and positions[-1] == 1
+    strongest_pass = matrix_module.MatrixCell(1, "pass", 1.0)
+    assert heatmap.cell_value(strongest_pass) < 1  # still in the pass band, not the next
+
+
+def test_a_finished_runs_layout_is_kept_with_its_report(database_url: str, client: TestClient,
+                                                        cell_factory: Cells) -> None:
+    """Finalising stores the unfiltered matrix layout; the run page then reads it instead of every cell."""
+    from services.db.models import StoredReport
+    from services.reports.run_report import store_report
+
+    cells = [cell(cell_factory, 0, "a/ok", "pass"), cell(cell_factory, 1, "b/broken", "fail", backend="fd")]
+    run_id = make_run(database_url, cells, status="failed")
+    with session_scope(database_url) as session:
+        store_report(session, session.get(Run, run_id))
+    with session_scope(database_url) as session:
+        stored = session.get(StoredReport, run_id)
+        assert stored.matrix_layout == {"rows": ["b/broken", "a/ok"],
+                                        "axes": [["gradient", "fd", "cpu", "float64"],
+                                                 ["gradient", "jax-rev", "cpu", "float64"]]}
+        # Not what the cells say: only a page that reads the kept layout shows this order.
+        stored.matrix_layout = {**stored.matrix_layout, "rows": ["a/ok", "b/broken"]}
+    trace = embedded_figure(client.get(f"/runs/{run_id}").text, "heatmap")["data"][0]
+    assert trace["y"] == [["a", "b"], ["ok", "broken"]]
+    filtered = embedded_figure(client.get(f"/runs/{run_id}?backend=fd").text, "heatmap")["data"][0]
+    assert filtered["y"] == [["b"], ["broken"]]  # a filtered view is worked out from the cells

@@ -8,10 +8,13 @@ from fastapi import FastAPI
 
 from services.api.app import create_app as create_api
 from services.settings import Settings
-from web import views
+from web import badge, cell_page, compare_page, history_page, run_page, runs_page, static, workers_page
+
+PAGES = (static, runs_page, run_page, cell_page, compare_page, history_page, workers_page, badge)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     app = create_api(settings)
-    app.include_router(views.router)
+    for module in PAGES:
+        app.include_router(module.router)
     return app

@@ -37,7 +37,7 @@ from services.db.runs import (
 )
 from services.db.session import session_scope
 from services.reports import finished
-from services.reports.coverage import coverage_percent
+from services.reports.coverage import run_coverage
 from services.reports.junit import junit_chunks
 from services.settings import Settings
 
@@ -66,8 +66,7 @@ def runs_out(session: Session, runs: list[Run], settings: Settings, request: Req
             RunOut, run, url=run_url(settings, request, run.id), counts=counts,
             repo=run.repository.url if run.repository else None,
             repo_full_name=run.repository.full_name if run.repository else None,
-            # Stored when the run is finalised; until then, what the results so far say.
-            coverage=run.coverage if run.coverage is not None else coverage_percent(cells[run.id]),
+            coverage=run_coverage(run.coverage, cells[run.id]),
         ))
     return out
 

@@ -27,8 +27,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from scenarios.cell import FIELDS as CELL_FIELDS
 from scenarios.cell import KEY_FIELDS as CELL_KEY_FIELDS
-from scenarios.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, VOCABULARIES, status_attribute,
-                           stored_values)
+from scenarios.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, TEXT_FIELDS, VOCABULARIES,
+                           status_attribute, stored_values)
 
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
@@ -206,12 +206,12 @@ class Job(Base):
 
 def cell_column(name: str) -> Any:
     """The column that stores one ``scenarios.cell.Cell`` field: its numbers as nullable floats or
-    integers, its key fields as strings of the contract's widths, its message as text."""
+    integers, its key fields as strings of the contract's widths, its message and warnings as text."""
     if name in FLOAT_FIELDS:
         return mapped_column(Float, nullable=True)
     if name in INT_FIELDS:
         return mapped_column(BigInteger, nullable=True)
-    if name == "message":
+    if name in TEXT_FIELDS:
         return mapped_column(Text, nullable=False, default="")
     return mapped_column(String(CELL_STRING_WIDTHS[name]), nullable=False)
 
@@ -225,6 +225,7 @@ class Result(Base):
         *cell_vocabulary_checks(),
         Index(None, "run_id", "id"),  # cursor pagination within a run
         Index(None, "run_id", "status", "id"),  # counts per status, status-filtered pages
+        Index(None, "scenario", "run_id"),  # a scenario's history: its last runs, newest first
         Index(None, "job_id"),
     )
 
@@ -317,3 +318,6 @@ class StoredReport(Base):
     base_run_id: Mapped[int | None] = mapped_column(Integer)  # the base it was compared with, if any
     report: Mapped[dict[str, Any]]
     computed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The dashboard's unfiltered matrix layout (services.reports.matrix): its scenarios in page order
+    # and its axes, which a first view would otherwise read every cell for. None: stored before 0007.
+    matrix_layout: Mapped[dict[str, Any] | None]

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session
 
-from services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run
+from scenarios.cell import KEY_FIELDS
+from services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run, Trigger
 from services.db.pagination import Page, grouped_keyset_page, keyset_page
 
 FULL_SHA_LENGTHS = (40, 64)  # SHA-1 and SHA-256 object names
@@ -34,6 +35,7 @@ def list_runs(
     sha: str | None = None,
     pr: int | None = None,
     status: str | None = None,
+    trigger: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> Page[Run]:
@@ -51,6 +53,8 @@ def list_runs(
         statement = statement.where(Run.pr_number == pr)
     if status is not None:
         statement = statement.where(Run.status == status)
+    if trigger is not None:
+        statement = statement.where(Run.trigger == trigger)
     return keyset_page(session, statement, Run.id, limit=limit, cursor=cursor, newest_first=True)
 
 
@@ -61,6 +65,8 @@ class ResultFilter:
     device: str | None = None
     dtype: str | None = None
     scenario: str | None = None  # a name, or an fnmatch-style glob (* and ?)
+    operator: str | None = None
+    family: str | None = None  # the scenario name's first part: "nn" holds "nn/…"
 
 
 def glob_to_like(pattern: str) -> str:
@@ -77,9 +83,9 @@ def _run_results(run_id: int) -> Any:
     return select(Result).where(Result.run_id == run_id, Result.id >= first_id)
 
 
-def _filtered_results(run_id: int, where: ResultFilter) -> Any:
+def filtered_results(run_id: int, where: ResultFilter) -> Any:
     statement = _run_results(run_id)
-    for name in ("status", "backend", "device", "dtype"):
+    for name in ("status", "backend", "device", "dtype", "operator"):
         value = getattr(where, name)
         if value is not None:
             statement = statement.where(getattr(Result, name) == value)
@@ -88,6 +94,8 @@ def _filtered_results(run_id: int, where: ResultFilter) -> Any:
             statement = statement.where(Result.scenario.like(glob_to_like(where.scenario), escape=_LIKE_ESCAPE))
         else:
             statement = statement.where(Result.scenario == where.scenario)
+    if where.family is not None:
+        statement = statement.where(Result.scenario.startswith(f"{where.family}/", autoescape=True))
     return statement
 
 
@@ -100,7 +108,7 @@ def list_results(
     cursor: str | None = None,
 ) -> Page[Result]:
     """In the order they were stored."""
-    return keyset_page(session, _filtered_results(run_id, where), Result.id, limit=limit, cursor=cursor)
+    return keyset_page(session, filtered_results(run_id, where), Result.id, limit=limit, cursor=cursor)
 
 
 # The order a run's page lists its cells in: what needs attention first.
@@ -112,12 +120,14 @@ def results_by_status(
     run_id: int,
     order: Sequence[str] = ATTENTION_ORDER,
     *,
+    where: ResultFilter = ResultFilter(),
     limit: int = 100,
     cursor: str | None = None,
 ) -> Page[Result]:
-    """The run's cells status by status in ``order``, each status's in stored order: an index seek
-    per status on (run_id, status, id), however many cells the run has."""
-    groups = [_run_results(run_id).where(Result.status == status) for status in order]
+    """The run's cells (those ``where`` admits) status by status in ``order``, each status's in stored
+    order: an index seek per status on (run_id, status, id), however many cells the run has."""
+    order = [status for status in order if where.status in (None, status)]
+    groups = [filtered_results(run_id, where).where(Result.status == status) for status in order]
     return grouped_keyset_page(session, groups, Result.id, limit=limit, cursor=cursor)
 
 
@@ -160,3 +170,34 @@ def unsuccessful_cells(session: Session, run_id: int, statuses: Iterable[str]) -
 def totals_by_status(session: Session, column: Any) -> dict[str, int]:
     """Rows per value of a status column over the whole table (for /metrics)."""
     return dict(session.execute(select(column, func.count()).group_by(column)).all())  # type: ignore[arg-type]
+
+
+def latest_baseline_run(session: Session, full_name: str, statuses: Iterable[str]) -> Run | None:
+    """The repository's latest run of its default branch (a push run) whose status is in ``statuses``."""
+    return session.scalar(
+        select(Run).join(Run.repository)
+        .where(Repository.full_name == full_name, Run.trigger == Trigger.push.value, Run.status.in_(list(statuses)))
+        .order_by(Run.id.desc()).limit(1))
+
+
+def running_jobs(session: Session) -> list[Job]:
+    """Jobs some worker holds now, oldest first."""
+    return list(session.scalars(select(Job).where(Job.status == JobStatus.running.value).order_by(Job.id)))
+
+
+def queue_depths(session: Session) -> dict[str, int]:
+    """Jobs waiting in each queue."""
+    statement = select(Job.queue, func.count()).where(Job.status == JobStatus.queued.value).group_by(Job.queue)
+    return dict(session.execute(statement).all())  # type: ignore[arg-type]
+
+
+def get_cell(session: Session, run_id: int, cell_id: int) -> Result | None:
+    """A run's cell by id (None when the id names another run's cell)."""
+    cell = session.get(Result, cell_id)
+    return cell if cell is not None and cell.run_id == run_id else None
+
+
+def same_cell(session: Session, run_id: int, cell: Result) -> Result | None:
+    """The cell of run ``run_id`` with ``cell``'s key (scenario, backend, device, dtype)."""
+    return session.scalar(select(Result).where(Result.run_id == run_id,
+                                               *(getattr(Result, f) == getattr(cell, f) for f in KEY_FIELDS)))

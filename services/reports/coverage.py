@@ -41,6 +41,11 @@ def coverage_percent(counts: Mapping[str, int]) -> float | None:
     return counts.get("pass", 0) / counted * 100.0
 
 
+def run_coverage(stored: float | None, counts: Mapping[str, int]) -> float | None:
+    """A run's coverage: the one stored when it was finalised; until then, what its results so far say."""
+    return stored if stored is not None else coverage_percent(counts)
+
+
 def percent(value: float | None) -> str:
     """A coverage as the comment, the statuses and the dashboard print it."""
     return "n/a" if value is None else f"{value:.2f}%"

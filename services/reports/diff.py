@@ -49,6 +49,14 @@ def tolerance_ratio(cell: Any) -> Any:
                 else_=relative)
 
 
+def stored_tolerance_ratio(cell: Any) -> float | None:
+    """``tolerance_ratio`` of a cell already loaded (a page of rows): the same rule in Python, held
+    to the SQL by a test."""
+    shares = [error / tolerance for error, tolerance in ((cell.max_abs_err, cell.atol), (cell.max_rel_err, cell.rtol))
+              if error is not None and tolerance]
+    return min(shares) if shares else None
+
+
 def _kind(head: Any, base: Any, ratio: Any, base_ratio: Any) -> Any:
     near_miss = and_(head.status == "pass", ratio > NEAR_MISS_RATIO,
                      or_(base_ratio.is_(None), base_ratio == 0, ratio >= NEAR_MISS_GROWTH * base_ratio))

@@ -9,6 +9,7 @@ from services.db.queries import cell_counts, without_jit
 from services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
 from services.reports.diff import Changes, compare
 from services.reports.finished import is_final
+from services.reports.matrix import layout_record
 from services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from services.reports.pr_report import RunFigures, build_report
 from services.reports.targets import parse_report_config
@@ -26,6 +27,20 @@ def base_run(session: Session, run: Run, finished_only: bool = True) -> Run | No
         select(Run).where(Run.repository_id == run.repository_id, Run.head_sha == run.base_sha,
                           Run.id != run.id, Run.status.in_(statuses))
         .order_by(Run.id.desc()).limit(1))
+
+
+def base_runs(session: Session, runs: list[Run]) -> dict[int, Run]:
+    """``base_run`` of each of ``runs`` that has one, in one statement: a page of runs' bases."""
+    wanted = {(run.repository_id, run.base_sha) for run in runs if run.base_sha}
+    if not wanted:
+        return {}
+    found: dict[tuple[int | None, str | None], Run] = {}
+    candidates = session.scalars(select(Run).where(Run.head_sha.in_({sha for _, sha in wanted}),
+                                                   Run.status.in_(COMPARABLE)).order_by(Run.id.desc()))
+    for candidate in candidates:
+        found.setdefault((candidate.repository_id, candidate.head_sha), candidate)
+    return {run.id: base for run in runs
+            if (base := found.get((run.repository_id, run.base_sha))) is not None and base.id != run.id}
 
 
 def waiting_for_base(session: Session, run: Run) -> Run | None:
@@ -69,9 +84,11 @@ def store_report(session: Session, run: Run) -> None:
     report = _compute(session, run, base).model_dump(mode="json")
     stored = session.get(StoredReport, run.id)
     if stored is None:
-        session.add(StoredReport(run_id=run.id, base_run_id=base.id if base else None, report=report))
-    else:
-        stored.base_run_id, stored.report, stored.computed_at = base.id if base else None, report, utcnow()
+        stored = StoredReport(run_id=run.id)
+        session.add(stored)
+    stored.base_run_id, stored.report, stored.computed_at = base.id if base else None, report, utcnow()
+    if stored.matrix_layout is None:  # the dashboard's: it depends on the run's final cells alone
+        stored.matrix_layout = layout_record(session, run.id)
 
 
 def _compute(session: Session, run: Run, base: Run | None) -> RunReport:

@@ -1,0 +1,295 @@
+"""The dashboard in real headless Chromium (Debian's ``chromium`` and ``chromium-driver``, driven by
+Selenium; ``make test`` installs them): runs made through the real service (API over HTTP, a
+``gradci worker`` process, PostgreSQL, Redis), then run → cell (a click on the heatmap) → scenario
+history → compare, and a running run's page moving without a reload. Screenshots of every page land
+in ``artifacts/screenshots/``. No browser process outlives the tests.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.test_integration import GRADCI_TOML, REDIS_BASE, TOKEN, free_port, git, service_env, spawn, stop, wait_for
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+REDIS_DB = 9  # this file's own Redis database
+# DESIGN.md's pitfalls: offline, Chromium stalls on network calls that cannot succeed unless told not to.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000")
+
+# Quick scenarios, one that crashes, and slow ones: slow only where torch computes (the reference,
+# in numpy, stays quick), so a run of them lasts long enough to watch its page move.
+SCENARIOS_MODULE = '''
+import os
+import signal
+import time
+
+import numpy as np
+
+from scenarios import Scenario
+from scenarios.arrays import namespace
+
+
+def poly(x):
+    xp = namespace(x)
+    return xp.sum(x ** 3 - 2 * x)
+
+
+def trig(x):
+    xp = namespace(x)
+    return xp.sum(xp.sin(x) * xp.cos(x))
+
+
+def segfault(x):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def slow(x):
+    if type(x).__module__.startswith("torch"):
+        time.sleep(1.0)
+    return poly(x)
+
+
+def scenarios():
+    x = np.array([0.3, -0.2, 0.7])
+    made = [Scenario("ok/poly", "gradient", poly, x), Scenario("ok/trig", "gradient", trig, x),
+            Scenario("crash/segfault", "gradient", segfault, x)]
+    return made + [Scenario(f"slow/{i}", "gradient", slow, x) for i in range(5)]
+'''
+
+
+def _chromium_missing() -> str | None:
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+    if not missing:
+        return None
+    return f"{' and '.join(missing)} not installed (make test installs chromium and chromium-driver)"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    """This file's Redis database, claimed as tests/test_integration.py claims its own (so that a
+    concurrent test session's claims pass it by), emptied before and after."""
+    import redis
+
+    claim = f"gradci-test-claim:{REDIS_DB}"
+    claims = redis.Redis.from_url(f"{REDIS_BASE}/0", socket_connect_timeout=3)
+    try:
+        claimed = claims.set(claim, os.getpid(), nx=True, ex=3600)
+    except redis.ConnectionError as exc:
+        pytest.skip(f"Redis is not reachable at {REDIS_BASE}: {exc}")
+    if not claimed:
+        pytest.skip(f"Redis database {REDIS_DB} is claimed by another test session")
+    database = redis.Redis.from_url(f"{REDIS_BASE}/{REDIS_DB}")
+    try:
+        database.flushdb()
+        yield f"{REDIS_BASE}/{REDIS_DB}"
+    finally:
+        database.flushdb()
+        claims.delete(claim)
+        claims.close()
+
+
+@pytest.fixture(scope="module")
+def service(postgres_database: str, broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """API and dashboard (uvicorn web.app) and one cpu worker on a git repository of the scenarios above."""
+    repo, logs = tmp_path_factory.mktemp("project"), tmp_path_factory.mktemp("logs")
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "gradci.toml").write_text(GRADCI_TOML)
+    (repo / "gradci_scenarios.py").write_text(textwrap.dedent(SCENARIOS_MODULE))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "scenarios")
+    env = service_env(database_url=postgres_database, broker_url=broker, api_token=TOKEN, job_chunk_size="1",
+                      workdir=str(tmp_path_factory.mktemp("work")), worker_heartbeat_s="1", cell_timeout_s="60")
+    port = free_port()
+    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
+                 "--port", str(port)], env, logs / "api.log")
+    try:
+        worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"], env,
+                       logs / "worker.log")
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _worker_online(url), "the API and a cpu worker", timeout_s=90)
+            yield {"url": url, "repo": str(repo), "sha": git(repo, "rev-parse", "HEAD"), "logs": logs}
+        finally:
+            stop(worker)
+    finally:
+        stop(api)
+
+
+def _worker_online(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/health", timeout=5).json().get("workers_online", {}).get("cpu", 0) > 0
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def submit(service: dict[str, Any], **fields: Any) -> int:
+    response = httpx.post(f"{service['url']}/api/runs", headers={"Authorization": f"Bearer {TOKEN}"},
+                          json={"repo": service["repo"], "sha": service["sha"], "backends": ["torch-rev", "fd"],
+                                "dtypes": ["float64"], **fields}, timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def wait_finished(service: dict[str, Any], run_id: int) -> None:
+    wait_for(lambda: httpx.get(f"{service['url']}/api/runs/{run_id}", timeout=10).json()["status"]
+             in ("passed", "failed", "error", "cancelled"), f"run {run_id} to finish", timeout_s=180)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium with a fresh profile; afterwards, not one of its processes is left."""
+    reason = _chromium_missing()
+    if reason:
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    profile = tempfile.mkdtemp(prefix="gradci-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        try:
+            wait_for(lambda: not _processes_using(profile), "Chromium's processes to exit", timeout_s=20)
+        finally:
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def _processes_using(profile: str) -> list[int]:
+    """Processes whose command line names the profile folder (every Chromium process of this test)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and profile.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def shoot(driver: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(max(height, 800), 4000))
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 1000)
+
+
+def script_errors(driver: Any) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def wait_until(driver: Any, script: str, what: str, timeout_s: float = 30) -> Any:
+    return wait_for(lambda: driver.execute_script(script), what, timeout_s=timeout_s, interval_s=0.2)
+
+
+def click_heatmap_cell(driver: Any, row: int, column: int, chart: str = "heatmap") -> None:
+    """A real mouse click on a heatmap's cell (row, column), where plotly drew it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    x, y = driver.execute_script("""
+        const plot = document.getElementById(arguments[2]), layout = plot._fullLayout;
+        const box = plot.getBoundingClientRect();
+        return [box.left + layout.xaxis._offset + layout.xaxis.l2p(arguments[1]),
+                box.top + layout.yaxis._offset + layout.yaxis.l2p(arguments[0])];""", row, column, chart)
+    actions = ActionChains(driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(x), int(y))
+    actions.w3c_actions.pointer_action.click()
+    actions.perform()
+
+
+def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None:
+    first = submit(service, scenarios=["ok/*", "crash/*"])
+    wait_finished(service, first)
+    second = submit(service, scenarios=["ok/*", "crash/*"])
+    wait_finished(service, second)
+    url = service["url"]
+
+    browser.get(f"{url}/")
+    shoot(browser, "1-runs")
+    browser.find_element("css selector", f'a[href="/runs/{second}"]').click()
+    wait_until(browser, "return document.querySelector('#heatmap .hm') !== null", "the heatmap")
+    assert "failed" in browser.find_element("id", "run-status").text
+    assert browser.find_element("css selector", '[data-count="error"]').text == "2"  # the segfault, 2 backends
+    shoot(browser, "2-run")
+    trace = browser.execute_script("return document.getElementById('heatmap').data[0]")
+    assert trace["y"][0][0] == "crash"  # the failing family first
+    cell_id = trace["customdata"][0][0]
+    click_heatmap_cell(browser, 0, 0)
+    wait_for(lambda: f"/runs/{second}/cells/{cell_id}" in browser.current_url, "the click to open the cell",
+             timeout_s=15)
+    assert "crash/segfault" in browser.find_element("tag name", "h2").text
+    assert "SIGSEGV" in browser.page_source
+    shoot(browser, "3-cell")
+
+    browser.find_element("link text", "History of crash/segfault").click()
+    wait_until(browser, "return document.querySelectorAll('.js-plotly-plot').length === 4", "the history charts")
+    series = browser.execute_script("return document.getElementById('chart-time_ms').data.map(s => s.x.length)")
+    assert series and all(points == 2 for points in series)  # both runs, per backend
+    shoot(browser, "4-history")
+    first_cell = browser.execute_script("return document.getElementById('chart-status').data[0].customdata[0][0]")
+    assert first_cell.startswith(f"{first}/cells/")
+    click_heatmap_cell(browser, 0, 0, "chart-status")  # the first run's cell, from the history
+    wait_for(lambda: browser.current_url.endswith(f"/runs/{first_cell}"), "the history's click to open the cell",
+             timeout_s=15)
+    browser.back()
+    wait_until(browser, "return document.getElementById('compare-latest') !== null", "the history page again")
+
+    browser.find_element("id", "compare-latest").click()
+    wait_for(lambda: f"/runs/{first}/compare/{second}" in browser.current_url, "the compare page", timeout_s=15)
+    assert "cells changed" in browser.page_source
+    shoot(browser, "5-compare")
+
+    browser.get(f"{url}/workers")
+    assert "✔ online" in browser.page_source
+    shoot(browser, "6-workers")
+    browser.set_window_size(400, 900)
+    browser.get(f"{url}/runs/{second}")
+    wait_until(browser, "return document.querySelector('#heatmap .hm') !== null", "the heatmap at phone width")
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    browser.save_screenshot(str(SCREENSHOTS / "7-run-phone.png"))
+    browser.set_window_size(1280, 1000)
+    assert script_errors(browser) == []
+
+
+def test_a_running_runs_page_moves_without_reloading(service: dict[str, Any], browser: Any) -> None:
+    run_id = submit(service, scenarios="slow/*", backends=["torch-rev"])
+    browser.get(f"{service['url']}/runs/{run_id}")
+    browser.execute_script("window.loadedOnce = true")  # gone if the page reloads
+    jobs = lambda: browser.find_element("id", "jobs-text").text  # noqa: E731
+    passed = lambda: int(browser.find_element("css selector", '[data-count="pass"]').text)  # noqa: E731
+    at_start = (jobs(), passed())
+    shoot(browser, "8-live-start")
+    wait_for(lambda: browser.execute_script("return window.loadedOnce === true") and passed() > at_start[1],
+             "the pass count to move in place", timeout_s=120, interval_s=0.5)
+    assert jobs() != at_start[0]
+    rows, count = browser.execute_script("""return [document.getElementById('heatmap').data[0].y[1].length,
+        Number(document.querySelector('[data-count="pass"]').textContent)]""")  # one poll's state
+    assert rows == count  # the heatmap grew with the cells: one slow scenario a row
+    shoot(browser, "9-live-moving")
+    wait_finished(service, run_id)
+    wait_until(browser, "return window.loadedOnce === undefined", "the finished run's page to reload once", 30)
+    assert browser.find_element("id", "run-status").text == "passed"
+    assert script_errors(browser) == []
+    assert browser.execute_script("return document.getElementById('run-page').dataset.live") == "false"

@@ -1,0 +1,34 @@
+"""The cell page: one cell's message, errors against tolerances, timings and memory, what it ran
+with, and links to the same cell in the base run and to its scenario's history."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi.responses import HTMLResponse
+
+from services.api.deps import ReadSession
+from services.api.runs import RunId
+from services.db import queries
+from services.db.models import Job, Worker
+from services.reports.diff import stored_tolerance_ratio
+from services.reports.run_report import base_run
+from web.run_page import run_or_404
+from web.templating import templates
+
+router = APIRouter(include_in_schema=False)
+CellId = Annotated[int, Path(ge=1, le=2**63 - 1)]  # results' ids are 64-bit
+
+
+@router.get("/runs/{run_id}/cells/{cell_id}", response_class=HTMLResponse)
+def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSession):
+    run = run_or_404(session, run_id)
+    cell = queries.get_cell(session, run.id, cell_id)
+    if cell is None:
+        raise HTTPException(404, detail=f"run {run_id} has no cell {cell_id}")
+    base = base_run(session, run)
+    job = session.get(Job, cell.job_id) if cell.job_id is not None else None
+    worker = session.get(Worker, job.worker) if job is not None and job.worker else None
+    return templates.TemplateResponse(request, "cell.html", {
+        "run": run, "cell": cell, "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
+        "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None})

@@ -1,0 +1,45 @@
+"""The dashboard's Jinja2 environment: its templates and the filters they format numbers with."""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from fastapi.templating import Jinja2Templates
+
+from services.reports.coverage import percent
+from services.reports.diff import stored_tolerance_ratio
+from web import status_style
+from web.static import asset_url
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """A measured number in ``digits`` significant digits; an em dash when none was recorded."""
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return "—"
+    seconds = (end - start).total_seconds()
+    return f"{seconds:.1f} s" if seconds < 60 else f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
+
+
+def short_sha(sha: str | None) -> str:
+    return (sha or "")[:7]
+
+
+def memory(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+templates.env.filters.update(percent=percent, number=number, short_sha=short_sha, memory=memory,
+                             labelled=status_style.labelled)
+templates.env.globals.update(duration=duration, asset_url=asset_url, ratio_of=stored_tolerance_ratio,
+                             text_colours=status_style.TEXT_COLOURS, band_colours=status_style.BAND_COLOURS)
