@@ -81,6 +81,15 @@ def worker(
 
 
 @app.command()
+def devices(as_json: bool = typer.Option(False, "--json", help="JSON instead of a table.")) -> None:
+    """This machine's devices (CPU and GPUs: model, capability, memory, driver, CUDA) and the devices
+    torch and jax see. GRADCI_DEVICE_INVENTORY=file.json replaces the GPUs with simulated ones."""
+    from gradci.devices import show_devices
+
+    raise typer.Exit(show_devices(as_json))
+
+
+@app.command()
 def api(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 in a container)."),
     port: int = typer.Option(8000, help="Port."),

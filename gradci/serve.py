@@ -119,6 +119,7 @@ def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, mat
 def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
     from services.db.migrate import upgrade
     from worker.devices import discover_devices
+    from worker.simulated_gpus import InventoryError
 
     console = Console()
     forbid_inspection()
@@ -129,9 +130,13 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
     if not port_is_free(settings.api_host, port):
         console.print(f"error: port {port} on {settings.api_host} is in use (try --port)")
         return 2
+    try:
+        devices = [device.name for device in discover_devices()]
+    except InventoryError as exc:
+        console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     upgrade(settings.database_url)
     token = ensure_api_token(settings, console)
-    devices = [device.name for device in discover_devices()]
     server = f"http://{settings.api_host}:{port}"
     supervisor = Supervisor()
     try:  # from the first child on: whatever stops this process stops them too

@@ -48,7 +48,9 @@ class Heartbeat:
         self.settings: Settings = context.settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
-        self._versions = versions()
+        # The device record rides with the versions (a JSON column): which GPU model, driver and
+        # CUDA this worker's results come from, as `gradci devices` shows it.
+        self._versions = {**versions(), "device": context.device.describe()}
         self._first = True
         self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 
