@@ -77,7 +77,10 @@ def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
 
 def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
                    dtypes: Sequence[str] | None, references: ReferenceCache,
-                   progress: Callable[[Cell], None] | None = None) -> list[Cell]:
+                   progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = ()) -> list[Cell]:
+    """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
+    cells are computed only to compare the forward and reverse modes with (the service checks one
+    backend a job) and are not returned; see ``_peer_cells``."""
     cells, results, raised = [], {}, {}
     reference = None  # computed for the first cell that runs: an all-skipped scenario never evaluates f
     for device in devices:
@@ -96,12 +99,31 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
                     results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
                                                  raised=raised)
                 cells.append(cell)
-    check_modes_agree(cells, results, scenario, reference.tangent if reference else None)
+    compared = cells + _peer_cells(scenario, peers, cells, results, reference)
+    check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
     for cell in cells:
         _apply_xfail(cell, scenario, raised.get(cell.key))
         if progress:
             progress(cell)
     return cells
+
+
+def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell], results: dict,
+                reference: _Reference | None) -> list[Cell]:
+    """The peers' cells that a passing cell of the same framework, device and dtype is compared with,
+    where the reference is made of probes: only there can a wrong element pass against it, and only
+    the other mode's result finds it (a full reference is compared element by element)."""
+    if not peers or reference is None or reference.error or all(ref.is_full for ref in reference.refs):
+        return []
+    passed = dict.fromkeys((cell.framework, cell.device, cell.dtype) for cell in cells if cell.status == "pass")
+    extra = []
+    for backend in peers:
+        for framework, device, dtype in passed:
+            if backend.framework == framework:
+                cell = _new_cell(scenario, backend, device, dtype)
+                results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs)
+                extra.append(cell)
+    return extra
 
 
 @dataclasses.dataclass

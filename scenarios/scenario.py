@@ -159,10 +159,7 @@ class Scenario:
 
         Computed once: a scenario is a record, not to be changed after it is made (hashing a large
         parameter pytree and reading source files is not free)."""
-        cached = self.__dict__.get("_fingerprint")
-        if cached is None:
-            cached = self.__dict__["_fingerprint"] = self._compute_fingerprint()
-        return cached
+        return self._once("_fingerprint", self._compute_fingerprint)
 
     def _compute_fingerprint(self) -> str:
         digest = hashlib.sha256()
@@ -178,10 +175,12 @@ class Scenario:
         """A hash of what decides f's value at a given point: its code, contexts, state and x's
         structure, not the operator, the point or the name. Scenarios sharing it (one function under
         several operators) can share f's evaluations. Computed once, as ``fingerprint``."""
-        cached = self.__dict__.get("_function_fingerprint")
-        if cached is None:
-            cached = self.__dict__["_function_fingerprint"] = self._compute_function_fingerprint()
-        return cached
+        return self._once("_function_fingerprint", self._compute_function_fingerprint)
+
+    def _once(self, key: str, compute: Callable[[], str]) -> str:
+        if key not in self.__dict__:
+            self.__dict__[key] = compute()
+        return self.__dict__[key]
 
     def _compute_function_fingerprint(self) -> str:
         digest = hashlib.sha256()

@@ -14,7 +14,8 @@ never corrupt the protocol. Requests:
   over those axes, checked together as the engine checks a scenario (forward and reverse modes
   compared); the warnings raised outside any cell (computing the reference) are added to each.
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
-  the peers' cells are checked too, for the comparison only, and not returned.
+  the peers' cells are checked too, for the comparison only, and not returned
+  (``scenarios.checker.check_scenario``).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell.
 
@@ -142,30 +143,18 @@ def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], 
     scenario = source.scenarios.get(request["scenario"])
     if scenario is None:
         return {"ok": False, "error": f"scenario {request['scenario']!r} is not declared by this checkout"}
-    wanted = request["backends"]
-    peers = [name for name in request.get("peers") or () if name not in wanted and _probed(scenario)]
-    backends = [AnnouncingBackend(get_backend(name), beat) for name in [*wanted, *peers]]
+    backends = [AnnouncingBackend(get_backend(name), beat) for name in request["backends"]]
+    peers = [AnnouncingBackend(get_backend(name), beat) for name in request.get("peers") or ()
+             if name not in request["backends"]]
     with captured_warnings() as outside:  # the cells keep their own; these came from the reference
-        cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache())
-    cells = [cell for cell in cells if cell.backend in wanted]
+        cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache(),
+                               peers=peers)
     for cell in cells:
         cell.warnings = merged(cell.warnings, outside.lines)
         if cell.status == "error" and "MemoryError" in cell.message:
             cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     fingerprint = source.fingerprints[scenario.name]
     return {"ok": True, "cells": [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]}
-
-
-def _probed(scenario: Any) -> bool:
-    """Whether the scenario's reference is made of probes: only then can a wrong element pass against
-    it, and only the other mode's result finds it (a full reference is compared element by element)."""
-    from scenarios.reference import shared_cache
-
-    try:
-        _, references = shared_cache().get(scenario)
-    except Exception:  # noqa: BLE001 - the cells will say why the reference failed
-        return False
-    return any(not reference.is_full for reference in references)
 
 
 def _memory_limit() -> str:
