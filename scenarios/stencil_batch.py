@@ -110,30 +110,26 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     import jax.numpy as jnp
 
     from scenarios.frameworks import get_framework
+    from scenarios.frameworks.adapter import arrays_apart
 
     fw = get_framework("jax")  # float64 needs the adapter's x64 switch, before any array exists
     fn, unravel = scenario.implementation("jax"), _unraveller(scenario.x)
     cpu = jax.devices("cpu")[0]
-    # Float contexts are the compiled function's arguments (not constants baked into it); the
-    # rest (integers, strings) stays as the function would see it.
-    leaves, spec = optree.tree_flatten(fw.to_framework(scenario.contexts, "float64", "cpu"), none_is_leaf=True)
-    traced = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
+    # The contexts' arrays are the compiled function's arguments (not constants baked into it); the
+    # rest (counts, strings) stays as the function would see it.
+    context_arrays, with_arrays = arrays_apart(fw.to_framework(scenario.contexts, "float64", "cpu"))
 
-    def flat_f(v, traced_leaves):
-        given = list(leaves)
-        for i, leaf in zip(traced, traced_leaves):
-            given[i] = leaf
-        out = fn(unravel(v), *optree.tree_unflatten(spec, given))
+    def flat_f(v, arrays):
+        out = fn(unravel(v), *with_arrays(arrays))
         return jnp.concatenate([jnp.ravel(jnp.asarray(leaf, dtype=jnp.float64))
                                 for leaf in optree.tree_leaves(out, none_is_leaf=True)])
 
     compiled = jax.jit(jax.vmap(flat_f, in_axes=(0, None)))
-    traced_leaves = [leaves[i] for i in traced]
 
     def call(rows: np.ndarray) -> np.ndarray:
         bucket = max(SMALLEST_BUCKET, 1 << (len(rows) - 1).bit_length())
         padded = np.concatenate([rows, np.repeat(rows[:1], bucket - len(rows), axis=0)])
-        return np.asarray(compiled(jax.device_put(padded, cpu), traced_leaves))[:len(rows)]
+        return np.asarray(compiled(jax.device_put(padded, cpu), context_arrays))[:len(rows)]
 
     return call
 
