@@ -93,6 +93,16 @@ class Cell:
     # Python warnings the cell's computation raised (torch, jax, the scenario's own), one per line:
     # kept with the cell instead of printed where they would flood a terminal or a worker's log.
     warnings: str = ""
+    # How the reference was made ("finite differences, full"; "finite differences, 6 probes";
+    # "analytic") and the largest error estimate it gave (None: analytic, or none was computed).
+    reference: str = ""
+    reference_error: float | None = None
+    # The arithmetic the cell ran with beyond its dtype, as the frameworks reported it while it ran:
+    # torch's TF32 switches and JAX's default matmul precision ("torch tf32 matmul=off cudnn=on").
+    precision: str = ""
+    # A nondeterminism check (repeats > 1): the largest difference between repeated results, 0.0
+    # where they were bitwise identical; None where the cell was not repeated.
+    repeat_spread: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN and infinite errors become None with the message saying why."""
@@ -112,7 +122,7 @@ FIELD_NAMES = tuple(field.name for field in FIELDS)
 FLOAT_FIELDS = tuple(field.name for field in FIELDS if field.type == "float | None")
 INT_FIELDS = tuple(field.name for field in FIELDS if field.type == "int | None")
 # Free text, empty when there is nothing to say (the store keeps them as unbounded text).
-TEXT_FIELDS = ("message", "warnings")
+TEXT_FIELDS = ("message", "warnings", "reference", "precision")
 
 
 def validate_cell(fields: Mapping[str, Any]) -> None:

@@ -14,7 +14,7 @@ from scenarios.expectations import first_applying
 from scenarios.compare import Comparison, compare_to_reference
 from scenarios.intact import in_place_culprit, mutation, snapshot
 from scenarios.modes import check_modes_agree
-from scenarios.reference import ReferenceCache, shared_cache
+from scenarios.reference import ReferenceCache, describe, shared_cache
 from scenarios.scenario import Scenario, Tangents
 from scenarios.tolerances import Tolerance, tolerance_for
 from scenarios.warning_capture import captured_warnings
@@ -160,6 +160,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
         return None
     tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
     cell.rtol, cell.atol = tol.rtol, tol.atol
+    cell.reference, cell.reference_error = describe(refs)
     try:
         with captured_warnings() as caught:  # kept with the cell, not printed once per cell
             prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)

@@ -376,6 +376,19 @@ def decides(reference: Reference, tol: Tolerance) -> bool:
         np.array([p.value]), np.array([p.error]), tol)) for p in reference.probes)
 
 
+def describe(references: list[Reference]) -> tuple[str, float | None]:
+    """How a cell's references were made, for people ("finite differences, full"; "finite
+    differences, 12 probes"; "analytic"), and their largest error estimate (None: none was given)."""
+    if not references:
+        return "", None
+    first = references[0]
+    shape = "full" if first.is_full else f"{sum(len(ref.probes) for ref in references)} probes"
+    errors = [_flat_leaves(ref.full_error) if ref.is_full else np.array([p.error for p in ref.probes])
+              for ref in references if first.method != "analytic"]
+    finite = [float(np.max(e[np.isfinite(e)])) for e in errors if np.any(np.isfinite(e))]
+    return f"{first.method}, {shape}" if first.method != "analytic" else "analytic", max(finite, default=None)
+
+
 def most_accurate(a: Reference, b: Reference) -> Reference:
     """Element by element (probe by probe), the value with the smaller error estimate."""
     if a.is_full:

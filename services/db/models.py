@@ -202,6 +202,9 @@ class Job(Base):
     # renewed while it runs: a second delivery of a job whose lease is fresh is a duplicate.
     delivery: Mapped[str | None] = mapped_column(String(64))
     lease_renewed_at: Mapped[datetime | None]
+    # The device record of the worker that ran the job (worker.devices.device_record): the GPU model,
+    # driver, CUDA and framework versions that produced its cells.
+    device_record: Mapped[dict[str, Any] | None] = mapped_column(nullable=True)
 
 
 def cell_column(name: str) -> Any:
@@ -251,6 +254,8 @@ class ScenarioCatalogEntry(Base):
     operator: Mapped[str] = mapped_column(String(32))
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     tags: Mapped[list[str]] = mapped_column(default=list)
+    # What a device must offer to run it (scenarios.requirements.Requirements as a dict; {}: anything).
+    requirements: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class Delivery(Base):
