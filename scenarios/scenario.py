@@ -15,6 +15,8 @@ from scenarios.cell import FRAMEWORKS
 from scenarios.expectations import expectations
 from scenarios.inputs import ScenarioInputError, describe, differentiable, held_fixed
 from scenarios.operators import OPERATOR_RECORDS, operator_input
+from scenarios.precision import precision_setting
+from scenarios.requirements import requirements_of
 
 
 
@@ -73,6 +75,11 @@ class Scenario:
     patterns, with the reason (and for ``xfail`` optionally the exception expected): see
     ``scenarios.expectations``.
 
+    ``requirements`` (``{"min_memory": "16GB", "min_capability": "80"}``) sends the scenario's CUDA
+    cells only to devices that offer them (``scenarios.requirements``); ``precision`` pins the
+    arithmetic its cells run with (``scenarios.precision``); ``repeats=N`` computes each derivative N
+    times and records whether the results were bitwise identical (``Cell.repeat_spread``).
+
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
     enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
     *contexts)`` for operators that take a tangent or cotangent — that computes it in numpy.
@@ -93,6 +100,12 @@ class Scenario:
     skip: Any = ()       # ... and which are not run at all
     tags: tuple[str, ...] = ()
     state: tuple[int, ...] = ()
+    # The device side (scenarios.requirements, scenarios.precision): what a GPU must offer to run
+    # the cells, the arithmetic precision they pin (None: the frameworks' defaults, recorded), and how
+    # many times each cell's derivative is computed to see whether it is bitwise reproducible.
+    requirements: Any = None
+    precision: str | None = None
+    repeats: int = 1
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
@@ -109,6 +122,11 @@ class Scenario:
         self.state = tuple(self.state)
         self.xfail = expectations(self.xfail, "xfail", self.name)
         self.skip = expectations(self.skip, "skip", self.name)
+        self.requirements = requirements_of(self.requirements, self.name)
+        self.precision = precision_setting(self.precision, self.name)
+        if type(self.repeats) is not int or self.repeats < 1:
+            raise ScenarioInputError(f"scenario {self.name!r}: repeats must be a whole number of at least 1 "
+                                     f"(2 or more checks bitwise reproducibility); got {self.repeats!r}")
         wrong = [i for i in self.state if not (isinstance(i, int) and 0 <= i < len(self.contexts))]
         if wrong:
             raise ScenarioInputError(f"scenario {self.name!r}: state={self.state} names contexts by position; "

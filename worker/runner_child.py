@@ -15,7 +15,8 @@ never corrupt the protocol. Requests:
   compared); the warnings raised outside any cell (computing the reference) are added to each.
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
   the peers' cells are checked too, for the comparison only, and not returned
-  (``scenarios.checker.check_scenario``).
+  (``scenarios.checker.check_scenario``). ``"options"``: further keyword arguments of
+  ``check_scenario`` (the run's engine options, such as repeats).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell.
 
@@ -62,7 +63,7 @@ class SourceCache:
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
             {"name": s.name, "operator": s.operator, "dtypes": list(s.dtypes), "tags": list(s.tags),
-             "fingerprint": self.fingerprints[s.name]}
+             "fingerprint": self.fingerprints[s.name], "requirements": s.requirements.to_dict()}
             for s in found
         ]
         self.loaded = True
@@ -148,7 +149,7 @@ def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], 
              if name not in request["backends"]]
     with captured_warnings() as outside:  # the cells keep their own; these came from the reference
         cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache(),
-                               peers=peers)
+                               peers=peers, **request.get("options", {}))
     for cell in cells:
         cell.warnings = merged(cell.warnings, outside.lines)
         if cell.status == "error" and "MemoryError" in cell.message:
