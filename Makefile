@@ -18,7 +18,8 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 install: $(STAMP)
 
 # The embedded service: API, dashboard and workers on 127.0.0.1:8000, the built-in suite submitted
-# to it; it keeps serving until Ctrl-C. `gradci check` is the same engine without the service.
+# to it as two runs (the neural-network family first); it keeps serving until Ctrl-C. `gradci check`
+# is the same engine without the service.
 demo: $(STAMP)
 	$(VENV)/bin/gradci up --demo
 
@@ -38,6 +39,7 @@ bench: $(STAMP) services
 	$(PY) bench/load.py
 	$(PY) bench/big_run.py
 	$(PY) bench/web.py
+	$(PY) bench/demo.py
 
 clean:
 	rm -rf $(VENV) .gradci build *.egg-info

@@ -14,11 +14,14 @@ import scenarios
 from gradci.client import coverage_text
 from gradci.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, plan
 from scenarios.cell import FAILING, STATUSES, Cell
+from scenarios.devices import CPU, CUDA
 from scenarios.formats import cells_to_json, cells_to_junit
 from scenarios.matrix import Matrix
 from scenarios.project import ProjectError, load_project
 from services.reports.coverage import coverage_percent
-from worker.runner import RunnerError
+from worker.agreement_specs import agreement_spec
+from worker.runner import CellSpec, RunnerError, WarmRunner
+from worker.simulated_gpus import inline_inventory
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -47,15 +50,19 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 
 
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
-              family: str | None = None, verbose: bool = False) -> int:
+              family: str | None = None, verbose: bool = False, repeats: int | None = None) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+        if repeats is not None and repeats < 1:
+            raise UsageError(f"--repeats must be a whole number of at least 1, not {repeats}")
         target, timeout_s = gather(repo, flags, cell_timeout_s, family)
+        if repeats is None and target.source:  # the flag over gradci.toml's [check] repeats
+            repeats = load_project(target.source).repeats
         for name in target.matrix.backends or []:
             scenarios.get_backend(name)
-        cells = _check_with_progress(target, timeout_s, err)
+        cells = _check_with_progress(target, timeout_s, err, {} if repeats is None else {"repeats": repeats})
     except (UsageError, ProjectError, RunnerError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
@@ -72,19 +79,40 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _check_with_progress(target: Target, cell_timeout_s: float, err: Console) -> list[Cell]:
+def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict) -> list[Cell]:
     """The cells, with a bar on stderr when it is a terminal (whatever the report's format and
-    destination: the bar never reaches stdout, nor a log that is not a terminal)."""
+    destination: the bar never reaches stdout, nor a log that is not a terminal). ``options``: the
+    engine's (``check_scenario``'s keyword arguments)."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
+        runner.extra_env.update(inline_inventory())  # simulated GPUs, where there are, in the runner too
         task = progress.add_task("starting the runner", total=None)
-        planned = plan(runner, target)
+        planned = [with_agreement(specs) for specs in plan(runner, target)]
         if not planned:
             raise UsageError("no scenario matches")
         progress.update(task, total=len(planned))
-        return check_planned(runner, planned,
+        return check_planned(_WithOptions(runner, options), planned,
                              lambda done, name: progress.update(task, completed=done, description=name[:40]))
+
+
+def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
+    """A scenario's cells plus, where they run on the cpu and a cuda device, the CPU–GPU agreement
+    cells of each cuda cell (``scenarios.agreement``): the engine adds them for such a matrix, and
+    the runner answers the cells it is asked for."""
+    if not any(spec.device == CPU for spec in specs):
+        return specs
+    return specs + [agreement_spec(spec) for spec in specs if spec.device.startswith(CUDA)]
+
+
+class _WithOptions:
+    """A runner whose scenario requests carry the engine's options."""
+
+    def __init__(self, runner: WarmRunner, options: dict) -> None:
+        self.runner, self.options = runner, options
+
+    def run_cells(self, specs: list[CellSpec], **kwargs) -> list[dict]:
+        return self.runner.run_cells(specs, options=self.options, **kwargs)
 
 
 def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> None:
@@ -117,6 +145,11 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
         console.print(table)
     elif warned:
         console.print(f"warnings raised in {len(warned)} of {len(cells)} cells: -v shows them")
+    unreproducible = [c for c in cells if c.repeat_spread]
+    if unreproducible:  # not failures, but worth a line: each such cell's message has its spread
+        console.print(f"{len(unreproducible)} cells not bitwise reproducible over their repeats: "
+                      + ", ".join(f"{c.scenario} ({c.backend}, {c.device}, {c.dtype})" for c in unreproducible[:5])
+                      + (" …" if len(unreproducible) > 5 else ""))
     totals = Counter(c.status for c in cells)
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage_text(coverage_percent(totals))}")
 

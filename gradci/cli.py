@@ -43,13 +43,16 @@ def check(
                                                       "cell_timeout_s, else 300)."),
     family: Optional[str] = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list the warnings each cell raised."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N",
+                                          help="Compute each derivative N times and report whether the results "
+                                               "are bitwise reproducible (default: each scenario's repeats)."),
 ) -> None:
     """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
-    error or xpass."""
+    error or xpass. With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too."""
     from gradci.check import run_check
 
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
-                               cell_timeout_s=cell_timeout, family=family, verbose=verbose))
+                               cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats))
 
 
 @app.command()
@@ -127,12 +130,15 @@ def submit(
     devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
     dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes."),
     scenarios: Optional[str] = typer.Option(None, help=SCENARIOS_HELP),
+    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", min=1, max=100,
+                                          help="Compute each derivative N times and record whether the results "
+                                               "are bitwise reproducible (default: gradci.toml's, each scenario's)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
 ) -> None:
     """Submit a run to a gradci server."""
     from gradci.submit import submit as submit_run
 
-    raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, wait=wait,
+    raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, wait=wait, repeats=repeats,
                                 matrix=matrix_of(backends, devices, dtypes, scenarios)))
 
 
@@ -141,7 +147,7 @@ def status(
     run: int = typer.Argument(..., help="Run id."),
     server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
 ) -> None:
-    """Show a run's status, counts and coverage."""
+    """Show a run's status, counts and coverage, and why any of its jobs waits for a device."""
     from gradci.submit import status as run_status
 
     raise typer.Exit(run_status(run, server=server))

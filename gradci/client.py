@@ -90,8 +90,19 @@ class GradciClient:
 def progress_line(run: dict[str, Any]) -> str:
     counts = run["counts"]
     checked = sum(counts.get(status, 0) for status in STATUSES)
-    return (f"run {run['id']} {run['status']}: {checked} cells checked, jobs waiting {counts.get('queued', 0)}, "
+    line = (f"run {run['id']} {run['status']}: {checked} cells checked, jobs waiting {counts.get('queued', 0)}, "
             f"running {counts.get('running', 0)}")
+    reasons = list(dict.fromkeys(job["reason"] for job in run.get("waiting") or []))
+    return line + "".join(f"; {reason}" for reason in reasons)
+
+
+def waiting_lines(run: dict[str, Any]) -> list[str]:
+    """One line per reason jobs wait for a device: "2 jobs waiting for a cuda worker; none online (since …)"."""
+    by_reason: dict[str, list[dict[str, Any]]] = {}
+    for job in run.get("waiting") or []:
+        by_reason.setdefault(job["reason"], []).append(job)
+    return [f"{len(jobs)} job{'s' if len(jobs) > 1 else ''} {reason} (since {min(j['since'] for j in jobs)})"
+            for reason, jobs in by_reason.items()]
 
 
 def exit_code(run: dict[str, Any]) -> int:
@@ -113,6 +124,8 @@ def print_summary(run: dict[str, Any], console: Console) -> None:
     table.add_column("coverage", justify="right")
     table.add_row(*(str(run["counts"].get(s, 0)) for s in STATUSES), coverage_text(run.get("coverage")))
     console.print(table)
+    for line in waiting_lines(run):
+        console.print(line, markup=False, highlight=False)
     if run.get("error_message"):
         console.print(f"error: {run['error_message']}", markup=False, highlight=False)
     console.print(f"{run['url']}", markup=False, highlight=False)

@@ -58,7 +58,8 @@ def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
     workdir.mkdir(parents=True, exist_ok=True)
     sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(target.matrix), hidden=(workdir,))
     visible = (Path(target.source),) if target.source else ()
-    runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible)
+    runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible,
+                        max_rss_mb=get_settings().runner_max_rss_mb)
     try:
         yield runner
     finally:

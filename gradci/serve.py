@@ -3,7 +3,7 @@
 Migrations, the API on 127.0.0.1 and one ``gradci worker`` per local device, all supervised. With
 no ``GRADCI_DATABASE_URL``/``GRADCI_BROKER_URL`` it runs embedded (SQLite database, SQLite broker
 transport) under ``.gradci/``; with them, against Postgres and Redis like a deployment would.
-``--demo`` submits the built-in suite through the API like any client and reports on it.
+``--demo`` submits the built-in suite through the API like any client and reports on it (``gradci.demo``).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from gradci.client import ClientError, GradciClient, exit_code, print_summary, progress_line, token_file
+from gradci.client import ClientError, GradciClient, token_file
+from gradci.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.supervisor import Supervisor
 from scenarios.matrix import Matrix
 from services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
@@ -103,19 +103,6 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
         time.sleep(0.5)
 
 
-def run_demo(client: GradciClient, supervisor: Supervisor, console: Console, matrix: Matrix) -> dict[str, Any]:
-    created = client.submit(**matrix.to_mapping())
-    console.print(f"demo: run {created['id']} submitted: {created['url']}", markup=False, highlight=False)
-    with console.status("checking") as status:
-        def update(run: dict[str, Any]) -> None:
-            supervisor.poll()
-            status.update(progress_line(run))
-
-        run = client.wait(created["id"], on_update=update)
-    print_summary(run, console)
-    return run
-
-
 def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
     from services.db.migrate import upgrade
     from worker.devices import discover_devices
@@ -145,9 +132,9 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
             wait_until_ready(client, supervisor, devices)
             console.print(f"gradci is up: {server}/docs (workers: {', '.join(devices)}; logs in "
                           f"{Path(settings.workdir) / 'logs'})", markup=False, highlight=False)
-            run = run_demo(client, supervisor, console, matrix) if demo else None
+            runs = run_demo(client, supervisor, console, demo_matrices(matrix)) if demo else []
         if exit_after:
-            return exit_code(run) if run is not None else 0
+            return demo_exit_code(runs)
         console.print("serving; Ctrl-C stops", markup=False)
         supervisor.serve_forever()
     except ClientError as exc:

@@ -26,9 +26,10 @@ def _client(server: str | None) -> GradciClient:
 
 
 def submit(*, server: str | None, repo: str | None, sha: str | None, ref: str | None, matrix: Matrix,
-           wait: bool) -> int:
+           wait: bool, repeats: int | None = None) -> int:
     console = Console(stderr=True)
-    fields: dict[str, Any] = {"repo": _repo_for_server(repo), "sha": sha, "ref": ref, **matrix.to_mapping()}
+    fields: dict[str, Any] = {"repo": _repo_for_server(repo), "sha": sha, "ref": ref, "repeats": repeats,
+                              **matrix.to_mapping()}
     try:
         with _client(server) as client:
             created = client.submit(**fields)

@@ -27,6 +27,7 @@ _EXPORTS = {
     "check": "scenarios.checker",
     "Report": "scenarios.checker",
     "Matrix": "scenarios.matrix",
+    "current_device": "scenarios.devices",
     "select_scenarios": "scenarios.matrix",
 }
 

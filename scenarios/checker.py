@@ -1,6 +1,7 @@
 """`scenarios.check`: expand scenarios × backends × devices × dtypes into cells and check each."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -8,15 +9,19 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
 
+from scenarios.agreement import compare_with_cpu
 from scenarios.backends import Backend, CellSkipped, get_backend, registry
 from scenarios.cell import FAILING, Cell
+from scenarios.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from scenarios.expectations import first_applying
 from scenarios.compare import Comparison, compare_to_reference
 from scenarios.intact import in_place_culprit, mutation, snapshot
 from scenarios.modes import check_modes_agree
 from scenarios.reference import ReferenceCache, describe, shared_cache
 from scenarios.scenario import Scenario, Tangents
-from scenarios.tolerances import Tolerance, tolerance_for
+from scenarios.repeats import repeat_spread, spread_message
+from scenarios.simulated_gpus import simulated_gpus
+from scenarios.tolerances import Tolerance, agreement_tolerance, tolerance_for
 from scenarios.warning_capture import captured_warnings
 
 # Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
@@ -42,8 +47,12 @@ class Report:
 
 
 def available_devices() -> list[str]:
-    """cpu, plus every CUDA device torch or jax can see."""
+    """cpu, plus every CUDA device torch can see; with a simulated inventory (GRADCI_DEVICE_INVENTORY)
+    its GPUs instead, which compute on the CPU."""
     devices = ["cpu"]
+    gpus = simulated_gpus()
+    if gpus is not None:
+        return devices + [f"cuda:{i}" for i in range(len(gpus))]
     try:
         import torch
 
@@ -63,49 +72,127 @@ def resolve_backends(names: Sequence[str] | None) -> list[Backend]:
 def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
           devices: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
           progress: Callable[[Cell], None] | None = None,
-          references: ReferenceCache | None = None) -> Report:
+          references: ReferenceCache | None = None, repeats: int | None = None) -> Report:
     """Check every cell; None for backends, devices or dtypes means all available (dtypes: each
-    scenario's own)."""
+    scenario's own). Devices with both cpu and cuda ones add CPU–GPU agreement cells; ``repeats``
+    overrides each scenario's own."""
     chosen = resolve_backends(backends)
     devices = list(devices) if devices is not None else available_devices()
     references = references or shared_cache()
     cells: list[Cell] = []
     for scenario in scenarios:
-        cells.extend(check_scenario(scenario, chosen, devices, dtypes, references, progress))
+        cells.extend(check_scenario(scenario, chosen, devices, dtypes, references, progress, repeats=repeats))
     return Report(cells)
 
 
 def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
                    dtypes: Sequence[str] | None, references: ReferenceCache,
-                   progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = ()) -> list[Cell]:
+                   progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
+                   repeats: int | None = None) -> list[Cell]:
     """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
     cells are computed only to compare the forward and reverse modes with (the service checks one
-    backend a job) and are not returned; see ``_peer_cells``."""
+    backend a job) and are not returned; see ``_peer_cells``.
+
+    CPU–GPU agreement cells (``scenarios.agreement``) come for each cuda device where ``devices`` has
+    cpu too, or names the comparison itself (``cuda:0-vs-cpu``: the CPU results are then computed for
+    the comparison only, as a service job on a GPU does). ``repeats``: how many times each
+    derivative is computed to see whether it is reproducible (None: the scenario's ``repeats``)."""
+    computed = [device for device in devices if compared_device(device) is None]
+    repeats = scenario.repeats if repeats is None else repeats
     cells, results, raised = [], {}, {}
     reference = None  # computed for the first cell that runs: an all-skipped scenario never evaluates f
-    for device in devices:
+    for device in computed:
         for dtype in (dtypes if dtypes is not None else scenario.dtypes):
             for backend in backends:
                 cell = _new_cell(scenario, backend, device, dtype)
-                skip = first_applying(scenario.skip, backend.name, device, dtype)
-                if skip:
-                    cell.message = f"skipped: {skip.reason}"[:MESSAGE_LIMIT]
-                elif dtype not in scenario.dtypes:
-                    cell.message = f"the scenario does not declare {dtype}"
-                elif (reference := reference or _reference(scenario, references)).error:
-                    cell.status, cell.message = "error", reference.error
-                    raised[cell.key] = reference.exception
-                else:
-                    results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
-                                                 raised=raised)
+                if not _declined(cell, scenario):
+                    if (reference := reference or _reference(scenario, references)).error:
+                        cell.status, cell.message = "error", reference.error
+                        raised[cell.key] = reference.exception
+                    else:
+                        results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
+                                                     raised=raised, repeats=repeats)
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
     for cell in cells:
         _apply_xfail(cell, scenario, raised.get(cell.key))
+    cells += _agreement_cells(scenario, backends, _agreement_targets(devices), dtypes, cells, results, reference)
+    for cell in cells:
         if progress:
             progress(cell)
     return cells
+
+
+def _declined(cell: Cell, scenario: Scenario) -> bool:
+    """Whether the scenario itself rules the cell out (a declared skip, a dtype it does not declare);
+    the cell then says why."""
+    skip = first_applying(scenario.skip, cell.backend, cell.device, cell.dtype)
+    if skip:
+        cell.message = f"skipped: {skip.reason}"[:MESSAGE_LIMIT]
+    elif cell.dtype not in scenario.dtypes:
+        cell.message = f"the scenario does not declare {cell.dtype}"
+    return bool(skip) or cell.dtype not in scenario.dtypes
+
+
+def _agreement_targets(devices: Sequence[str]) -> list[str]:
+    """The cuda devices whose results are compared with the CPU's."""
+    named = [compared_device(device) for device in devices if compared_device(device) is not None]
+    computed = [device for device in devices if compared_device(device) is None]
+    implied = [device for device in computed if device.startswith(CUDA)] if CPU in computed else []
+    return list(dict.fromkeys([*named, *implied]))
+
+
+def _agreement_cells(scenario: Scenario, backends: list[Backend], targets: list[str], dtypes: Sequence[str] | None,
+                     cells: list[Cell], results: dict, reference: _Reference | None) -> list[Cell]:
+    """One cell per cuda device × dtype × backend of ``targets``: the GPU result against the CPU result
+    of the same backend and dtype, computed here where the check has none (not returned as a cell)."""
+    by_key = {cell.key: cell for cell in cells}
+    out = []
+    for device in targets:
+        for dtype in (dtypes if dtypes is not None else scenario.dtypes):
+            for backend in backends:
+                gpu = by_key.get((scenario.name, backend.name, device, dtype))
+                cell = _new_cell(scenario, backend, agreement_device(device), dtype)
+                if gpu is None or results.get(gpu.key) is None:
+                    why = gpu.status if gpu else "not checked"
+                    cell.message = f"no {device} result to compare with the cpu ({why})"
+                else:
+                    cpu = _cpu_result(scenario, backend, dtype, results, reference)
+                    _fill_agreement(cell, gpu, results[gpu.key], cpu, backend, scenario)
+                out.append(cell)
+    return out
+
+
+def _cpu_result(scenario: Scenario, backend: Backend, dtype: str, results: dict, reference: _Reference) -> Any:
+    """The CPU result of ``backend`` and ``dtype``: the check's own cell's, else computed now."""
+    key = (scenario.name, backend.name, CPU, dtype)
+    if key not in results:
+        results[key] = run_cell(_new_cell(scenario, backend, CPU, dtype), scenario, backend, reference.tangent,
+                                reference.refs)
+    return results[key]
+
+
+def _fill_agreement(cell: Cell, gpu: Cell, gpu_result: Any, cpu_result: Any, backend: Backend,
+                    scenario: Scenario) -> None:
+    cell.precision, cell.reference = gpu.precision, f"{backend.name} on the cpu, {cell.dtype}"
+    if cpu_result is None:
+        cell.message = "the cpu cell of this backend and dtype has no result to compare with"
+        return
+    tol = agreement_tolerance(cell.dtype, tf32=_ran_in_tf32(gpu, backend, scenario))
+    agreement = compare_with_cpu(gpu_result, cpu_result, tol)
+    cell.status = "pass" if agreement.ok else "fail"
+    cell.rtol, cell.atol = tol.rtol, tol.atol
+    cell.max_abs_err, cell.max_rel_err, cell.message = agreement.max_abs_err, agreement.max_rel_err, agreement.message
+
+
+def _ran_in_tf32(gpu: Cell, backend: Backend, scenario: Scenario) -> bool:
+    """Whether the GPU cell's float32 products ran in TF32 (the switches are as they were then)."""
+    adapter = getattr(backend, "adapter", None)
+    if adapter is None:
+        return False
+    with _pinned(adapter, scenario.precision):
+        return adapter.tf32_active(gpu.device, gpu.dtype)
 
 
 def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell], results: dict,
@@ -151,23 +238,28 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
 
 
 def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
-             raised: dict | None = None) -> Any:
+             raised: dict | None = None, repeats: int = 1) -> Any:
     """Fill in ``cell``; return the backend's numpy result (None when there is none). An exception
-    the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type)."""
+    the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type).
+    ``repeats`` > 1 computes the derivative that many times and records their spread."""
     reason = _unavailable(backend, cell.device, cell.dtype)
     if reason:
         cell.status, cell.message = "skip", reason
         return None
-    tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
-    cell.rtol, cell.atol = tol.rtol, tol.atol
+    adapter = getattr(backend, "adapter", None)
     cell.reference, cell.reference_error = describe(refs)
     try:
-        with captured_warnings() as caught:  # kept with the cell, not printed once per cell
+        with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
+            tol = _precision_and_tolerance(cell, scenario, adapter)
             prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
             before = snapshot(prepared.inputs)
             result = _timed_calls(cell, backend, prepared)
             numpy_result = prepared.to_numpy(result)
+            if repeats > 1:
+                others = [prepared.to_numpy(prepared.call()) for _ in range(repeats - 1)]
+                cell.repeat_spread = repeat_spread(numpy_result, others)
             changed = mutation(before, snapshot(prepared.inputs))
+            note = _wider_dtype_note(prepared, cell.dtype)  # evaluates f: under the pin, on its device
     except CellSkipped as exc:
         cell.status, cell.message = "skip", str(exc)
         return None
@@ -187,8 +279,26 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     message = comparison.message if cell.status == "fail" else comparison.unreliable
     if changed:  # the culprit first: the comparison of a mutated computation says little
         cell.status, message = changed[0], "; ".join(filter(None, (changed[1], comparison.message)))
-    cell.message = "; ".join(filter(None, (message, _wider_dtype_note(prepared, cell.dtype))))[:MESSAGE_LIMIT]
+    notes = (message, spread_message(cell.repeat_spread or 0.0, repeats), note)
+    cell.message = "; ".join(filter(None, notes))[:MESSAGE_LIMIT]
     return numpy_result
+
+
+def _pinned(adapter, setting: str | None):
+    return adapter.pinned_precision(setting) if adapter else contextlib.nullcontext()
+
+
+def _precision_and_tolerance(cell: Cell, scenario: Scenario, adapter) -> Tolerance:
+    """Record the precision the frameworks run the cell with (read inside the scenario's pin), and
+    the tolerance that goes with it: TF32's for float32 where TF32 is on, on a real GPU."""
+    text = adapter.precision_text() if adapter else ""
+    if simulated(cell.device):  # the arithmetic is the CPU's, whatever the switches say
+        text = f"{text}; simulated {cell.device} (ran on the cpu)".lstrip("; ")
+    cell.precision = text
+    tf32 = bool(adapter) and adapter.tf32_active(cell.device, cell.dtype)
+    tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol, tf32=tf32)
+    cell.rtol, cell.atol = tol.rtol, tol.atol
+    return tol
 
 
 def _wider_dtype_note(prepared, dtype: str) -> str:

@@ -35,7 +35,9 @@ def _leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
 
 def _to_host(leaf: Any) -> Any:
     if hasattr(leaf, "detach"):  # torch
-        return leaf.detach().cpu().clone().numpy()
+        tensor = leaf.detach().cpu().clone()
+        # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+        return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
     return np.array(leaf, copy=True) if hasattr(leaf, "shape") else leaf
 
 

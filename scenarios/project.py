@@ -13,6 +13,8 @@ scenarios = ["nn/*"]                   # selection patterns (scenarios.matrix: g
 
 [check]                                # optional; gradci check's own settings
 cell_timeout_s = 300                   # per cell, in the sandboxed runner (--cell-timeout overrides it)
+repeats = 3                            # each derivative 3 times, to see it is bitwise reproducible
+                                       # (gradci check and the service's runs; --repeats overrides it)
 ```
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Project:
     matrix: Matrix
     config: dict[str, Any]
     cell_timeout_s: float | None = None  # [check] cell_timeout_s: gradci check's, unless its flag says otherwise
+    repeats: int | None = None  # [check] repeats: over every scenario's own (scenarios.repeats)
 
 
 def read_config(root: str | Path) -> dict[str, Any]:
@@ -68,7 +71,7 @@ def load_project(root: str | Path) -> Project:
     except MatrixError as exc:
         raise ProjectError(f"{path}: [matrix]: {exc}") from None
     return Project(root=root, modules=modules, matrix=matrix, config=config,
-                   cell_timeout_s=_cell_timeout(config, path))
+                   cell_timeout_s=_cell_timeout(config, path), repeats=_repeats(config, path))
 
 
 def _cell_timeout(config: dict[str, Any], path: Path) -> float | None:
@@ -76,6 +79,14 @@ def _cell_timeout(config: dict[str, Any], path: Path) -> float | None:
     value = table.get("cell_timeout_s") if isinstance(table, dict) else None
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
         raise ProjectError(f"{path}: [check] cell_timeout_s must be a positive number of seconds, not {value!r}")
+    return value
+
+
+def _repeats(config: dict[str, Any], path: Path) -> int | None:
+    table = config.get("check", {})
+    value = table.get("repeats") if isinstance(table, dict) else None
+    if value is not None and (type(value) is not int or value < 1):
+        raise ProjectError(f"{path}: [check] repeats must be a whole number of at least 1, not {value!r}")
     return value
 
 

@@ -21,6 +21,24 @@ their own magnitude, so a huge, unreliable reference value cannot loosen atol fo
 | float32  | 2e-3   | 2e-4   | eps 1.2e-7 times accumulation over matmuls, solves, recurrences  |
 | float16  | 2e-2   | 2e-2   | eps 9.8e-4                                                       |
 | bfloat16 | 6e-2   | 6e-2   | eps 7.8e-3                                                       |
+| float32 with TF32 | 1e-2 | 1e-3 | GPU matmuls, convolutions in TF32: 10-bit mantissa, ~5e-4 a product |
+
+The TF32 row applies where the cell's framework says TF32 was on while it ran, on a real GPU (torch's
+``matmul.allow_tf32`` or ``cudnn.allow_tf32``; JAX's default matmul precision other than "highest",
+XLA's default on GPUs); ``Scenario(precision="highest")`` turns it off, and the plain float32 row holds.
+
+**CPU–GPU agreement** (``scenarios.agreement``): a cuda cell's result against the CPU result of the same
+backend and dtype, with the same formula (``r`` the CPU result, no error estimate). Tighter than the
+finite-difference tolerances: both sides round the same way up to the order of operations, so a few
+ulps accumulated over a computation is all a correct kernel may differ by.
+
+| dtype    | rtol   | atol   |
+| -------- | ------ | ------ |
+| float64  | 1e-9   | 1e-11  |
+| float32  | 2e-5   | 2e-6   |
+| float16  | 5e-3   | 5e-3   |
+| bfloat16 | 3e-2   | 3e-2   |
+| float32 with TF32 | 2e-3 | 2e-4 |
 """
 from __future__ import annotations
 
@@ -52,6 +70,16 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 DTYPES = tuple(DEFAULT_TOLERANCES)
+# float32 whose matmuls and convolutions ran in TF32 on a GPU (``Tolerance`` tables' "float32 with TF32").
+TF32_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-3)
+
+AGREEMENT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(rtol=1e-9, atol=1e-11),
+    "float32": Tolerance(rtol=2e-5, atol=2e-6),
+    "float16": Tolerance(rtol=5e-3, atol=5e-3),
+    "bfloat16": Tolerance(rtol=3e-2, atol=3e-2),
+}
+TF32_AGREEMENT_TOLERANCE = Tolerance(rtol=2e-3, atol=2e-4)
 
 
 def allowance(tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
@@ -76,9 +104,18 @@ def strictest(tolerances: list[Tolerance]) -> Tolerance:
     return Tolerance(rtol=min(t.rtol for t in tolerances), atol=min(t.atol for t in tolerances))
 
 
-def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
-    try:
-        base = DEFAULT_TOLERANCES[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}") from None
-    return base.widened(rtol=rtol, atol=atol)
+def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None, tf32: bool = False) -> Tolerance:
+    """The dtype's tolerance (TF32's where ``tf32``: float32 products ran in TF32), with a scenario's
+    own rtol and atol where it gives them."""
+    return _row(DEFAULT_TOLERANCES, TF32_TOLERANCE, dtype, tf32).widened(rtol=rtol, atol=atol)
+
+
+def agreement_tolerance(dtype: str, tf32: bool = False) -> Tolerance:
+    """How far a cuda result may be from the CPU's of the same backend and dtype."""
+    return _row(AGREEMENT_TOLERANCES, TF32_AGREEMENT_TOLERANCE, dtype, tf32)
+
+
+def _row(table: dict[str, Tolerance], tf32_row: Tolerance, dtype: str, tf32: bool) -> Tolerance:
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return tf32_row if tf32 and dtype == "float32" else table[dtype]

@@ -5,15 +5,23 @@ and one device warm for the whole job and a crash or a redelivery costs one chun
 A job's dtypes are not stored with it: both the planner and the worker derive them from the run's
 matrix and each scenario's declared dtypes with ``cell_dtypes``, the same rule ``gradci check``
 follows (a dtype the run asks for but the scenario does not declare is a ``skip`` cell).
+
+Device requirements (``scenarios.requirements``) route GPU jobs: the scenarios of a CUDA device are
+grouped by the queue that can take them (``route``) before they are chunked, and a scenario whose
+every cell no device of its kind could ever run (a requirement on ``cpu``, capability 9.0 on
+``cuda.sm80``) is left out of the jobs and planned as ``skip`` cells with the reason.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scenarios.devices import CPU, validate_device
+from scenarios.devices import CPU, CUDA, validate_device
 from scenarios.matrix import Matrix, select_scenarios
+from scenarios.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
 from services.queues import queue_for_device
 
 
@@ -30,11 +38,13 @@ class ScenarioInfo:
     dtypes: tuple[str, ...] = ("float64", "float32")
     tags: tuple[str, ...] = ()
     fingerprint: str | None = None
+    requirements: Requirements = Requirements()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScenarioInfo:
         return cls(name=data["name"], operator=data.get("operator", ""), dtypes=tuple(data.get("dtypes", ())),
-                   tags=tuple(data.get("tags", ())), fingerprint=data.get("fingerprint"))
+                   tags=tuple(data.get("tags", ())), fingerprint=data.get("fingerprint"),
+                   requirements=Requirements.from_dict(data.get("requirements")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +56,22 @@ class JobSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A scenario's cells on one device that no device of that name could ever run: ``skip`` cells
+    (in every backend of the run) planned with the reason, never sent to a worker."""
+
+    scenario: str
+    device: str
+    dtypes: tuple[str, ...]
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     matrix: Matrix
     scenarios: tuple[ScenarioInfo, ...]
     jobs: tuple[JobSpec, ...]
+    skipped: tuple[Skipped, ...] = ()
 
     @property
     def cell_count(self) -> int:
@@ -96,15 +118,95 @@ def chunked(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:
         yield tuple(items[start:start + size])
 
 
-def job_specs(scenarios: Sequence[ScenarioInfo], matrix: Matrix, chunk_size: int) -> list[JobSpec]:
-    """device × backend × chunks of scenarios, in a stable order."""
-    names = [info.name for info in scenarios]
-    return [
-        JobSpec(backend=backend, device=device, queue=queue_for_device(device), scenarios=chunk)
-        for device in matrix.devices
-        for backend in matrix.backends
-        for chunk in chunked(names, chunk_size)
-    ]
+@dataclasses.dataclass(frozen=True)
+class GpuWorkers:
+    """The GPUs of the workers table, for routing: those of workers online now, and those of every
+    worker seen (online or not)."""
+
+    online: tuple[DeviceOffer, ...] = ()
+    known: tuple[DeviceOffer, ...] = ()
+
+
+def route(need: Requirements, device: str, gpus: GpuWorkers) -> str:
+    """The queue for a job of ``device`` whose scenarios need ``need`` (``scenarios.requirements.needs``).
+
+    Without a need: the device's own queue. With one: ``cuda.smXY`` of the lowest capability whose
+    workers all meet it (those online, else those seen before), leaving bigger GPUs to whoever needs
+    them; a run's ``cuda.smXY`` only considers XY. No queue encodes memory, so a memory need is met
+    only through that choice: when no capability's workers all have the memory, the job is parked
+    on a queue no worker consumes (``parked_queue``), where it waits as any unserved job does."""
+    fixed = DeviceOffer.of_device(device).capability
+    if not need or device == CPU:
+        return queue_for_device(device)
+    floor = capability_number(need.min_capability or "0")
+    for pool in (gpus.online, gpus.known):
+        capabilities = sorted({g.capability for g in pool if g.capability and capability_number(g.capability) >= floor},
+                              key=capability_number)
+        for capability in capabilities if fixed is None else [fixed]:
+            workers = [g for g in pool if g.capability == capability]
+            if workers and all(unmet(need, g) is None for g in workers):
+                return f"{CUDA}.sm{capability}"
+    if need.min_memory_bytes:
+        return parked_queue(dataclasses.replace(need, min_capability=fixed or need.min_capability))
+    return f"{CUDA}.sm{fixed or need.min_capability}"
+
+
+PARKED = re.compile(r"^(?P<base>cuda(?:\.sm\d{2,3})?)\.mem(?P<gb>\d+)GB$")
+
+
+def parked_queue(need: Requirements) -> str:
+    """A queue named for a need no worker was seen to meet: ``cuda.mem100GB``, ``cuda.sm90.mem100GB``.
+    No worker consumes it: its jobs wait, visibly, until GRADCI_DEVICE_WAIT ends their wait."""
+    base = f"{CUDA}.sm{need.min_capability}" if need.min_capability else CUDA
+    return f"{base}.mem{math.ceil((need.min_memory_bytes or 0) / 10**9)}GB"
+
+
+def queue_description(queue: str) -> str:
+    """The worker a queue waits for, in words: "a cuda.sm90 worker", "a cuda worker with 100 GB of memory"."""
+    parked = PARKED.match(queue)
+    if parked:
+        return f"a {parked['base']} worker with {parked['gb']} GB of memory"
+    return f"a {queue} worker"
+
+
+def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | None:
+    """Why none of a scenario's cells could ever run on a run's ``device`` (None: some could).
+    Only what the name promises counts: ``cuda`` and ``cuda:N`` may be any GPU."""
+    offer = DeviceOffer.of_device(device)
+    reasons = [unmet(info.requirements, offer, dtype) for dtype in dtypes or (None,)]
+    return reasons[0] if reasons and all(reasons) else None
+
+
+def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
+              gpus: GpuWorkers = GpuWorkers()) -> list[JobSpec]:
+    """device × backend × chunks of the scenarios that can run on the device, in a stable order; the
+    scenarios of a device are first grouped by the queue their needs route them to."""
+    specs = []
+    for device in matrix.devices:
+        queues: dict[str, list[str]] = {}
+        for info in runnable.get(device, ()):
+            need = needs(info.requirements, cell_dtypes(info.dtypes, matrix.dtypes))
+            queues.setdefault(route(need, device, gpus), []).append(info.name)
+        specs += [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
+                  for backend in matrix.backends for queue, names in queues.items()
+                  for chunk in chunked(names, chunk_size)]
+    return specs
+
+
+def split_runnable(scenarios: Sequence[ScenarioInfo], matrix: Matrix) -> tuple[dict[str, list[ScenarioInfo]],
+                                                                                list[Skipped]]:
+    """Per device, the scenarios some cell of which can run there; and the others, skipped with why."""
+    runnable: dict[str, list[ScenarioInfo]] = {}
+    skipped = []
+    for device in matrix.devices:
+        for info in scenarios:
+            dtypes = cell_dtypes(info.dtypes, matrix.dtypes)
+            reason = never_runs(info, device, dtypes)
+            if reason is None:
+                runnable.setdefault(device, []).append(info)
+            else:
+                skipped.append(Skipped(info.name, device, dtypes, reason))
+    return runnable, skipped
 
 
 def plan_run(
@@ -116,8 +218,10 @@ def plan_run(
     known_backends: Sequence[str],
     default_devices: Sequence[str] = (CPU,),
     chunk_size: int = 25,
+    gpus: GpuWorkers = GpuWorkers(),
 ) -> Plan:
-    """The whole plan of a run from the scenarios its checkout lists."""
+    """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
+    A run none of whose cells could ever run is a ``PlanError`` giving the first reason."""
     matrix = resolve_matrix(run_matrix, file_matrix, available_backends=available_backends,
                             known_backends=known_backends, default_devices=default_devices)
     patterns = matrix.scenarios
@@ -125,7 +229,12 @@ def plan_run(
     if not chosen:
         raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
                         "the repository declares no scenario")
-    return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(job_specs(chosen, matrix, chunk_size)))
+    runnable, skipped = split_runnable(chosen, matrix)
+    jobs = job_specs(runnable, matrix, chunk_size, gpus)
+    if not jobs:
+        first = skipped[0]
+        raise PlanError(f"no cell of this run can ever run: scenario {first.scenario!r} {first.reason}")
+    return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(jobs), skipped=tuple(skipped))
 
 
 def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequence[str]],

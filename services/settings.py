@@ -65,10 +65,18 @@ class Settings(BaseSettings):
     runner_memory_limit_mb: int = Field(8192, ge=0)
     runner_output_limit_kb: int = Field(64, ge=0)
     scenario_import_timeout_s: float = Field(600.0, gt=0)
+    # A runner whose resident memory exceeds this after a request is restarted before the next one
+    # (0: never), so that a worker's memory stays bounded over long runs; on GPU workers, the share
+    # of the GPU's memory its runner may take (torch's per-process fraction, XLA's memory fraction).
+    runner_max_rss_mb: int = Field(3000, ge=0)
+    runner_device_memory_fraction: float = Field(0.9, gt=0, le=1)
 
     # Workers
     worker_heartbeat_s: float = Field(15.0, gt=0)
     worker_online_s: float = Field(60.0, gt=0)  # a worker is online if it beat within this window
+    # Seconds a job may wait on a queue no online worker serves (GRADCI_DEVICE_WAIT); then its cells
+    # are stored as skip with the reason, and the run finishes (services/db/waiting.py).
+    device_wait: float = Field(3600.0, gt=0)
 
     # --- Reliability (worker/recovery.py, services/github/publish.py) ---
     # A queued job or run whose message is in no queue this long after it was sent is sent again.

@@ -9,8 +9,10 @@ before each test that uses it. A service that is not running skips its tests wit
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from services.db.migrate import upgrade
 from services.db.session import dispose_engine, engine_for, session_scope
 from services.settings import get_settings
 from tests.databases import admin_connection, scratch_database
+from worker.simulated_gpus import INVENTORY_VARIABLE
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -51,12 +54,19 @@ def postgres_database() -> Iterator[str]:
         yield url
 
 
+def emptied(database_url: str) -> str:
+    """The session's PostgreSQL database with every table emptied. A service started over it must
+    begin so: its reconciler would otherwise plan the runs an earlier test left queued, and its jobs
+    would wait behind theirs."""
+    with engine_for(database_url).begin() as connection:
+        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    return database_url
+
+
 @pytest.fixture
 def postgres_url(postgres_database: str) -> str:
     """The session's PostgreSQL database, emptied for this test."""
-    with engine_for(postgres_database).begin() as connection:
-        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-    return postgres_database
+    return emptied(postgres_database)
 
 
 @pytest.fixture
@@ -132,3 +142,21 @@ def make_run() -> Callable[..., int]:
 def cell_factory() -> Callable[..., dict[str, Any]]:
     """``cell_factory(index, status=..., backend=..., device=..., dtype=...)`` → a synthetic cell."""
     return synthetic_cell
+
+
+# Two simulated GPUs (GRADCI_DEVICE_INVENTORY): routing, per-device workers and the GPU path are
+# tested through the same code as real ones.
+TWO_GPUS = [
+    {"name": "NVIDIA H100 80GB HBM3", "capability": "90", "memory_total": 85_520_809_984,
+     "memory_free": 80_000_000_000, "driver": "550.54.15", "cuda": "12.4"},
+    {"name": "NVIDIA A100-SXM4-40GB", "capability": "80", "memory_total": 42_949_672_960},
+]
+
+
+@pytest.fixture
+def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process sees TWO_GPUS as its GPUs."""
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(TWO_GPUS))
+    monkeypatch.setenv(INVENTORY_VARIABLE, str(path))
+    return path

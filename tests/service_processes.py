@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.conftest import emptied
 from tests.test_integration import Service, _healthy, free_port, git, service_env, spawn, stop, wait_for
 
 TOKEN = "integration-token"
@@ -91,7 +92,8 @@ def make_repository(root: Path, files: dict[str, str]) -> str:
 @contextmanager
 def running_service(database_url: str, broker_url: str, repo: Path, sha: str, workdir: Path, logs: Path,
                     concurrency: int = 2, **settings: str) -> Iterator[Service]:
-    """The API (uvicorn) and one ``gradci worker --concurrency N`` on PostgreSQL and Redis."""
+    """The API (uvicorn) and one ``gradci worker --concurrency N`` on PostgreSQL (emptied first) and Redis."""
+    emptied(database_url)
     env = service_env(database_url=database_url, broker_url=broker_url, workdir=str(workdir), api_token=TOKEN,
                       worker_heartbeat_s="1", **settings)
     port = free_port()

@@ -102,6 +102,17 @@ def test_submit_builtin_run_creates_it_and_queues_plan_run(client: TestClient, s
     assert run["repo"] is None and run["trigger"] == "api" and run["coverage"] is None
     assert run["matrix"] == {"backends": ["jax-rev"], "devices": None, "dtypes": ["float32"], "scenarios": ["sin*"]}
     assert run["counts"] == {"pass": 0, "fail": 0, "error": 0, "skip": 0, "xfail": 0, "xpass": 0, "queued": 0, "running": 0}
+    assert run["options"] == {}
+
+
+def test_a_run_may_ask_for_repeats_and_its_rerun_keeps_them(client: TestClient, settings: Settings, cell_factory) -> None:
+    created = client.post("/api/runs", json={"repeats": 3}, headers=AUTH).json()
+    assert client.get(f"/api/runs/{created['id']}").json()["options"] == {"repeats": 3}
+    for wrong in (0, 101, 2.5, "three"):
+        assert client.post("/api/runs", json={"repeats": wrong}, headers=AUTH).status_code == 422, wrong
+    parent = seed_run(settings.database_url, [cell_factory(3)], options={"repeats": 4})
+    child = client.post(f"/api/runs/{parent}/rerun", headers=AUTH).json()
+    assert client.get(f"/api/runs/{child['id']}").json()["options"] == {"repeats": 4}
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """The dashboard in real headless Chromium (Debian's ``chromium`` and ``chromium-driver``, driven by
 Selenium; ``make test`` installs them): runs made through the real service (API over HTTP, a
 ``gradci worker`` process, PostgreSQL, Redis), then run → cell (a click on the heatmap) → scenario
-history → compare, and a running run's page moving without a reload. Screenshots of every page land
-in ``artifacts/screenshots/``. No browser process outlives the tests.
+history → compare, and a running run's page moving without a reload (each poll naming the state it
+shows). Screenshots of every page land in ``artifacts/screenshots/``, at desktop and phone width (no
+page wider than the phone) and the run page in grey (statuses told apart without colour). No browser
+process outlives the tests.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ pytestmark = pytest.mark.integration
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-REDIS_DB = 9  # this file's own Redis database
+# This file's own Redis database: the session's (GRADCI_TEST_REDIS_URL), claimed while the module runs.
+REDIS_DB = int(os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/9").rsplit("/", 1)[1])
+PHONE = (400, 900)
 # DESIGN.md's pitfalls: offline, Chromium stalls on network calls that cannot succeed unless told not to.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000")
@@ -188,12 +192,25 @@ def _processes_using(profile: str) -> list[int]:
     return found
 
 
-def shoot(driver: Any, name: str) -> None:
+def shoot(driver: Any, name: str, width: int = 1280) -> None:
+    """A screenshot of the whole page (up to 4000 px tall) at ``width``."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.set_window_size(width, 1000)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, min(max(height, 800), 4000))
+    driver.set_window_size(width, min(max(height, 800), 4000))
+    time.sleep(0.5)  # plotly redraws its charts at the new size
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
     driver.set_window_size(1280, 1000)
+
+
+def shoot_phone(driver: Any, name: str) -> None:
+    """The page at phone width: nothing wider than the screen but what scrolls inside its own box
+    (tables, the heatmap), and a screenshot."""
+    driver.set_window_size(*PHONE)
+    time.sleep(0.5)  # as shoot: plotly redraws at the new width
+    overflowing = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+    assert overflowing <= 1, f"{name}: the page is {overflowing} px wider than a phone"
+    shoot(driver, f"{name}-phone", width=PHONE[0])
 
 
 def script_errors(driver: Any) -> list[str]:
@@ -228,6 +245,7 @@ def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None
 
     browser.get(f"{url}/")
     shoot(browser, "1-runs")
+    shoot_phone(browser, "1-runs")
     browser.find_element("css selector", f'a[href="/runs/{second}"]').click()
     wait_until(browser, "return document.querySelector('#heatmap .hm') !== null", "the heatmap")
     assert "failed" in browser.find_element("id", "run-status").text
@@ -241,13 +259,27 @@ def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None
              timeout_s=15)
     assert "crash/segfault" in browser.find_element("tag name", "h2").text
     assert "SIGSEGV" in browser.page_source
+    ran_with = browser.find_element("id", "ran-with").text
+    assert "job " in ran_with.splitlines()[0] and "not recorded" not in ran_with.splitlines()[0]  # the worker
     shoot(browser, "3-cell")
+    shoot_phone(browser, "3-cell")
 
     browser.find_element("link text", "History of crash/segfault").click()
+    # A scenario that always crashed has statuses to show but no error ÷ tolerance: the page says so.
+    wait_until(browser, "return document.querySelector('#chart-status .hm') !== null", "the status chart")
+    empty = browser.find_element("id", "chart-tolerance_ratio")
+    assert empty.tag_name == "p" and "no cell of these runs recorded errors" in empty.text
+    assert browser.execute_script("return document.getElementById('chart-status').data[0].text[0][0]") == "⚠"
+    shoot(browser, "4-history-errors")
+    browser.get(f"{url}/scenarios/ok/poly")
     wait_until(browser, "return document.querySelectorAll('.js-plotly-plot').length === 4", "the history charts")
     series = browser.execute_script("return document.getElementById('chart-time_ms').data.map(s => s.x.length)")
     assert series and all(points == 2 for points in series)  # both runs, per backend
+    hover, icon = browser.execute_script("const trace = document.getElementById('chart-status').data[0];"
+                                         "return [trace.hovertext[0][1], trace.text[0][1]]")
+    assert hover.endswith("✔ pass") and icon == ""  # the commit and the status in words; a pass has no icon
     shoot(browser, "4-history")
+    shoot_phone(browser, "4-history")
     first_cell = browser.execute_script("return document.getElementById('chart-status').data[0].customdata[0][0]")
     assert first_cell.startswith(f"{first}/cells/")
     click_heatmap_cell(browser, 0, 0, "chart-status")  # the first run's cell, from the history
@@ -260,16 +292,33 @@ def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None
     wait_for(lambda: f"/runs/{first}/compare/{second}" in browser.current_url, "the compare page", timeout_s=15)
     assert "cells changed" in browser.page_source
     shoot(browser, "5-compare")
+    shoot_phone(browser, "5-compare")
 
     browser.get(f"{url}/workers")
     assert "✔ online" in browser.page_source
+    assert "free of" in browser.find_element("id", "workers").text  # the cpu's memory from its device record
     shoot(browser, "6-workers")
-    browser.set_window_size(400, 900)
+    shoot_phone(browser, "6-workers")
+    browser.set_window_size(*PHONE)
     browser.get(f"{url}/runs/{second}")
     wait_until(browser, "return document.querySelector('#heatmap .hm') !== null", "the heatmap at phone width")
-    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
-    browser.save_screenshot(str(SCREENSHOTS / "7-run-phone.png"))
-    browser.set_window_size(1280, 1000)
+    shoot_phone(browser, "2-run")
+    browser.get(f"{url}/runs/{second}")  # at desktop width again (shoot_phone restores it)
+    wait_until(browser, "return document.querySelector('#heatmap .hm') !== null", "the heatmap at desktop width")
+    # Without colour (grey scale, as a colour-blind reader or a grey printout sees it) the statuses
+    # are still told apart: by the words and icons beside them.
+    browser.execute_script("document.documentElement.style.filter = 'grayscale(1)'")
+    shoot(browser, "7-run-grey")
+    assert all(word in browser.find_element("css selector", ".counts").text for word in ("✔ pass", "✘ fail", "⚠ error"))
+    icons = browser.execute_script("return Array.from(document.querySelectorAll('#heatmap text'), t => t.textContent)")
+    assert icons.count("⚠") == 2 and "✔" not in icons  # drawn in the cells that did not pass
+    # A passing cell of a real run: the engine's reference and the job's device record.
+    browser.get(f"{url}/runs/{second}?status=pass")
+    browser.find_element("css selector", f'td a[href^="/runs/{second}/cells/"]').click()
+    reference = browser.find_element("id", "reference").text.splitlines()
+    assert reference[0].startswith("reference ") and "not recorded" not in reference[0]
+    assert "torch " in browser.find_element("id", "ran-with").text
+    shoot(browser, "3-cell-pass")
     assert script_errors(browser) == []
 
 
@@ -281,12 +330,17 @@ def test_a_running_runs_page_moves_without_reloading(service: dict[str, Any], br
     passed = lambda: int(browser.find_element("css selector", '[data-count="pass"]').text)  # noqa: E731
     at_start = (jobs(), passed())
     shoot(browser, "8-live-start")
+    polls = browser.execute_script("return performance.getEntriesByType('resource')"
+                                   ".filter(e => e.name.includes('live.json')).length")
     wait_for(lambda: browser.execute_script("return window.loadedOnce === true") and passed() > at_start[1],
              "the pass count to move in place", timeout_s=120, interval_s=0.5)
     assert jobs() != at_start[0]
     rows, count = browser.execute_script("""return [document.getElementById('heatmap').data[0].y[1].length,
         Number(document.querySelector('[data-count="pass"]').textContent)]""")  # one poll's state
     assert rows == count  # the heatmap grew with the cells: one slow scenario a row
+    sent = browser.execute_script("return performance.getEntriesByType('resource')"
+                                  ".filter(e => e.name.includes('live.json')).map(e => e.name)")
+    assert len(sent) > polls and all("since=" in name for name in sent)  # each poll names the state it shows
     shoot(browser, "9-live-moving")
     wait_finished(service, run_id)
     wait_until(browser, "return window.loadedOnce === undefined", "the finished run's page to reload once", 30)

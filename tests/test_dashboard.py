@@ -90,8 +90,10 @@ def test_run_page_heatmap_groups_families_failures_first(database_url: str, clie
     assert int(near) == int(plain) == band_of["pass"]
     pass_stops = [position for position, _ in BAND_COLOURS["pass"]]
     assert near % 1 > pass_stops[-2] and plain % 1 < pass_stops[1]  # the near miss turns amber, the rest green
-    # Readable without colour: the hover and the table say the status in words beside an icon.
-    assert trace["text"][0][0] == "✘ fail 30" and "✔ pass" in trace["text"][2][0]
+    # Readable without colour: the hover and the table say the status in words beside an icon, ...
+    assert trace["hovertext"][0][0] == "✘ fail 30" and "✔ pass" in trace["hovertext"][2][0]
+    # Each cell but a pass shows its status's icon (in grey a fail and an error look alike); a gap none.
+    assert trace["text"][:2] == [["✘", ""], ["", "⚠"]] and trace["texttemplate"] == "%{text}"
     assert table_statuses(page.text)[:2] == ["fail", "error"]  # the table lists failures first too
     assert 'src="/static/plotly.min.js?v=' in page.text and "cdn" not in page.text.lower()
 
@@ -151,47 +153,182 @@ def test_live_json_follows_a_running_run(database_url: str, client: TestClient, 
     assert client.get("/runs/999/live.json").status_code == 404
 
 
+def test_live_poll_is_cheap_while_nothing_changed(database_url: str, client: TestClient, cell_factory: Cells,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll that sends the token it last saw is told "unchanged" without a heatmap; polls of the same
+    state (two tabs, the page itself) share one layout; a new cell, or a cell that changed status,
+    moves the token and the layout is worked out again."""
+    computed: list[int] = []
+    real = matrix_module._computed_layout
+
+    def counted(session: Any, run_id: int, where: Any) -> Any:
+        computed.append(run_id)
+        return real(session, run_id, where)
+
+    monkeypatch.setattr(matrix_module, "_computed_layout", counted)
+    run_id = make_run(database_url, [cell(cell_factory, 0, "a/one", "pass")], status="running")
+    page = client.get(f"/runs/{run_id}").text
+    token = re.search(r'data-token="(\w+)"', page).group(1)
+    assert client.get(f"/runs/{run_id}/live.json?since={token}").json() == {"token": token, "unchanged": True}
+    tabs = [client.get(f"/runs/{run_id}/live.json").json() for _ in range(2)]
+    assert [state["token"] for state in tabs] == [token, token] and len(computed) == 1  # the page's layout, shared
+    with session_scope(database_url) as session:
+        upsert_results(session, run_id, [cell(cell_factory, 1, "a/two", "fail")])
+    moved = client.get(f"/runs/{run_id}/live.json?since={token}").json()
+    assert moved["token"] != token and moved["figure"]["data"][0]["y"] == [["a", "a"], ["two", "one"]]
+    assert len(computed) == 2
+    with session_scope(database_url) as session:  # a redelivery rewrites a cell: same ids, another status
+        upsert_results(session, run_id, [cell(cell_factory, 1, "a/two", "pass")])
+    again = client.get(f"/runs/{run_id}/live.json?since={moved['token']}").json()
+    assert again["token"] != moved["token"] and again["counts"]["fail"] == 0 and len(computed) == 3
+    assert again["figure"]["data"][0]["y"] == [["a", "a"], ["one", "two"]]  # no failure first any more
+
+
+def test_agreement_cells_have_their_own_column_filter_and_page(database_url: str, client: TestClient,
+                                                               cell_factory: Cells) -> None:
+    """CPU–GPU agreement cells carry a device such as "cuda:0-vs-cpu": a column of their own, a choice
+    of the device filter, and a link to their cell page."""
+    agreement = "cuda:0-vs-cpu"
+    cells = [cell(cell_factory, 0, "nn/mlp", "pass", device="cpu", dtype="float32"),
+             cell(cell_factory, 1, "nn/mlp", "pass", device="cuda:0", dtype="float32"),
+             cell(cell_factory, 2, "nn/mlp", "fail", device=agreement, dtype="float32", ratio=3.0)]
+    run_id = make_run(database_url, cells)
+    page = client.get(f"/runs/{run_id}").text
+    trace = embedded_figure(page, "heatmap")["data"][0]
+    column = f"jax-rev · {agreement} · float32"
+    assert trace["x"] == ["jax-rev · cpu · float32", "jax-rev · cuda:0 · float32", column]  # beside its GPU
+    assert f"<option>{agreement}</option>" in page
+    filtered = client.get(f"/runs/{run_id}", params={"device": agreement})
+    assert f"<option selected>{agreement}</option>" in filtered.text
+    trace = embedded_figure(filtered.text, "heatmap")["data"][0]
+    assert trace["x"] == [column] and trace["hovertext"] == [["✘ fail 3"]]
+    cell_page = client.get(f"/runs/{run_id}/cells/{trace['customdata'][0][0]}")
+    assert cell_page.status_code == 200 and f"· {agreement} ·" in cell_page.text
+    live = client.get(f"/runs/{run_id}/live.json", params={"device": agreement}).json()
+    assert live["figure"]["data"][0]["x"] == [column]
+    history = history_data(client.get("/scenarios/nn/mlp").text)["data"]
+    assert column in history["series"]
+
+
 # --- cell, history, compare -----------------------------------------------------------------------
 
 
-def test_cell_page_links_base_cell_and_history(database_url: str, client: TestClient, cell_factory: Cells) -> None:
-    with session_scope(database_url) as session:
+GPU_RECORD = {"device": "cuda:0", "kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": "90",
+              "memory_total": 85_899_345_920, "memory_free": 80_000_000_000, "driver": "550.54.15", "cuda": "12.4",
+              "source": "simulated", "frameworks": {"torch": "2.13.0", "jax": "0.10.2", "jaxlib": None}}
+
+
+def history_data(html: str) -> dict[str, Any]:
+    found = re.search(r'<script type="application/json" id="history-data">(.*?)</script>', html, re.S)
+    assert found, "no history data"
+    return json.loads(found.group(1))
+
+
+def base_and_head(url: str, cells: Cells, *, head: dict[str, Any], device_record: dict[str, Any] | None
+                  ) -> tuple[int, int, int, int]:
+    """A passing base run and a head run of ``head`` (one cell of nn/mlp) computed by a job of
+    cpu-1@box with ``device_record``: (base run, base cell, head run, head cell)."""
+    with session_scope(url) as session:
         repository = get_or_create_repository(session, "https://github.com/o/r.git", "o/r")
         base = create_run(session, repository=repository, head_sha="b" * 40)
         base.status = "passed"
-        upsert_results(session, base.id, [cell(cell_factory, 3, "nn/mlp", "pass", ratio=0.02)])
-        head = create_run(session, repository=repository, head_sha="c" * 40, base_sha="b" * 40)
-        head.status = "failed"
-        job = Job(run_id=head.id, backend="jax-rev", device="cpu", queue="cpu", status="done", worker="cpu-1@box")
+        upsert_results(session, base.id, [cell(cells, 3, "nn/mlp", "pass", ratio=0.02)])
+        run = create_run(session, repository=repository, head_sha="c" * 40, base_sha="b" * 40)
+        run.status = "failed"
+        job = Job(run_id=run.id, backend="jax-rev", device="cpu", queue="cpu", status="done", worker="cpu-1@box",
+                  device_record=device_record)
         session.add(job)
         session.flush()
-        upsert_results(session, head.id, [cell(cell_factory, 3, "nn/mlp", "fail", ratio=4.0)], job_id=job.id)
+        upsert_results(session, run.id, [head], job_id=job.id)
         record_heartbeat(session, name="cpu-1@box", host="box", device="cpu", queue="cpu",
                          versions={"python": "3.11.7", "jax": "0.4.38"})
-        base_id, head_id = base.id, head.id
-    with session_scope(database_url, readonly=True) as session:
+        base_id, head_id = base.id, run.id
+    with session_scope(url, readonly=True) as session:
         base_cell, head_cell = (session.scalar(select(Result.id).where(Result.run_id == r)) for r in (base_id, head_id))
+    return base_id, base_cell, head_id, head_cell
+
+
+def table_row(html: str, label: str) -> str:
+    found = re.search(rf"<tr><th>{re.escape(label)}</th><td>(.*?)</td></tr>", html, re.S)
+    assert found, f"no row {label!r}"
+    return re.sub(r"<[^>]+>|\s+", " ", found.group(1)).strip()
+
+
+def test_cell_page_shows_reference_precision_repeats_and_device(database_url: str, client: TestClient,
+                                                                cell_factory: Cells) -> None:
+    head = {**cell(cell_factory, 3, "nn/mlp", "fail", ratio=4.0), "reference": "finite differences, 6 probes",
+            "reference_error": 2.5e-11, "precision": "torch tf32 matmul=off cudnn=on", "repeat_spread": 0.0}
+    base_id, base_cell, head_id, head_cell = base_and_head(database_url, cell_factory, head=head,
+                                                           device_record=GPU_RECORD)
     page = client.get(f"/runs/{head_id}/cells/{head_cell}")
     assert page.status_code == 200
     text = page.text
     assert "✘ fail" in text and "max abs error above tolerance" in text
     assert ">4<" in text.replace(" ", "")  # error ÷ tolerance, in the table
     assert f'href="/runs/{base_id}/cells/{base_cell}"' in text and 'href="/scenarios/nn/mlp"' in text
-    assert "jax" in text and "0.4.38" in text and "does not store the reference" in text
+    assert table_row(text, "reference") == "finite differences, 6 probes"
+    assert table_row(text, "its error estimate").startswith("2.5e-11")
+    assert table_row(text, "precision") == "torch tf32 matmul=off cudnn=on"
+    assert table_row(text, "repeats").startswith("bitwise reproducible")
+    # The device record of the job that computed it, not the worker's versions of today.
+    assert table_row(text, "model") == "NVIDIA H100 80GB HBM3" and table_row(text, "compute capability") == "9.0"
+    assert table_row(text, "NVIDIA driver") == "550.54.15" and table_row(text, "CUDA (driver)") == "12.4"
+    assert table_row(text, "torch") == "2.13.0" and table_row(text, "jax") == "0.10.2"
+    assert table_row(text, "jaxlib") == "not installed" and "0.4.38" not in text
+    assert table_row(text, "worker").startswith("cpu-1@box on box")
     assert client.get(f"/runs/{base_id}/cells/{head_cell}").status_code == 404  # another run's cell
+
+
+def test_cell_page_of_an_older_cell_says_not_recorded(database_url: str, client: TestClient,
+                                                       cell_factory: Cells) -> None:
+    """Cells stored before references, precision and device records were: the page says so."""
+    head = {**cell(cell_factory, 3, "nn/mlp", "pass"), "repeat_spread": 3e-7}
+    _, _, head_id, head_cell = base_and_head(database_url, cell_factory, head=head, device_record=None)
+    text = client.get(f"/runs/{head_id}/cells/{head_cell}").text
+    assert table_row(text, "reference") == "not recorded" and table_row(text, "its error estimate") == "not recorded"
+    assert table_row(text, "precision") == "not recorded"
+    assert table_row(text, "repeats") == "not bitwise reproducible: repeated results differed by up to 3e-07"
+    assert table_row(text, "device record").startswith("not recorded")
+    bare = make_run(database_url, [cell(cell_factory, 1, "nn/bare", "pass")])
+    with session_scope(database_url, readonly=True) as session:
+        bare_cell = session.scalar(select(Result.id).where(Result.run_id == bare))
+    text = client.get(f"/runs/{bare}/cells/{bare_cell}").text
+    assert table_row(text, "repeats") == "not repeated" and table_row(text, "worker") == "not recorded"
+
+
+def test_history_charts_the_scenario_over_runs(database_url: str, client: TestClient, cell_factory: Cells) -> None:
+    head = cell(cell_factory, 3, "nn/mlp", "fail", ratio=4.0)
+    base_id, base_cell, head_id, head_cell = base_and_head(database_url, cell_factory, head=head, device_record=None)
     history = client.get("/scenarios/nn/mlp")
     assert history.status_code == 200
-    ratios = embedded_figure(history.text, "chart-tolerance_ratio")["data"]
-    assert [(series["name"], series["x"], series["y"]) for series in ratios] == [
-        ("jax-rev · cpu · float64", [f"#{base_id}", f"#{head_id}"], [pytest.approx(0.02), pytest.approx(4.0)])]
-    statuses = embedded_figure(history.text, "chart-status")["data"][0]
-    assert statuses["customdata"] == [[f"{base_id}/cells/{base_cell}", f"{head_id}/cells/{head_cell}"]]
-    assert statuses["x"] == [f"#{base_id}", f"#{head_id}"] and [int(z) for z in statuses["z"][0]] == [
-        list(BAND_COLOURS).index("pass"), list(BAND_COLOURS).index("fail")]
-    times = embedded_figure(history.text, "chart-first_call_ms")["data"][0]["y"]
-    assert times == [20.0, 20.0]
+    shipped = history_data(history.text)
+    data = shipped["data"]
+    assert data["runs"] == [base_id, head_id] and data["shas"] == ["b" * 7, "c" * 7]
+    assert data["series"] == ["jax-rev · cpu · float64"] and data["cell"] == [[base_cell, head_cell]]
+    assert data["tolerance_ratio"] == [[pytest.approx(0.02), pytest.approx(4.0)]]
+    assert data["first_call_ms"] == [[20.0, 20.0]]
+    assert [data["statuses"][int(z)] for z in data["z"][0]] == ["✔ pass", "✘ fail"]  # the heatmap's bands
+    charts = {chart["id"]: chart for chart in shipped["charts"]}
+    assert list(charts) == ["chart-status", "chart-tolerance_ratio", "chart-time_ms", "chart-first_call_ms"]
+    assert not any(chart["empty"] for chart in charts.values())
+    assert all(chart["layout"]["meta"]["link"] == "/runs/%s" for chart in charts.values())  # a click opens the cell
+    assert 'src="/static/history.js"' in history.text
     assert client.get("/scenarios/nn/absent").status_code == 404
-    assert len(embedded_figure(client.get("/scenarios/nn/mlp?runs=1").text, "chart-time_ms")["data"][0]["x"]) == 1
+    assert history_data(client.get("/scenarios/nn/mlp?runs=1").text)["data"]["runs"] == [head_id]
+
+
+def test_history_of_a_scenario_that_always_errored_says_so(database_url: str, client: TestClient,
+                                                          cell_factory: Cells) -> None:
+    errored = {**cell(cell_factory, 4, "bad/always", "error"), "max_abs_err": None, "max_rel_err": None}
+    for _ in range(2):
+        make_run(database_url, [errored])
+    page = client.get("/scenarios/bad/always").text
+    charts = {chart["id"]: chart["empty"] for chart in history_data(page)["charts"]}
+    assert charts["chart-status"] is None  # the statuses always have something to show
+    assert "no cell of these runs recorded errors" in charts["chart-tolerance_ratio"]
+    # The page says it where the chart would be, and draws no empty chart there.
+    assert re.search(r'<p id="chart-tolerance_ratio" class="placeholder empty-chart">.*no cell of these runs', page)
+    assert '<div id="chart-tolerance_ratio"' not in page and '<div id="chart-time_ms"' in page
 
 
 def test_compare_lists_changes_biggest_first(database_url: str, client: TestClient, cell_factory: Cells) -> None:
@@ -244,20 +381,38 @@ def test_runs_page_filters_and_shows_change_against_base(database_url: str, clie
     assert "-25.00 pp" in client.get("/").text and "#7" in client.get("/").text
 
 
-def test_workers_page_shows_current_job_and_queue_depth(database_url: str, client: TestClient) -> None:
+def test_workers_page_shows_devices_memory_queues_and_waiting_jobs(database_url: str, client: TestClient) -> None:
     with session_scope(database_url) as session:
-        record_heartbeat(session, name="cuda-0@gpu", host="gpu", device="cuda:0", queue="cuda",
-                         versions={"torch": "2.13.0"})
+        record_heartbeat(session, name="cuda-0@gpu", host="gpu", device="cuda:0", queue="cuda,cuda.sm90",
+                         versions={"python": "3.11.7", "torch": "2.13.0", "device": GPU_RECORD,
+                                   "rss_bytes": 3 * 2**30})
+        record_heartbeat(session, name="cpu-1@box", host="box", device="cpu", queue="cpu", versions={})
         run = create_run(session)
         session.add_all([Job(run_id=run.id, backend="torch-rev", device="cuda:0", queue="cuda", status="running",
                              worker="cuda-0@gpu", scenarios=["a", "b"]),
-                         *(Job(run_id=run.id, backend="fd", device="cpu", queue="cpu") for _ in range(3))])
+                         *(Job(run_id=run.id, backend="fd", device="cpu", queue="cpu") for _ in range(3)),
+                         *(Job(run_id=run.id, backend="torch-rev", device="cuda", queue="cuda.sm80") for _ in range(2))])
+        session.flush()
         run_id = run.id
+        unserved = [job.id for job in session.scalars(select(Job).where(Job.queue == "cuda.sm80"))]
     text = client.get("/workers").text
     assert "cuda-0@gpu" in text and "✔ online" in text and "torch 2.13.0" in text
+    # The device record: the GPU in one line, its memory, and the frameworks it names beside the versions.
+    assert "NVIDIA H100 80GB HBM3 · sm_90 · driver 550.54.15 · CUDA 12.4" in text
+    assert "74.5 GiB free of 80.0 GiB" in text and "worker resident 3.0 GiB" in text
+    assert "jax 0.10.2" in text and "jaxlib not installed" in text and "python 3.11.7" in text
+    assert re.search(r"cpu-1@box.*?<span class=\"muted\">not reported</span>", text, re.S)  # no record
     assert f'href="/runs/{run_id}">run #{run_id}</a>' in text and "2 scenarios" in text
-    assert re.search(r"<td>cpu</td><td class=\"num\">3</td>", text)
-    assert 'id="waiting-for-device"' in text  # issue 10 fills it
+    # Every queue with its depth and its online consumers: cuda.sm80 has none, so its jobs wait.
+    assert re.search(r"<td>cpu</td><td class=\"num\">3</td>\s*<td class=\"num\">1</td>", text)
+    assert re.search(r"<td>cuda.sm90</td><td class=\"num\">0</td>\s*<td class=\"num\">1</td>", text)
+    assert re.search(r"<td>cuda.sm80</td><td class=\"num\">2</td>\s*<td class=\"num\"><span[^>]*>✘ none", text)
+    # The jobs waiting for a device, with the reason services.db.waiting gives (on the run page too).
+    for page in (text, client.get(f"/runs/{run_id}").text):
+        waiting = re.findall(r"<tr><td>(\d+)</td><td><a href=\"/runs/\d+\">#\d+</a></td>.*?</span> ([^<]+)</td>",
+                             page.split('id="waiting"')[1], re.S)
+        assert [int(job) for job, _ in waiting] == unserved
+        assert all(reason.startswith("waiting for") and "online: cuda.sm90" in reason for _, reason in waiting)
 
 
 def test_badge_shows_the_default_branch_coverage(database_url: str, client: TestClient) -> None:

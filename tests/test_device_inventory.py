@@ -19,6 +19,7 @@ from services.api.app import create_app
 from services.db.models import Worker
 from services.db.session import session_scope
 from services.settings import Settings
+from tests.conftest import TWO_GPUS
 from tests.test_integration import service_env, spawn, stop, wait_for
 from web.app import create_app as create_dashboard
 from worker.context import WorkerContext
@@ -26,11 +27,6 @@ from worker.devices import discover_devices, gpu_records, parse_worker_device
 from worker.heartbeat import Heartbeat
 from worker.simulated_gpus import INVENTORY_VARIABLE, InventoryError
 
-TWO_GPUS = [
-    {"name": "NVIDIA H100 80GB HBM3", "capability": "90", "memory_total": 85_520_809_984,
-     "memory_free": 80_000_000_000, "driver": "550.54.15", "cuda": "12.4"},
-    {"name": "NVIDIA A100-SXM4-40GB", "capability": "80", "memory_total": 42_949_672_960},
-]
 
 
 def gradci_devices(*args: str, inventory: Path | None = None, command: str = "devices",
@@ -40,14 +36,6 @@ def gradci_devices(*args: str, inventory: Path | None = None, command: str = "de
         env[INVENTORY_VARIABLE] = str(inventory)
     return subprocess.run([sys.executable, "-m", "gradci", command, *args], capture_output=True, text=True,
                           timeout=300, env=env)
-
-
-@pytest.fixture
-def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "gpus.json"
-    path.write_text(json.dumps(TWO_GPUS))
-    monkeypatch.setenv(INVENTORY_VARIABLE, str(path))
-    return path
 
 
 def test_this_machine_lists_its_cpu_and_the_gpus_torch_sees() -> None:

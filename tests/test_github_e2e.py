@@ -11,9 +11,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from services.db.session import engine_for
 from services.github.signature import sign
-from tests.conftest import TABLES
+from tests.conftest import emptied
 from services.reports.markdown import MARKER
 from tests.fake_github import FakeGitHub
 from tests.payloads import payload
@@ -97,9 +96,7 @@ def github() -> Iterator[FakeGitHub]:
 
 @pytest.fixture(scope="module")
 def server(postgres_database, redis_broker, mirror, github, tmp_path_factory) -> Iterator[str]:
-    # The session's database may hold other tests' runs: this flow counts runs from an empty one.
-    with engine_for(postgres_database).begin() as connection:
-        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    emptied(postgres_database)  # the session's database may hold other tests' runs: this flow counts from none
     workdir, logs = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("logs")
     env = service_env(database_url=postgres_database, broker_url=redis_broker, workdir=str(workdir),
                       github_webhook_secret=SECRET, github_token="gh-token", github_api_url=github.url,

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from services.db.models import Job, Result, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
 from services.db.session import dispose_engine, session_scope
 from tests import planted
+from tests.conftest import emptied
 
 pytestmark = pytest.mark.integration
 
@@ -262,7 +263,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def service(postgres_database: str, redis_broker: str, project: tuple[Path, str],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     workdir, logs = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("logs")
-    env = service_env(database_url=postgres_database, broker_url=redis_broker, workdir=str(workdir),
+    env = service_env(database_url=emptied(postgres_database), broker_url=redis_broker, workdir=str(workdir),
                       api_token=TOKEN, job_chunk_size="2", cell_timeout_s="60", max_job_attempts="3",
                       worker_heartbeat_s="1")
     port = free_port()
@@ -334,6 +335,14 @@ def test_forward_and_reverse_jobs_are_compared_and_only_the_wrong_mode_fails(ser
     assert results["torch-func-fwd"].status == "fail"
     assert "finds this one wrong" in results["torch-func-fwd"].message
     assert len(jobs_of(service.database_url, run_id)) == 2
+
+
+def test_a_runs_repeats_reach_every_cell(service: Service) -> None:
+    plain, repeated = (service.submit(scenarios="ok/poly", backends=["torch-rev"], dtypes=["float64"], **extra)
+                       for extra in ({}, {"repeats": 2}))
+    spreads = [[r.repeat_spread for r in results_of(service.database_url, service.wait_finished(run_id)["id"])]
+               for run_id in (plain, repeated)]
+    assert spreads == [[None], [0.0]]  # not repeated; repeated, bitwise identical
 
 
 def test_a_redelivered_job_rewrites_its_rows(service: Service) -> None:

@@ -1,5 +1,7 @@
-"""The cell page: one cell's message, errors against tolerances, timings and memory, what it ran
-with, and links to the same cell in the base run and to its scenario's history."""
+"""The cell page: one cell's message, errors against tolerances, its reference and precision, the
+spread of its repeats, timings and memory, the device record of the job that computed it, and links
+to the same cell in the base run and to its scenario's history. Cells of older runs lack some of
+these: the page says "not recorded" instead."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -13,6 +15,7 @@ from services.db import queries
 from services.db.models import Job, Worker
 from services.reports.diff import stored_tolerance_ratio
 from services.reports.run_report import base_run
+from web.device_record import device_facts
 from web.run_page import run_or_404
 from web.templating import templates
 
@@ -31,4 +34,15 @@ def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSes
     worker = session.get(Worker, job.worker) if job is not None and job.worker else None
     return templates.TemplateResponse(request, "cell.html", {
         "run": run, "cell": cell, "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
+        "device_facts": device_facts(job.device_record if job else None), "repeats": repeats_text(cell.repeat_spread),
         "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None})
+
+
+def repeats_text(spread: float | None) -> str:
+    """What the nondeterminism check found: ``repeat_spread`` is the largest difference between
+    repeated results, 0.0 when they were bitwise identical, None when the cell was not repeated."""
+    if spread is None:
+        return "not repeated"
+    if spread == 0:
+        return "bitwise reproducible: repeated results were identical"
+    return f"not bitwise reproducible: repeated results differed by up to {spread:.3g}"

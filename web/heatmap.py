@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from services.reports.matrix import Column, MatrixCell, MatrixPage, family_of
-from web.status_style import BAND_COLOURS, labelled
+from web.status_style import BAND_COLOURS, ICONS, labelled
 
 BANDS = tuple(BAND_COLOURS)  # a status's band: its index here
 DECADES = 4  # the intensity scale spans 1e-4 … 1 of the tolerance (of a failing cell: 1 … 1e4)
@@ -19,13 +19,12 @@ _EDGE = 1e-6
 ROW_PX, MARGIN_PX = 14, 170
 
 
-def intensity(cell: MatrixCell) -> float:
-    """0 (pale) … 1 (strong). A passing cell: how close to its tolerance; a failing one: how far over;
-    a cell with no errors recorded (an error, a skip) is drawn strong, since nothing says otherwise."""
-    ratio = cell.tolerance_ratio
+def intensity(status: str, ratio: float | None) -> float:
+    """0 (pale) … 1 (strong). A passing cell: how close to its tolerance (``ratio``); a failing one: how
+    far over; a cell with no errors recorded (an error, a skip) is drawn strong, since nothing says otherwise."""
     if ratio is None or ratio <= 0 or math.isnan(ratio):
         return 1.0 if ratio is None else 0.0
-    decades = math.log10(ratio) if cell.status == "fail" else math.log10(ratio) + DECADES
+    decades = math.log10(ratio) if status == "fail" else math.log10(ratio) + DECADES
     return min(max(decades / DECADES, 0.0), 1.0)
 
 
@@ -52,27 +51,36 @@ def cell_hover(cell: MatrixCell) -> str:
     return label if cell.tolerance_ratio is None else f"{label} {cell.tolerance_ratio:.2g}"
 
 
+def status_value(status: str, ratio: float | None) -> float:
+    """A cell's place on the colour scale: its status's band plus its intensity within it, in three
+    decimals (a smaller page; the eye sees fewer), the strongest kept below the next band."""
+    return round(_BAND_OF[status] + intensity(status, ratio) * 0.999, 3)
+
+
 def cell_value(cell: MatrixCell) -> float:
-    """Its band plus its intensity within it, in three decimals (a smaller page; the eye sees fewer),
-    the strongest kept below the next band."""
-    return round(_BAND_OF[cell.status] + intensity(cell) * 0.999, 3)
+    return status_value(cell.status, cell.tolerance_ratio)
 
 
 def figure(matrix: MatrixPage, run_id: int) -> dict[str, Any]:
     """``{"data": [...], "layout": {...}}`` for ``Plotly.react``; cells carry their id as customdata,
     and a click opens the cell (``layout.meta.link``, see charts.js)."""
-    z, ids, hover = [], [], []
+    z, ids, hover, icons = [], [], [], []
     for scenario in matrix.rows:
         cells = [matrix.cells.get((scenario, column)) for column in matrix.columns]
         z.append([None if c is None else cell_value(c) for c in cells])
         ids.append([None if c is None else c.id for c in cells])
         hover.append(["no cell" if c is None else cell_hover(c) for c in cells])
+        icons.append(["" if c is None or c.status == "pass" else ICONS[c.status] for c in cells])
     families = [family_of(scenario) for scenario in matrix.rows]
     names = [scenario.split("/", 1)[-1] for scenario in matrix.rows]
     trace = {
         "type": "heatmap", "x": [column_label(c) for c in matrix.columns], "y": [families, names], "z": z,
-        "customdata": ids, "text": hover,
-        "hovertemplate": "%{y}<br>%{x}<br>%{text}<extra>status, error ÷ tolerance</extra>",
+        # Each cell but a passing one shows its status's icon (readable without colour: a fail and an
+        # error are both dark in grey; an icon on every cell more than doubles the time a browser
+        # takes to draw a page of 5,600, and passes are most); the hover says it in words with the
+        # share of the tolerance used.
+        "customdata": ids, "text": icons, "texttemplate": "%{text}", "textfont": {"size": 9}, "hovertext": hover,
+        "hovertemplate": "%{y}<br>%{x}<br>%{hovertext}<extra>status, error ÷ tolerance</extra>",
         "colorscale": colour_scale(), "zmin": 0, "zmax": len(BANDS), "showscale": False, "xgap": 1, "ygap": 1,
     }
     layout = {

@@ -39,6 +39,8 @@ def memory(value: int | None) -> str:
 
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+# Embedded figures hold a status icon per cell: as UTF-8 (3 bytes), not as \u escapes (6).
+templates.env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
 templates.env.filters.update(percent=percent, number=number, short_sha=short_sha, memory=memory,
                              labelled=status_style.labelled)
 templates.env.globals.update(duration=duration, asset_url=asset_url, ratio_of=stored_tolerance_ratio,

@@ -1,24 +1,57 @@
-"""The workers page: who is online, their devices and versions, what each runs now, and how many jobs
-wait in each queue."""
+"""The workers page: who is online, their devices with memory and versions, what each runs now, how
+many jobs wait in each queue, and which jobs wait for a device and why."""
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from services.api.deps import ReadSession, SettingsDep
 from services.db import queries
-from services.db.models import utcnow
+from services.db.models import Worker, utcnow
+from services.db.waiting import waiting_jobs
 from services.db.workers import is_online, list_workers
+from web.device_record import device_summary, frameworks
 from web.templating import templates
 
 router = APIRouter(include_in_schema=False)
+# A heartbeat's resident memory of the worker's host processes, where it reports one (bytes).
+RESIDENT_KEYS = ("rss_bytes", "resident_bytes")
+WAITING_SHOWN = 100  # jobs waiting for a device listed, oldest first
+
+
+def worker_row(worker: Worker, online: bool, job: Any) -> dict[str, Any]:
+    """One worker as the table shows it: its device record (``versions["device"]``) summarised, the
+    device's memory, the host's resident memory when the heartbeat has it, and its versions."""
+    record = worker.versions.get("device") if isinstance(worker.versions.get("device"), dict) else {}
+    packages = {name: version for name, version in worker.versions.items() if isinstance(version, str | None)
+                and name not in RESIDENT_KEYS}
+    packages.update({name: version for name, version in frameworks(record) if name not in packages})
+    resident = next((worker.versions[key] for key in RESIDENT_KEYS if isinstance(worker.versions.get(key), int)), None)
+    return {"worker": worker, "online": online, "job": job, "device": device_summary(record),
+            "memory_total": record.get("memory_total"), "memory_free": record.get("memory_free"),
+            "resident": resident, "versions": packages}
+
+
+def queue_rows(workers: list[dict[str, Any]], depths: dict[str, int]) -> list[dict[str, Any]]:
+    """Every queue a registered worker consumes or a job waits in: its depth (0 included) and how many
+    online workers consume it (a worker's ``queue`` lists its queues, comma-separated)."""
+    consumers: dict[str, int] = {}
+    for row in workers:
+        for queue in filter(None, row["worker"].queue.split(",")):
+            consumers[queue] = consumers.get(queue, 0) + row["online"]
+    return [{"queue": queue, "depth": depths.get(queue, 0), "online": consumers.get(queue, 0)}
+            for queue in sorted(set(consumers) | set(depths))]
 
 
 @router.get("/workers", response_class=HTMLResponse)
 def workers_page(request: Request, session: ReadSession, settings: SettingsDep):
     now = utcnow()
     running = {job.worker: job for job in queries.running_jobs(session) if job.worker}
-    workers = [{"worker": worker, "online": is_online(worker, within_s=settings.worker_online_s, now=now),
-                "job": running.get(worker.name)} for worker in list_workers(session)]
+    workers = [worker_row(worker, is_online(worker, within_s=settings.worker_online_s, now=now),
+                          running.get(worker.name)) for worker in list_workers(session)]
     return templates.TemplateResponse(request, "workers.html", {
-        "workers": workers, "queues": queries.queue_depths(session), "now": now})
+        "workers": workers, "queues": queue_rows(workers, queries.queue_depths(session)), "now": now,
+        "waiting": waiting_jobs(session, within_s=settings.worker_online_s, limit=WAITING_SHOWN),
+        "waiting_shown": WAITING_SHOWN})

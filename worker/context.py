@@ -13,8 +13,8 @@ from pathlib import Path
 from scenarios.devices import CPU
 from services.settings import Settings, get_settings
 from worker.checkout import Checkouts
-from worker.devices import LocalDevice
-from worker.runner import WarmRunner, shared_runner
+from worker.devices import LocalDevice, device_record
+from worker.runner import TORCH_MEMORY_FRACTION_VARIABLE, WarmRunner, shared_runner
 from worker.sandbox import SandboxPolicy
 
 
@@ -23,10 +23,43 @@ class WorkerContext:
     settings: Settings
     device: LocalDevice
     name: str
+    # A GPU worker's CUDA_VISIBLE_DEVICES entry (the physical GPU), fixed when it is configured:
+    # ``gradci worker`` then pins its own environment to it, so that cuda:N becomes cuda:0 for
+    # everything it starts.
+    pinned_gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pinned_gpu is None and self.device.index is not None:
+            self.pinned_gpu = physical_gpu(self.device.index)
 
     @property
     def workdir(self) -> Path:
         return Path(self.settings.workdir)
+
+    def memory_caps(self) -> dict[str, object] | None:
+        """What a GPU worker's runner may take of its GPU (None on CPU workers): torch's per-process
+        fraction, and XLA allocating on demand up to the same fraction instead of 75 % at start."""
+        if self.device.index is None:
+            return None
+        fraction = self.settings.runner_device_memory_fraction
+        return {"torch_memory_fraction": fraction, "xla_preallocate": False, "xla_memory_fraction": fraction}
+
+    def runner_environment(self) -> dict[str, str]:
+        """The runner's environment beyond the scrubbed one: its GPU and its memory caps. Every
+        runner allocates XLA memory on demand: a CPU runner's jax must not take 75 % of a GPU it
+        merely sees."""
+        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        caps = self.memory_caps()
+        if caps is not None:
+            # The runner sees only this worker's GPU, as cuda:0, whichever GPU that is.
+            env["CUDA_VISIBLE_DEVICES"] = str(self.pinned_gpu)
+            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{caps['xla_memory_fraction']:.3g}"
+            env[TORCH_MEMORY_FRACTION_VARIABLE] = f"{caps['torch_memory_fraction']:.3g}"
+        return env
+
+    def device_record(self) -> dict[str, object]:
+        """The record its heartbeat carries and every job it claims stores."""
+        return device_record(self.device, cuda_visible_devices=self.pinned_gpu, memory_caps=self.memory_caps())
 
     def runner(self) -> WarmRunner:
         settings = self.settings
@@ -34,10 +67,9 @@ class WorkerContext:
         checkouts.mkdir(parents=True, exist_ok=True)  # bound into the runner's view when it starts
         runner = shared_runner(cell_timeout_s=settings.cell_timeout_s, workdir=self.workdir,
                                list_timeout_s=settings.scenario_import_timeout_s, sandbox=self.sandbox(),
-                               visible=(checkouts,), output_limit_bytes=settings.runner_output_limit_kb << 10)
-        if self.device.index is not None:
-            # The runner sees only this worker's GPU, as cuda:0, whichever GPU that is.
-            runner.extra_env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.device.index)
+                               visible=(checkouts,), output_limit_bytes=settings.runner_output_limit_kb << 10,
+                               max_rss_mb=settings.runner_max_rss_mb)
+        runner.extra_env.update(self.runner_environment())
         return runner
 
     def sandbox(self) -> SandboxPolicy:
@@ -67,9 +99,13 @@ _configured: WorkerContext | None = None
 
 
 def configure(device: LocalDevice, name: str | None = None, settings: Settings | None = None) -> WorkerContext:
+    """This process's worker context. A GPU worker pins its own environment to its GPU: from here on
+    the process and all it starts see that one GPU, as cuda:0."""
     global _configured
     _configured = WorkerContext(settings=settings or get_settings(), device=device,
                                 name=name or f"{device.name}@{socket.gethostname()}")
+    if _configured.pinned_gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = _configured.pinned_gpu
     return _configured
 
 

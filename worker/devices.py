@@ -21,11 +21,11 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from scenarios.devices import CPU, CUDA
-from services.queues import queues_of_worker
 from worker.simulated_gpus import INVENTORY_VARIABLE, read_simulated_gpus
 
 PROBE_TIMEOUT_S = 60
@@ -47,6 +47,9 @@ class LocalDevice:
     @property
     def queues(self) -> list[str]:
         """The queues a worker for this device consumes."""
+        # Imported here: discovery alone (scripts/gpu_check.sh on a bare GPU machine) needs no Celery.
+        from services.queues import queues_of_worker
+
         return queues_of_worker(self.name, self.capability)
 
     def describe(self) -> dict[str, Any]:
@@ -54,6 +57,33 @@ class LocalDevice:
         if self.name == CPU:
             return cpu_record()
         return dict(self.record or {"device": self.name, "kind": CUDA, "capability": self.capability})
+
+
+FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib")
+
+
+def package_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
+    """Installed versions from package metadata: nothing is imported (no framework in a worker's parent)."""
+    found: dict[str, str | None] = {}
+    for package in packages:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def device_record(device: LocalDevice, *, cuda_visible_devices: str | None = None,
+                  memory_caps: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What produced a worker's results, as its heartbeat carries it and every job it runs stores:
+    the device's inventory record, the framework versions installed, and for a GPU worker the
+    CUDA_VISIBLE_DEVICES its runner is pinned to and the memory caps the runner is given."""
+    record = {**device.describe(), "frameworks": package_versions(FRAMEWORK_PACKAGES)}
+    if cuda_visible_devices is not None:
+        record["cuda_visible_devices"] = cuda_visible_devices
+    if memory_caps is not None:
+        record["memory_caps"] = dict(memory_caps)
+    return record
 
 
 def parse_worker_device(device: str) -> LocalDevice:

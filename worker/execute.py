@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.utils.functional import retry_over_time
 
+from scenarios.devices import CPU
+from scenarios.project import ProjectError, load_project
 from services.db.availability import DATABASE_UNAVAILABLE
 from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
                               run_backends, stored_cell_keys, unfinished_jobs)
@@ -33,9 +35,11 @@ from services.db.models import Job, JobStatus, Run
 from services.db.results import upsert_results
 from services.db.session import session_scope
 from services.planner import job_cells
+from worker.agreement_specs import agreement_spec
 from worker.checkout import CheckoutError
 from worker.context import WorkerContext
 from worker.runner import CellSpec, RunnerError
+from worker.simulated_gpus import inline_inventory
 from worker.sources import RunRef, Source, load_source
 
 log = logging.getLogger(__name__)
@@ -191,6 +195,21 @@ def other_mode_backends(backend: str, run_backends: Sequence[str], known: dict[s
             and known.get(name, {}).get("mode") == modes[own["mode"]]]
 
 
+def engine_options(source: Source, run: RunRef) -> dict[str, Any]:
+    """The engine's options for a run's cells (``check_scenario``'s keyword arguments): the run's own
+    (``POST /api/runs`` ``repeats``), else the repository's gradci.toml ``[check] repeats``, as
+    ``gradci check`` takes it."""
+    if "repeats" in run.options:
+        return {"repeats": run.options["repeats"]}
+    if source.root is None:
+        return {}
+    try:
+        repeats = load_project(source.root).repeats
+    except ProjectError:  # the runner, reading the same file, has said what is wrong with it
+        return {}
+    return {} if repeats is None else {"repeats": repeats}
+
+
 def cells_of(job: JobRef, source: Source | None, run: RunRef) -> list[tuple[str, str]]:
     declared = {info.name: info.dtypes for info in source.scenarios} if source else {}
     dtypes = (source.requested(run.matrix) if source else run.matrix).dtypes
@@ -219,24 +238,29 @@ class JobExecution:
             ref, run = JobRef.of(job), RunRef.of(session.get(Run, job.run_id))
             attempt = job.attempts
             backends = run_backends(session, job.run_id, job.device) if claim is Claim.run else []
+            # A GPU job of a backend the run also checks on the cpu compares its results with the CPU's.
+            agreement = (claim is Claim.run and job.device != CPU
+                         and job.backend in run_backends(session, job.run_id, CPU))
         log.info("job %s (run %s, %s on %s): %s, attempt %s", ref.id, ref.run_id, ref.backend, ref.device,
                  claim.value, attempt)
         if claim is Claim.run:
             with LeaseKeeper(self.database, ref.id, self.delivery, settings.worker_heartbeat_s):
-                self.run(ref, run, backends)
+                self.run(ref, run, backends, agreement)
         elif claim is Claim.gave_up:
             self.give_up(ref, run)
         elif claim is not Claim.duplicate:  # finished or cancelled: nothing to check, perhaps the run to finalise
             self.finalize_if_last(ref.run_id)
 
-    def run(self, job: JobRef, run: RunRef, run_backends: list[str]) -> None:
+    def run(self, job: JobRef, run: RunRef, run_backends: list[str], agreement: bool = False) -> None:
         runner = self.context.runner()
+        runner.extra_env.update(inline_inventory())  # simulated GPUs compute on the CPU, in the runner too
         try:
             source = load_source(run, self.context.checkouts(), runner)
         except (CheckoutError, RunnerError) as exc:
             self.fail(job, run, None, f"cannot load the scenarios: {exc}")
             return
         peers = other_mode_backends(job.backend, run_backends, source.backends)
+        options = engine_options(source, run)
         cells = cells_of(job, source, run)
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
@@ -249,7 +273,11 @@ class JobExecution:
                 if stop is Stop.cancelled:
                     status = JobStatus.cancelled.value
                     break
-                writer.add(runner.run_cell(cell_spec(job, source, scenario, dtype, self.context), peers=peers))
+                spec = cell_spec(job, source, scenario, dtype, self.context)
+                # The agreement cell's CPU side is computed in the same request: the cpu job owns the CPU cells.
+                specs = [spec, agreement_spec(spec)] if agreement else [spec]
+                for record in runner.run_cells(specs, peers=peers, options=options):
+                    writer.add(record)
         except SoftTimeLimitExceeded:
             status = JobStatus.error.value
             message = f"exceeded the soft time limit ({self.context.settings.job_soft_time_limit_s} s)"

@@ -13,7 +13,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from celery import signals
@@ -22,6 +21,7 @@ from services.db.session import session_scope
 from services.db.workers import record_heartbeat
 from services.settings import Settings
 from worker.context import WorkerContext, current
+from worker.devices import package_versions
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,7 @@ VERSIONED_PACKAGES = ("gradci", "torch", "jax", "jaxlib", "celery")
 
 def versions() -> dict[str, Any]:
     """Versions from package metadata: nothing is imported (no framework in a worker's parent)."""
-    found: dict[str, Any] = {"python": platform.python_version()}
-    for package in VERSIONED_PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = None
-    return found
+    return {"python": platform.python_version(), **package_versions(VERSIONED_PACKAGES)}
 
 
 AfterBeat = Callable[[str, float], Any]  # (worker name, seconds the database has answered every beat)
@@ -48,9 +42,9 @@ class Heartbeat:
         self.settings: Settings = context.settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
-        # The device record rides with the versions (a JSON column): which GPU model, driver and
-        # CUDA this worker's results come from, as `gradci devices` shows it.
-        self._versions = {**versions(), "device": context.device.describe()}
+        # The device record rides with the versions (a JSON column): which GPU model, driver, CUDA
+        # and frameworks this worker's results come from; every job it claims stores the same record.
+        self._versions = {**versions(), "device": context.device_record()}
         self._first = True
         self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 
@@ -86,6 +80,12 @@ class Heartbeat:
             log.warning("periodic chores failed: %s: %s", type(exc).__name__, exc)
 
     def start(self) -> None:
+        # The first beat before the worker takes its first message: a job it claims copies its
+        # device record from the registry (services.db.jobs.claim_job).
+        try:
+            self.beat()
+        except Exception as exc:
+            log.warning("heartbeat failed: %s", exc)
         self._thread.start()
 
     def stop(self) -> None:

@@ -3,21 +3,32 @@
 Idempotent: a redelivered plan finds the run's jobs already stored and only re-sends those still
 waiting (a duplicate message is harmless: ``claim_job`` drops deliveries of finished jobs).
 A run that cannot be planned — unknown commit, broken gradci.toml, scenario module that fails to
-import, no matching scenario — ends as ``error`` with the reason as its message.
+import, no matching scenario, no cell that any device could run — ends as ``error`` with the reason
+as its message.
+
+GPU jobs are routed by the scenarios' requirements over the GPUs the workers table knows
+(``services.planner.route``); cells no device of the run could ever run are stored as ``skip`` with
+the reason when the jobs are. A plan delivered again for a run whose jobs exist ends the wait of
+those that waited for a device longer than GRADCI_DEVICE_WAIT (the reconciler sends it): their
+cells are stored as ``skip`` with the reason they waited, and the job is done.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+from scenarios.cell import Cell
 from scenarios.devices import CPU, CUDA
 from scenarios.project import ProjectError, read_config
 from services import planner
-from services.db.jobs import jobs_of_run, lock_run, record_catalog, store_jobs
+from services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
 from services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
+from services.db.results import upsert_results
 from services.db.runs import mark_run_error
 from services.db.session import session_scope
-from services.db.workers import online_counts_by_device
+from services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
+from services.db.workers import gpu_workers, online_counts_by_device
 from worker.checkout import CheckoutError
 from worker.context import WorkerContext
 from worker.runner import RunnerError
@@ -26,6 +37,7 @@ from worker.sources import RunRef, Source, load_source
 log = logging.getLogger(__name__)
 
 SendJob = Callable[[int, str], None]  # (job id, queue)
+SendFinalize = Callable[[int], None]
 
 
 def default_devices(online: dict[str, int]) -> list[str]:
@@ -33,8 +45,10 @@ def default_devices(online: dict[str, int]) -> list[str]:
     return [CPU] + ([CUDA] if any(device.startswith(CUDA) for device in online) else [])
 
 
-def plan(run_id: int, context: WorkerContext, send_job: SendJob) -> None:
-    database = context.settings.database_url
+def plan(run_id: int, context: WorkerContext, send_job: SendJob, send_finalize: SendFinalize | None = None) -> None:
+    """Without ``send_finalize``, a run whose last job's wait ended here is finalised by the reconciler."""
+    settings = context.settings
+    database = settings.database_url
     with session_scope(database) as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -45,9 +59,13 @@ def plan(run_id: int, context: WorkerContext, send_job: SendJob) -> None:
         jobs = jobs_of_run(session, run_id)
         waiting = [(job.id, job.queue) for job in jobs if job.status == JobStatus.queued.value]
         ref = RunRef.of(run)
-        online = online_counts_by_device(session, within_s=context.settings.worker_online_s)
+        online = online_counts_by_device(session, within_s=settings.worker_online_s)
+        gpus = gpu_workers(session, within_s=settings.worker_online_s)
+        overdue = waiting_jobs(session, within_s=settings.worker_online_s, run_ids=[run_id],
+                               waited_s=settings.device_wait) if jobs else []
     if jobs:
-        _send_all(waiting, send_job)
+        ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
+        _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
         return
     try:
         source = load_source(ref, context.checkouts(), context.runner())
@@ -57,7 +75,7 @@ def plan(run_id: int, context: WorkerContext, send_job: SendJob) -> None:
         the_plan = planner.plan_run(
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
-            default_devices=default_devices(online), chunk_size=context.settings.job_chunk_size,
+            default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
         )
     except (CheckoutError, RunnerError, planner.PlanError) as exc:
         _fail(database, run_id, str(exc))
@@ -80,8 +98,51 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
         record_catalog(session, run_id, source.scenarios)
         run.config = repository_config(source.root)
         jobs = store_jobs(session, run, the_plan.jobs)
-        log.info("run %s: %d cells in %d jobs", run_id, the_plan.cell_count, len(jobs))
+        skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends
+                   for cell in skip_cells(source, backend, skip.device, [(skip.scenario, d) for d in skip.dtypes],
+                                          skip.reason)]
+        upsert_results(session, run_id, skipped)
+        log.info("run %s: %d cells in %d jobs, %d skipped", run_id, the_plan.cell_count, len(jobs), len(skipped))
         return [(job.id, job.queue) for job in jobs]
+
+
+def skip_cells(source: Source, backend: str, device: str, cells: Iterable[tuple[str, str]],
+               reason: str) -> list[dict[str, Any]]:
+    """``skip`` cells of (scenario, dtype) pairs that no worker will check, with the reason."""
+    kind = source.backends.get(backend, {})
+    return [Cell(scenario=name, operator=source.by_name[name].operator, framework=kind.get("framework", ""),
+                 backend=backend, mode=kind.get("mode", ""), device=device, dtype=dtype, status="skip",
+                 message=reason[:500]).to_dict() | {"fingerprint": source.by_name[name].fingerprint}
+            for name, dtype in cells if name in source.by_name]
+
+
+def _end_waits(ref: RunRef, overdue: Sequence[WaitingJob], context: WorkerContext,
+               send_finalize: SendFinalize | None) -> set[int]:
+    """The jobs that waited for a device too long: their cells ``skip`` with why, the job done.
+    Returns the ids of those it ended (a worker may have claimed one meanwhile)."""
+    try:
+        source = load_source(ref, context.checkouts(), context.runner())
+    except (CheckoutError, RunnerError) as exc:  # the reconciler sends the plan again after its grace
+        log.warning("run %s: cannot end the wait of its jobs: %s", ref.id, exc)
+        return set()
+    declared = {info.name: info.dtypes for info in source.scenarios}
+    dtypes = source.requested(ref.matrix).dtypes
+    ended, last = set(), False
+    for waiting in overdue:
+        message = f"{waiting.reason} (gave up after {context.settings.device_wait:g} s)"
+        with session_scope(context.settings.database_url) as session:
+            job = claim_overdue(session, waiting.job_id, within_s=context.settings.worker_online_s,
+                                wait_s=context.settings.device_wait)
+            if job is None:
+                continue
+            cells = planner.job_cells(job.scenarios, declared, dtypes)
+            upsert_results(session, ref.id, skip_cells(source, job.backend, job.device, cells, message), job_id=job.id)
+            last = finish_job(session, job.id, JobStatus.done.value, message)
+        log.warning("job %s of run %s: %s", waiting.job_id, ref.id, message)
+        ended.add(waiting.job_id)
+    if last and send_finalize is not None:
+        send_finalize(ref.id)
+    return ended
 
 
 def repository_config(root: str | None) -> dict:

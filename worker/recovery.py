@@ -15,6 +15,9 @@ two after its heartbeats:
 - unplanned runs: queued for longer than the grace with no job and no ``plan_run`` waiting or held;
 - unfinalised runs: every job finished more than the grace ago, the run not, no ``finalize_run``
   waiting or held.
+- runs with a job waiting for a device longer than GRADCI_DEVICE_WAIT (``services.db.waiting``: its
+  queue no online worker serves): their ``plan_run`` is sent again, and planning stores that job's
+  cells as ``skip`` with the reason it waited, so that the run finishes.
 
 Idempotent and bounded: a job is sent again only by the reconciler whose conditional update won
 it (once per grace), plans and finalisations are idempotent tasks sent again at most once per grace
@@ -32,6 +35,7 @@ from services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_
 from services.db.jobs import (lost_jobs, mark_resent, requeue_lost, stranded_jobs, unfinalized_runs,
                               unplanned_runs)
 from services.db.session import session_scope
+from services.db.waiting import overdue_runs
 from services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, RUN_JOB
 from services.settings import Settings
 
@@ -55,6 +59,7 @@ class Reconciled:
     stranded_jobs: list[int] = dataclasses.field(default_factory=list)
     unplanned_runs: list[int] = dataclasses.field(default_factory=list)
     unfinalized_runs: list[int] = dataclasses.field(default_factory=list)
+    overdue_runs: list[int] = dataclasses.field(default_factory=list)  # a job waited too long for a device
 
     def __bool__(self) -> bool:
         return any(dataclasses.astuple(self))
@@ -74,7 +79,8 @@ class Reconciler:
             stranded = stranded_jobs(session, grace_s=grace, limit=BATCH)
             unplanned = unplanned_runs(session, grace_s=grace, limit=BATCH)
             unfinalized = unfinalized_runs(session, grace_s=grace, limit=BATCH)
-        if not (lost or stranded or unplanned or unfinalized):
+            overdue = overdue_runs(session, within_s=lease, wait_s=settings.device_wait, limit=BATCH)
+        if not (lost or stranded or unplanned or unfinalized or overdue):
             return Reconciled()
         messages = self._messages({queue for _, queue in lost + stranded} | {CONTROL_QUEUE})
         if messages is None:  # a broker we cannot read: only a lapsed lease is proof enough
@@ -104,7 +110,8 @@ class Reconciler:
             lost_jobs=[job_id for job_id, _ in lost], stranded_jobs=[job_id for job_id, _ in stranded],
             unplanned_runs=self._send_runs(PLAN_RUN, [r for r in unplanned if not held((PLAN_RUN, r))], self.send.plan),
             unfinalized_runs=self._send_runs(FINALIZE_RUN, [r for r in unfinalized if not held((FINALIZE_RUN, r))],
-                                             self.send.finalize))
+                                             self.send.finalize),
+            overdue_runs=self._send_runs(PLAN_RUN, [r for r in overdue if not held((PLAN_RUN, r))], self.send.plan))
 
     def _messages(self, queues: Iterable[str]) -> dict[TaskKey, float | None] | None:
         try:

@@ -5,7 +5,9 @@ The worker process itself never imports scenario code or a framework. It asks it
 cell, ``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
 segfaults, aborts, exits or hangs, the cells asked for become ``error`` cells naming the signal or
 the timeout, the runner is killed (with anything it started: it leads its own process group) and
-the next request starts a fresh one, so the job goes on with its next cell.
+the next request starts a fresh one, so the job goes on with its next cell. Between requests, never
+during one, it also restarts a runner whose resident memory went above ``max_rss_mb`` (the
+libraries' caches grow over a long run) or whose last cell hit a CUDA fault (``runner_child``).
 
 Pull-request code must not reach the worker's credentials: the runner's environment is scrubbed of
 them, and it runs confined by ``worker.sandbox`` (another user, namespaces, an address-space
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
 from worker.runner_output import OutputDrain
 from worker.sandbox import SandboxPolicy
 
@@ -40,7 +43,7 @@ OUTPUT_LIMIT_BYTES = 64 << 10
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
 # gradci settings meant for the engine itself, which the runner keeps (no credential among them).
-ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR"})
+ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR", TORCH_MEMORY_FRACTION_VARIABLE})
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -107,7 +110,7 @@ class WarmRunner:
     def __init__(self, *, cell_timeout_s: float, workdir: Path, extra_env: dict[str, str] | None = None,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, list_timeout_s: float = LIST_TIMEOUT_S,
                  sandbox: SandboxPolicy | None = None, visible: tuple[Path, ...] = (),
-                 output_limit_bytes: int = OUTPUT_LIMIT_BYTES) -> None:
+                 output_limit_bytes: int = OUTPUT_LIMIT_BYTES, max_rss_mb: int = 0) -> None:
         self.cell_timeout_s = cell_timeout_s
         self.startup_timeout_s = startup_timeout_s
         self.list_timeout_s = list_timeout_s
@@ -116,7 +119,12 @@ class WarmRunner:
         self.sandbox = sandbox or SandboxPolicy(hidden=(self.workdir,))
         self.visible = visible  # what scenario code reads beside the interpreter: the checkouts
         self.output_limit_bytes = output_limit_bytes
+        self.max_rss_mb = max_rss_mb  # 0: never restarted for its memory
         self.starts = 0
+        self.recycles = 0  # restarts between requests: for its memory, or after a device fault
+        self.peak_rss_bytes = 0  # the most any of its runners held after a request
+        self.device_memory: dict[str, Any] | None = None  # the GPU memory caps the runner applied
+        self._restart_due: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._output: OutputDrain | None = None
         self._scratch: Path | None = None
@@ -150,8 +158,27 @@ class WarmRunner:
                                          stderr=subprocess.PIPE, env=env, start_new_session=True)
         self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)  # type: ignore[arg-type]
         self.starts += 1
-        self._buffer, self._warm = b"", set()
+        self._buffer, self._warm, self._restart_due = b"", set(), None
         self._read_reply(self.startup_timeout_s, what="starting")
+
+    def _restart_if_due(self) -> None:
+        """Between requests, never during one: a runner above its memory ceiling, or whose CUDA
+        context a device fault may have poisoned, is stopped here and the next request starts a
+        fresh one."""
+        if self._restart_due is not None and self.alive:
+            log.info("restarting the runner (pid %s): %s", self.pid, self._restart_due)
+            self.recycles += 1
+            self.close()
+        self._restart_due = None
+
+    def _note(self, reply: dict[str, Any]) -> None:
+        """What an answer says about the runner itself: its memory, and whether it must restart."""
+        rss = reply.get("rss_bytes") or 0
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        if reply.get("restart"):
+            self._restart_due = reply["restart"]
+        elif self.max_rss_mb and rss > self.max_rss_mb << 20:
+            self._restart_due = f"{rss >> 20} MB resident, above the ceiling of {self.max_rss_mb} MB"
 
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -215,7 +242,9 @@ class WarmRunner:
 
     def request(self, payload: dict[str, Any], timeout_s: float, *, what: str) -> dict[str, Any]:
         """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
-        runner's last word that a cell started; start the runner first when it is not running."""
+        runner's last word that a cell started; start the runner first when it is not running (or
+        restart it, when the previous answer asked for that)."""
+        self._restart_if_due()
         self.start()
         assert self._process is not None and self._process.stdin is not None and self._output is not None
         output = self._output
@@ -229,6 +258,7 @@ class WarmRunner:
             while reply.get("beat"):  # the next cell started: its own timeout begins
                 reply = self._read_reply(timeout_s, what=what)
             output.next_request()
+            self._note(reply)
             return reply
         except RunnerError:
             raise
@@ -255,16 +285,19 @@ class WarmRunner:
         """Import the frameworks of ``backends`` once, outside any cell's timeout."""
         missing = [name for name in backends if name not in self._warm]
         if missing:
-            self.request({"op": "warm", "backends": missing}, self.startup_timeout_s, what="importing frameworks")
+            reply = self.request({"op": "warm", "backends": missing}, self.startup_timeout_s,
+                                 what="importing frameworks")
             self._warm.update(missing)
+            self.device_memory = reply.get("device_memory", self.device_memory)
 
-    def run_cell(self, spec: CellSpec, timeout_s: float | None = None, peers: Sequence[str] = ()) -> dict[str, Any]:
+    def run_cell(self, spec: CellSpec, timeout_s: float | None = None, peers: Sequence[str] = (),
+                 options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The cell's record; an ``error`` cell when the runner crashed, hung or refused."""
-        (cell,) = self.run_cells([spec], timeout_s, peers)
+        (cell,) = self.run_cells([spec], timeout_s, peers, options)
         return cell
 
     def run_cells(self, specs: Sequence[CellSpec], timeout_s: float | None = None,
-                  peers: Sequence[str] = ()) -> list[dict[str, Any]]:
+                  peers: Sequence[str] = (), options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The records of cells of one scenario of one source, in the order of ``specs``, checked in
         one request over the product of their backends, devices and dtypes, as the engine checks a
         scenario: forward and reverse modes are compared there. Each cell may take
@@ -273,14 +306,16 @@ class WarmRunner:
 
         ``peers``: backends of the other mode whose results the cells are compared with, where the
         scenario's reference is made of probes (a job checks one backend; its peers' cells belong to
-        other jobs and are not returned)."""
+        other jobs and are not returned). ``options``: the engine's (``check_scenario``'s keyword
+        arguments, such as ``repeats``)."""
         backends, devices, dtypes = (list(dict.fromkeys(axis)) for axis in
                                      zip(*((s.backend, s.run_on or s.device, s.dtype) for s in specs)))
         count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
         payload = {"op": "cells", "source": first.source, "family": first.family, "scenario": first.scenario,
-                   "backends": backends, "devices": devices, "dtypes": dtypes, "peers": list(peers)}
+                   "backends": backends, "devices": devices, "dtypes": dtypes, "peers": list(peers),
+                   "options": dict(options or {})}
         what = "checking this cell" if count == 1 else f"checking a cell of this scenario's {count}"
         try:
             self.warm([*backends, *peers])
@@ -307,6 +342,7 @@ def shared_runner(**config: Any) -> WarmRunner:
         runner = _local.runner = WarmRunner(**config)
         atexit.register(runner.close)
     runner.cell_timeout_s = config["cell_timeout_s"]
+    runner.max_rss_mb = config.get("max_rss_mb", runner.max_rss_mb)
     return runner
 
 

@@ -18,7 +18,13 @@ never corrupt the protocol. Requests:
   (``scenarios.checker.check_scenario``). ``"options"``: further keyword arguments of
   ``check_scenario`` (the run's engine options, such as repeats).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
-  counts from the last one, so that it holds per cell.
+  counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
+  illegal-address error (``DEVICE_FAULTS``) is an ``error`` cell saying so, and the answer carries
+  ``"restart"``: the parent restarts the runner before the next request.
+
+Every answer carries ``rss_bytes``, the runner's resident memory after it: the parent restarts a
+runner above its memory ceiling between requests. On a GPU worker the runner caps its device memory
+(``cap_device_memory``: XLA's from the environment, torch's per-process fraction once torch is here).
 
 It holds no secret (the parent scrubs its environment and ``worker.sandbox`` confines it) and
 writes nothing but its answers; the parent owns timeouts and restarts.
@@ -28,6 +34,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import re
 import resource
 import sys
 from pathlib import Path
@@ -35,6 +42,18 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from services.secrecy import forbid_inspection
+
+# Set by a GPU worker (``worker.context``): the share of its GPU torch may take in this runner.
+TORCH_MEMORY_FRACTION_VARIABLE = "GRADCI_TORCH_MEMORY_FRACTION"
+# Errors after which the CUDA context cannot be trusted (an illegal address poisons it for good; an
+# out-of-memory leaves the caches fragmented): the cell is an error and the runner is restarted.
+DEVICE_FAULTS = (
+    ("device out of memory", re.compile(
+        r"CUDA out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED")),
+    ("CUDA illegal memory access", re.compile(
+        r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|illegal address|misaligned address|device-side assert",
+        re.IGNORECASE)),
+)
 
 
 class SourceCache:
@@ -116,7 +135,42 @@ def warm(request: dict[str, Any]) -> dict[str, Any]:
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.get("backends", [])}
-    return {"ok": True, "unavailable": reasons}
+    return {"ok": True, "unavailable": reasons, "device_memory": cap_device_memory()}
+
+
+_torch_capped: dict[str, Any] | None = None
+
+
+def cap_device_memory() -> dict[str, Any]:
+    """Apply the GPU worker's memory caps once torch is imported, and say what was applied. XLA's
+    come with the environment the runner started with (preallocation off, a memory fraction);
+    torch's per-process fraction is set here, only where torch sees a CUDA device — with a simulated
+    GPU the record says what would have been applied, and why it was not."""
+    global _torch_capped
+    fraction = os.environ.get(TORCH_MEMORY_FRACTION_VARIABLE)
+    caps: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            "torch_memory_fraction": float(fraction) if fraction else None,
+                            "xla_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+                            "xla_memory_fraction": os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")}
+    if _torch_capped is not None:
+        return {**caps, **_torch_capped}
+    torch = sys.modules.get("torch")
+    if not fraction:
+        return {**caps, "torch_applied": False, "why_not": "no cap asked (not a GPU worker)"}
+    if torch is None:
+        return {**caps, "torch_applied": False, "why_not": "torch is not imported yet"}
+    if not torch.cuda.is_available():
+        _torch_capped = {"torch_applied": False, "why_not": "torch sees no CUDA device"}
+    else:
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(float(fraction), index)
+        _torch_capped = {"torch_applied": True}
+    return {**caps, **_torch_capped}
+
+
+def device_fault(message: str) -> str | None:
+    """What kind of device fault an error cell's message shows (None: not one)."""
+    return next((kind for kind, pattern in DEVICE_FAULTS if pattern.search(message)), None)
 
 
 class AnnouncingBackend:
@@ -144,18 +198,25 @@ def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], 
     scenario = source.scenarios.get(request["scenario"])
     if scenario is None:
         return {"ok": False, "error": f"scenario {request['scenario']!r} is not declared by this checkout"}
+    cap_device_memory()  # a scenario module may have imported torch since the runner warmed up
     backends = [AnnouncingBackend(get_backend(name), beat) for name in request["backends"]]
     peers = [AnnouncingBackend(get_backend(name), beat) for name in request.get("peers") or ()
              if name not in request["backends"]]
     with captured_warnings() as outside:  # the cells keep their own; these came from the reference
         cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache(),
                                peers=peers, **request.get("options", {}))
+    restart = None
     for cell in cells:
         cell.warnings = merged(cell.warnings, outside.lines)
-        if cell.status == "error" and "MemoryError" in cell.message:
+        fault = device_fault(cell.message) if cell.status == "error" else None
+        if fault:
+            cell.message = f"{fault} (the runner was restarted): {cell.message}"
+            restart = restart or f"{fault} in {cell.backend} on {cell.device}"
+        elif cell.status == "error" and "MemoryError" in cell.message:
             cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     fingerprint = source.fingerprints[scenario.name]
-    return {"ok": True, "cells": [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]}
+    reply = {"ok": True, "cells": [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]}
+    return {**reply, "restart": restart} if restart else reply
 
 
 def _memory_limit() -> str:
@@ -188,10 +249,21 @@ def serve(requests: TextIO, replies: TextIO) -> None:
         replies.flush()
 
     cache = SourceCache()
-    send({"ready": True, "pid": os.getpid()})
+    send({"ready": True, "pid": os.getpid(), "rss_bytes": resident_bytes()})
     for line in requests:
         if line.strip():
-            send(handle(cache, json.loads(line), beat=lambda: send({"beat": True})))
+            reply = handle(cache, json.loads(line), beat=lambda: send({"beat": True}))
+            # After every answer: the parent restarts a runner above its memory ceiling between requests.
+            send({**reply, "rss_bytes": resident_bytes()})
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (None where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def main() -> None:

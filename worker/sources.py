@@ -46,11 +46,13 @@ class RunRef:
     repo_url: str | None
     revision: str | None  # head sha, else ref; None: the default branch
     matrix: Matrix
+    options: dict = dataclasses.field(default_factory=dict)  # Run.options: the engine's, over gradci.toml's
 
     @classmethod
     def of(cls, run: Run) -> RunRef:
         return cls(id=run.id, repo_url=run.repository.url if run.repository else None,
-                   revision=run.head_sha or run.ref, matrix=Matrix.from_mapping(run.matrix))
+                   revision=run.head_sha or run.ref, matrix=Matrix.from_mapping(run.matrix),
+                   options=dict(run.options or {}))
 
 
 def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:

@@ -1,8 +1,9 @@
 """``gradci worker --device cpu|cuda:N``: a Celery worker consuming its device's queues.
 
-CPU workers use the prefork pool; GPU workers a solo (or, with ``--concurrency`` above one, a
-threads) pool, so that no process is ever forked after CUDA could have been initialised. CUDA
-lives only in the runner subprocesses anyway: the worker itself never imports a framework.
+CPU workers use the prefork pool; a GPU worker serves one GPU, one job at a time, in a solo pool,
+pinned to it (CUDA_VISIBLE_DEVICES) with everything it starts, so that no process is ever forked
+after CUDA could have been initialised. CUDA lives only in the runner subprocesses anyway: the
+worker itself never imports a framework.
 """
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def start_worker(device: str, concurrency: int | None = None, loglevel: str = "I
     (see ``worker.shutdown``): the jobs it was running go back to the broker for the next worker."""
     forbid_inspection()  # its environment holds the credentials; its pool processes inherit this
     local = parse_worker_device(device)
+    if local.index is not None and (concurrency or 1) != 1:
+        raise ValueError(f"a GPU worker runs one job at a time (--concurrency 1), not {concurrency}: "
+                         f"its runner holds the GPU's memory; start one worker per GPU")
     name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
     configured = context.configure(local, name=name)
     app = create_worker_app(configured.settings)

@@ -57,8 +57,9 @@ def send_publish(run_id: int) -> None:
 
 @shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
 def plan_run(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Check out the run's commit, list its scenarios, store its jobs and queue them."""
-    plan(run_id, current(), send_job)
+    """Check out the run's commit, list its scenarios, store its jobs and queue them (or, sent again,
+    end the wait of jobs that waited for a device too long)."""
+    plan(run_id, current(), send_job, send_finalize)
 
 
 @shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)

@@ -2,7 +2,8 @@
 Python values among the arguments are told apart."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, ContextManager
 
 import optree
 from array_api_compat import is_jax_array, is_torch_array
@@ -21,6 +22,17 @@ class FrameworkAdapter:
         if dtype not in self.dtypes:
             return f"{self.name} has no dtype {dtype}"
         return None
+
+    # Precision beyond the dtype (``scenarios.precision``): what the framework's switches say now,
+    # a pin applied around a cell, and whether float32 products on ``device`` run in TF32.
+    def precision_text(self) -> str:
+        return ""
+
+    def pinned_precision(self, setting: str | None) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def tf32_active(self, device: str, dtype: str) -> bool:
+        return False
 
 
 def arrays_apart(tree: Any) -> tuple[list, Callable[[list], Any]]:

@@ -1,13 +1,17 @@
 """jax: pytrees in and out, devices, peak memory. float64 needs x64 on before any array exists."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from scenarios.frameworks.xla_flags import apply_fast_compile_flags
+
 jax.config.update("jax_enable_x64", True)
+apply_fast_compile_flags()  # before any array exists, as x64
 
 
 def _persistent_compilation_cache() -> None:
@@ -29,13 +33,21 @@ import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
 import optree  # noqa: E402
 
+from scenarios.devices import execution_device, simulated, simulated_device_missing  # noqa: E402
 from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402
 
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}
 
 
+# jax.default_matmul_precision's names for scenarios.precision's pins.
+PINS = {"highest": "highest", "tf32": "tensorfloat32"}
+# Settings under which float32 matmuls keep float32's precision on a GPU (XLA's default there is TF32).
+FULL_FLOAT32 = ("highest", "float32")
+
+
 def _device(device: str):
+    device = execution_device(device)
     if device == "cpu":
         return jax.devices("cpu")[0]
     index = int(device.split(":")[1]) if ":" in device else 0
@@ -48,6 +60,8 @@ class JaxAdapter(FrameworkAdapter):
     version = jax.__version__
 
     def device_unavailable(self, device: str) -> str | None:
+        if simulated(device):
+            return simulated_device_missing(device)
         try:
             _device(device)
         except (RuntimeError, IndexError) as exc:
@@ -87,8 +101,20 @@ class JaxAdapter(FrameworkAdapter):
     def reset_peak_memory(self, device: str) -> None:
         return None  # jax keeps a process-wide peak; reported as-is on accelerators
 
+    def precision_text(self) -> str:
+        return f"jax matmul={jax.config.jax_default_matmul_precision or 'default'}"
+
+    def tf32_active(self, device: str, dtype: str) -> bool:
+        return (dtype == "float32" and execution_device(device).startswith("cuda")
+                and str(jax.config.jax_default_matmul_precision).lower() not in FULL_FLOAT32)
+
+    def pinned_precision(self, setting: str | None):
+        if setting is None:
+            return contextlib.nullcontext()
+        return jax.default_matmul_precision(PINS[setting])
+
     def peak_memory(self, device: str) -> int | None:
-        if device == "cpu":
+        if execution_device(device) == "cpu":
             return None
         stats = _device(device).memory_stats() or {}
         return stats.get("peak_bytes_in_use")

@@ -1,13 +1,17 @@
 """torch: pytrees of numpy float64 arrays in, numpy float64 out; devices and peak memory."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import optree
 import torch
 
+from scenarios.devices import execution_device, simulated, simulated_device_missing
 from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter
+from scenarios.precision import on_off
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -22,6 +26,8 @@ class TorchAdapter(FrameworkAdapter):
         """Why ``device`` cannot run here, or None."""
         if device == "cpu":
             return None
+        if simulated(device):
+            return simulated_device_missing(device)
         if not torch.cuda.is_available():
             return "CUDA is not available to torch on this machine"
         index = torch.device(device).index or 0
@@ -33,6 +39,7 @@ class TorchAdapter(FrameworkAdapter):
         """Contiguous tensors of their own, never sharing the caller's memory (``torch.as_tensor``
         would, and keep a view's strides): what the function writes or reads stays its own."""
         torch_dtype = _DTYPES[dtype]
+        device = execution_device(device)
 
         def convert(leaf):
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
@@ -67,14 +74,39 @@ class TorchAdapter(FrameworkAdapter):
                                none_is_leaf=True)
 
     def synchronize(self, device: str) -> None:
-        if device.startswith("cuda"):
+        if execution_device(device).startswith("cuda"):
             torch.cuda.synchronize(device)
 
     def reset_peak_memory(self, device: str) -> None:
-        if device.startswith("cuda"):
+        if execution_device(device).startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
 
     def peak_memory(self, device: str) -> int | None:
-        if device.startswith("cuda"):
+        if execution_device(device).startswith("cuda"):
             return int(torch.cuda.max_memory_allocated(device))
         return None
+
+    def precision_text(self) -> str:
+        return (f"torch tf32 matmul={on_off(torch.backends.cuda.matmul.allow_tf32)} "
+                f"cudnn={on_off(torch.backends.cudnn.allow_tf32)} "
+                f"fp32_matmul={torch.get_float32_matmul_precision()}")
+
+    def tf32_active(self, device: str, dtype: str) -> bool:
+        """TF32 happens only on a real GPU, only to float32, and only where a switch allows it."""
+        return (dtype == "float32" and execution_device(device).startswith("cuda")
+                and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32))
+
+    @contextlib.contextmanager
+    def pinned_precision(self, setting: str | None) -> Iterator[None]:
+        if setting is None:
+            yield
+            return
+        matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        precision = torch.get_float32_matmul_precision()
+        allowed = setting == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+        try:
+            yield
+        finally:  # the precision first: setting it also sets matmul.allow_tf32, restored after it
+            torch.set_float32_matmul_precision(precision)
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

@@ -2,8 +2,8 @@
 
 ``default()`` is every scenario the library holds except the large ones and the suites of their own
 (the framework conformance family); ``family(name)`` is one family's; ``select(...)`` filters by tag;
-``mlp_100k()`` is the large MLP the benchmark uses. Names are "family/what/operator[/variant]"
-and every scenario is tagged with its family.
+``mlp_100k()`` is the large MLP the benchmark uses; ``demo_runs()`` splits default() for the demo.
+Names are "family/what/operator[/variant]" and every scenario is tagged with its family.
 Neither torch nor jax is imported here: per-framework callables import their framework when called.
 """
 from __future__ import annotations
@@ -49,6 +49,13 @@ def default() -> list[Scenario]:
     return scenarios + derive(scenarios)
 
 
+def demo_runs() -> list[tuple[str, ...]]:
+    """default() as the scenario patterns of two runs: the neural-network family's first (a finished
+    run to look at within two minutes on 2 cores, cold), then every other family's."""
+    rest = [name for name in FAMILIES if name not in OWN_SUITES and name != nn.FAMILY]
+    return [(f"{nn.FAMILY}/*",), tuple(f"{name}/*" for name in rest)]
+
+
 def everything() -> list[Scenario]:
     """default() plus the large scenarios."""
     return default() + [mlp_100k()]
@@ -74,5 +81,5 @@ def by_name(name: str) -> Scenario:
     raise KeyError(name)
 
 
-__all__ = ["FAMILIES", "OWN_SUITES", "base", "default", "family", "everything", "select", "by_name", "mlp_100k",
-           "derive", "with_closure", "with_batched_tangents"]
+__all__ = ["FAMILIES", "OWN_SUITES", "base", "default", "family", "demo_runs", "everything", "select", "by_name",
+           "mlp_100k", "derive", "with_closure", "with_batched_tangents"]

@@ -22,6 +22,7 @@ from services.api.schemas import (
     RunCreated,
     RunOut,
     RunsPage,
+    WaitingOut,
     from_row,
 )
 from services.db import queries
@@ -36,6 +37,7 @@ from services.db.runs import (
     request_cancel,
 )
 from services.db.session import session_scope
+from services.db.waiting import waiting_by_run
 from services.reports import finished
 from services.reports.coverage import run_coverage
 from services.reports.junit import junit_chunks
@@ -59,11 +61,15 @@ def runs_out(session: Session, runs: list[Run], settings: Settings, request: Req
     """Runs with their cell and job counts, grouped queries for the whole list (a finished run's cells
     are counted once: they never change)."""
     cells, jobs = finished.cell_counts(session, runs), queries.job_counts(session, [run.id for run in runs])
+    waiting = waiting_by_run(session, [run.id for run in runs if jobs[run.id]["queued"]],
+                             within_s=settings.worker_online_s)
     out = []
     for run in runs:
         counts = CellCounts(**cells[run.id], queued=jobs[run.id]["queued"], running=jobs[run.id]["running"])
         out.append(from_row(
             RunOut, run, url=run_url(settings, request, run.id), counts=counts,
+            waiting=[WaitingOut(job_id=job.job_id, queue=job.queue, reason=job.reason, since=job.since)
+                     for job in waiting.get(run.id, [])],
             repo=run.repository.url if run.repository else None,
             repo_full_name=run.repository.full_name if run.repository else None,
             coverage=run_coverage(run.coverage, cells[run.id]),
@@ -105,6 +111,7 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
         head_sha=body.sha,
         ref=body.ref,
         matrix=body.matrix(),
+        options=body.options(),
     )
     queue_run(session, run, settings)
     return RunCreated(id=run.id, status=run.status, url=run_url(settings, request, run.id))

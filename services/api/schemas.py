@@ -45,6 +45,14 @@ class RunCreate(BaseModel):
         "(one pattern or a list; the same rule as `gradci check -k` and gradci.toml)"
     )
 
+    repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        None, description="compute each derivative this many times and record whether the results were bitwise "
+        "reproducible (over gradci.toml's [check] repeats and each scenario's own)")
+
+    def options(self) -> dict[str, Any]:
+        """The run's engine options (``Run.options``)."""
+        return {} if self.repeats is None else {"repeats": self.repeats}
+
     def matrix(self) -> Matrix:
         return Matrix.of(backends=self.backends, devices=self.devices, dtypes=self.dtypes, scenarios=self.scenarios)
 
@@ -84,6 +92,16 @@ class CellCounts(StatusCounts):
     running: int = Field(0, description="jobs being run")
 
 
+class WaitingOut(BaseModel):
+    """A queued job that no online worker would take."""
+
+    job_id: int
+    queue: str
+    reason: str = Field(description='e.g. "waiting for a cuda worker; none online"')
+    since: datetime = Field(description="when the job was stored, or last taken by a worker; after "
+                                        "GRADCI_DEVICE_WAIT seconds its cells become skip with the reason")
+
+
 class RunOut(BaseModel):
     id: int
     status: str
@@ -97,8 +115,11 @@ class RunOut(BaseModel):
     trigger: str
     parent_run_id: int | None
     matrix: dict[str, Any]
+    options: dict[str, Any] = Field(default_factory=dict, description="engine options, such as repeats")
     cancel_requested: bool
     counts: CellCounts
+    waiting: list[WaitingOut] = Field(default_factory=list,
+                                      description="jobs waiting for a device no online worker offers")
     coverage: float | None = Field(description="pass / (pass + fail + error) × 100; null before any counted cell")
     error_message: str | None
     created_at: datetime

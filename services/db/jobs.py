@@ -59,9 +59,9 @@ def lock_run(session: Session, run_id: int) -> Run | None:
 
 
 def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> None:
-    """The scenarios a run's checkout declares, with their fingerprints (idempotent)."""
+    """The scenarios a run's checkout declares, with their fingerprints and device requirements (idempotent)."""
     rows = [{"run_id": run_id, "name": s.name, "operator": s.operator, "fingerprint": s.fingerprint,
-             "tags": list(s.tags)} for s in scenarios]
+             "tags": list(s.tags), "requirements": s.requirements.to_dict()} for s in scenarios]
     if rows:
         insert = dialect_insert(session, ScenarioCatalogEntry.__table__)
         session.execute(insert.on_conflict_do_nothing(index_elements=["run_id", "name"]), rows)
@@ -122,8 +122,16 @@ def claim_job(session: Session, job_id: int, *, worker: str, delivery: str, max_
     job.attempts += 1
     job.status, job.worker, job.started_at, job.finished_at = JobStatus.running.value, worker, now, None
     job.delivery, job.lease_renewed_at = delivery, now
+    job.device_record = heartbeat_device_record(session, worker)
     mark_run_started(run)
     return Claim.run, job
+
+
+def heartbeat_device_record(session: Session, worker: str) -> dict[str, Any] | None:
+    """The device record ``worker`` last sent with its heartbeat (a worker beats once before it takes
+    its first job): what its cells are computed on. None for a worker that never beat."""
+    versions = session.scalar(select(Worker.versions).where(Worker.name == worker))
+    return (versions or {}).get("device")
 
 
 def renew_lease(session: Session, job_id: int, delivery: str) -> bool:

@@ -173,6 +173,8 @@ class Run(Base):
 
     # The repository's gradci.toml as plan_run read it at head_sha: report targets live there.
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The engine's options for every cell of the run ({"repeats": 3}): over the repository's gradci.toml.
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     repository: Mapped[Repository | None] = relationship(lazy="joined")
 

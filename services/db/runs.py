@@ -4,10 +4,13 @@ Functions flush but never commit: the caller owns the transaction.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from scenarios.cell import FAILING
+from scenarios.devices import checked_devices
 from scenarios.matrix import Matrix, exact_pattern
 from services.db.models import (
     FINISHED_RUN_STATUSES,
@@ -60,6 +63,7 @@ def create_run(
     matrix: Matrix = Matrix(),
     trigger: str = Trigger.api.value,
     parent_run_id: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Run:
     """A queued run (``repository=None``: the built-in library). The caller commits, then
     dispatches ``plan_run`` — never before the commit, or the worker may not see the row."""
@@ -72,6 +76,7 @@ def create_run(
         matrix=matrix.to_mapping(),
         trigger=Trigger(trigger).value,
         parent_run_id=parent_run_id,
+        options=options or {},
         status=RunStatus.queued.value,
         cancel_requested=False,
     )
@@ -119,6 +124,7 @@ def rerun_matrix(session: Session, run: Run) -> Matrix | None:
         return None
     axes = [sorted({cell[axis] for cell in cells}) for axis in range(4)]
     scenarios, backends, devices, dtypes = axes
+    devices = sorted({checked for device in devices for checked in checked_devices(device)})
     return Matrix.of(backends=backends, devices=devices, dtypes=dtypes,
                      scenarios=[exact_pattern(name) for name in scenarios])
 
@@ -138,6 +144,7 @@ def create_rerun(session: Session, run: Run) -> Run | None:
         matrix=matrix,
         trigger=Trigger.rerun.value,
         parent_run_id=run.id,
+        options=run.options,
     )
 
 

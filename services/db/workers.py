@@ -1,4 +1,4 @@
-"""The worker registry: heartbeats in, "who is online" out."""
+"""The worker registry: heartbeats in, "who is online" (and with which device, which queues) out."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,8 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from scenarios.requirements import DeviceOffer
 from services.db.models import Worker, utcnow
 from services.db.upsert import dialect_insert
+from services.planner import GpuWorkers
 
 
 def record_heartbeat(
@@ -65,3 +67,29 @@ def elected_worker(session: Session, *, queue: str, within_s: float) -> str | No
     names = session.execute(select(Worker.name, Worker.queue).where(Worker.last_heartbeat >= cutoff)
                             .order_by(Worker.name))
     return next((name for name, queues in names if queue in queues.split(",")), None)
+
+
+def online_workers(session: Session, *, within_s: float) -> list[Worker]:
+    cutoff = utcnow() - timedelta(seconds=within_s)
+    return list(session.scalars(select(Worker).where(Worker.last_heartbeat >= cutoff).order_by(Worker.name)))
+
+
+def worker_queues(worker: Worker) -> list[str]:
+    """The queues a worker consumes (its row keeps them comma-separated)."""
+    return [queue for queue in worker.queue.split(",") if queue]
+
+
+def gpu_offer(worker: Worker) -> DeviceOffer | None:
+    """A GPU worker's device as its heartbeat described it (None: a CPU worker)."""
+    record = (worker.versions or {}).get("device") or {"device": worker.device}
+    offer = DeviceOffer.from_record(record)
+    return offer if offer.kind != "cpu" and offer.capability else None
+
+
+def gpu_workers(session: Session, *, within_s: float) -> GpuWorkers:
+    """The GPUs the planner routes by: those of workers online now, and of every worker seen."""
+    now = utcnow()
+    rows = [(worker, gpu_offer(worker)) for worker in list_workers(session)]
+    return GpuWorkers(online=tuple(offer for worker, offer in rows if offer and is_online(worker, within_s=within_s,
+                                                                                         now=now)),
+                      known=tuple(offer for _, offer in rows if offer))

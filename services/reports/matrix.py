@@ -3,12 +3,16 @@ dtype (columns), one bounded page of rows at a time, the families and scenarios 
 first. Three statements whatever the run's size: the rows' worst statuses (one row per scenario),
 the columns, and the cells of the page's rows only. A finished run's rows and columns never change:
 they are worked out once per filter (``finished``'s memory; the unfiltered ones are kept with its
-report when it is finalised), and a page costs its cells alone.
+report when it is finalised), and a page costs its cells alone. A running run's layout is worked out
+again only when its cells changed: the caller names their state (``progress``, see cell_progress), and
+every request of this process that names the same state — each open tab's poll — shares one layout.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import case, func, select
@@ -49,15 +53,41 @@ class MatrixPage:
     total_rows: int
 
 
-def _once(session: Session, run: Run, what: str, compute: Callable[[], T]) -> T:
-    """``compute()``, remembered by this process for a finished run (its cells are final), and for a
-    running run by this session only (one request: its page and its filter choices share the work)."""
-    if not is_final(run):
+LIVE_SIZE = 64  # running runs × filters whose latest layout this process keeps
+_live: OrderedDict[Hashable, tuple[Hashable, Any]] = OrderedDict()  # runs_key → (progress, value)
+_live_lock = threading.Lock()
+
+
+def cell_progress(session: Session, run_id: int, counts: dict[str, int]) -> tuple[int | None, tuple[int, ...]]:
+    """Names the state of a running run's cells: its newest cell's id (a new cell) and its cells per
+    status (``counts``, which the caller has: a redelivered cell that changed status)."""
+    newest = session.scalar(select(func.max(Result.id)).where(Result.run_id == run_id))
+    return newest, tuple(counts[status] for status in sorted(counts))
+
+
+def _once(session: Session, run: Run, what: str, compute: Callable[[], T], progress: Hashable | None = None) -> T:
+    """``compute()``, remembered by this process for a finished run (its cells are final); for a
+    running run, while its cells stay at ``progress`` (the latest state of each run and filter is
+    kept, so polls do not push finished runs' layouts out), or without one by this session only (one
+    request: its page and its filter choices share the work)."""
+    if not is_final(run) and progress is None:
         memo = session.info.setdefault("matrix", {})
         if (run.id, what) not in memo:
             memo[run.id, what] = compute()
         return memo[run.id, what]
     key = runs_key(session, what, run)
+    if not is_final(run):
+        with _live_lock:
+            known = _live.get(key)
+        if known is not None and known[0] == progress:
+            return known[1]
+        value = compute()
+        with _live_lock:
+            _live[key] = (progress, value)
+            _live.move_to_end(key)
+            while len(_live) > LIVE_SIZE:
+                _live.popitem(last=False)
+        return value
     known = recall(key)
     return known if known is not None else remember(key, compute())
 
@@ -101,12 +131,12 @@ def _stored_layout(session: Session, run_id: int) -> _Layout | None:
     return None if record is None else _Layout(record["rows"], [tuple(axes) for axes in record["axes"]])
 
 
-def _layout(session: Session, run: Run, where: ResultFilter) -> _Layout:
+def _layout(session: Session, run: Run, where: ResultFilter, progress: Hashable | None) -> _Layout:
     def compute() -> _Layout:
         # A finished run's unfiltered layout was kept when it was finalised (layout_record).
         stored = _stored_layout(session, run.id) if where == ResultFilter() and is_final(run) else None
         return stored or _computed_layout(session, run.id, where)
-    return _once(session, run, f"matrix layout {where}", compute)
+    return _once(session, run, f"matrix layout {where}", compute, progress)
 
 
 def layout_record(session: Session, run_id: int) -> dict[str, Any]:
@@ -116,9 +146,10 @@ def layout_record(session: Session, run_id: int) -> dict[str, Any]:
 
 
 def matrix_page(session: Session, run: Run, where: ResultFilter = ResultFilter(), page: int = 1,
-                rows_per_page: int = ROWS_PER_PAGE) -> MatrixPage:
-    """Page ``page`` of the run's matrix (an empty page past the end)."""
-    layout = _layout(session, run, where)
+                rows_per_page: int = ROWS_PER_PAGE, progress: Hashable | None = None) -> MatrixPage:
+    """Page ``page`` of the run's matrix (an empty page past the end); ``progress``: for a running
+    run, the state of its cells (cell_progress), under which its layout is shared between requests."""
+    layout = _layout(session, run, where, progress)
     rows = layout.rows[(page - 1) * rows_per_page:page * rows_per_page]
     cells: dict[tuple[str, Column], MatrixCell] = {}
     if rows:
@@ -131,9 +162,9 @@ def matrix_page(session: Session, run: Run, where: ResultFilter = ResultFilter()
                       pages=max(1, -(-len(layout.rows) // rows_per_page)), total_rows=len(layout.rows))
 
 
-def filter_choices(session: Session, run: Run) -> dict[str, list[str]]:
+def filter_choices(session: Session, run: Run, progress: Hashable | None = None) -> dict[str, list[str]]:
     """The values each filter of the run page can take in this run: its families, operators,
     backends, devices and dtypes (all of them, whatever is filtered now)."""
-    layout = _layout(session, run, ResultFilter())
+    layout = _layout(session, run, ResultFilter(), progress)
     return {"family": sorted({family_of(scenario) for scenario in layout.rows}),
             **{axis: sorted({row[index] for row in layout.axes}) for index, axis in enumerate(CHOICE_AXES)}}

@@ -19,10 +19,17 @@
     document.getElementById("jobs-text").textContent = over + " of " + total + " jobs finished";
     document.getElementById("jobs-bar").style.width = (total ? 100 * over / total : 0) + "%";
   }
+  // The state the page shows: a poll sends it, and the server answers "unchanged" (a few counts, no
+  // heatmap) until the run has moved.
+  var token = page.dataset.token;
   function poll() {
-    fetch("/runs/" + runId + "/live.json" + window.location.search, {cache: "no-store"})
+    var query = new URLSearchParams(window.location.search);
+    query.set("since", token);
+    fetch("/runs/" + runId + "/live.json?" + query.toString(), {cache: "no-store"})
       .then(function (response) { return response.json(); })
       .then(function (state) {
+        if (state.unchanged) { window.setTimeout(poll, Number(page.dataset.poll)); return; }
+        token = state.token;
         show(state);
         drawChart(heatmap, state.figure);
         // Finished: reload once for the report (coverage, the diff against the base).

@@ -1,6 +1,7 @@
 """0008 (after 0007): what the GPU path records. Per cell: the reference's method and error estimate,
 the precision the frameworks ran with, and the spread of repeated results (nondeterminism); per job:
-the device record of the worker that ran it; per scenario of a run: its device requirements."""
+the device record of the worker that ran it; per scenario of a run: its device requirements; per
+run: its engine options (repeats)."""
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -24,6 +25,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("repeat_spread", sa.Float(), nullable=True))
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("device_record", JSON, nullable=True))
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("options", JSON, nullable=False, server_default="{}"))
     with op.batch_alter_table("scenario_catalog") as batch:
         batch.add_column(sa.Column("requirements", JSON, nullable=False, server_default="{}"))
 
@@ -31,6 +34,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("scenario_catalog") as batch:
         batch.drop_column("requirements")
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("options")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("device_record")
     with op.batch_alter_table("results") as batch:
