@@ -10,7 +10,7 @@ error cell, and the runner restarted for the next one); the engine benchmark (``
 The summary table comes last. Every part's cells and output go to ``$OUT`` (or ``--out``).
 
 ``--quick``: a few scenarios per part and no benchmark, for a dry run here against a simulated
-inventory (``GRADCI_DEVICE_INVENTORY``), where cuda cells are ``skip``.
+inventory (``GRADCI_DEVICE_INVENTORY``), whose cuda cells compute on the CPU.
 
 Only the standard library is imported here: what is missing is found and named before anything runs.
 """

@@ -3,7 +3,7 @@
 # and jax are installed and no package index is reachable; under 8 minutes, summary table last.
 #   1. here:   bash scripts/gpu_check.sh --fetch-wheels    (gradci's own pure-Python deps, into .gpu-wheels)
 #   2. device: bash scripts/gpu_check.sh                   (carry .gpu-wheels; results in $OUT)
-# A dry run without a GPU, against a simulated inventory (cuda cells are skip):
+# A dry run without a GPU, against a simulated inventory (its cuda cells compute on the CPU):
 #   GRADCI_DEVICE_INVENTORY=gpus.json bash scripts/gpu_check.sh --quick
 set -euo pipefail
 cd "$(dirname "$0")/.."
