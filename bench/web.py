@@ -75,7 +75,11 @@ def running_copy(url: str, big: BigRun) -> int:
         run.status = "running"
         session.flush()
         session.execute(text(_RUNNING_CELLS.format(only="")), {"run_id": run.id, "source": big.head_id, "suffix": ""})
-        return run.id
+    # As autovacuum would soon after a bulk insert: the planner's statistics must see these rows, or
+    # the other pages' joins (compare: 495 ms p95 instead of 71) are planned for a table a third smaller.
+    with engine_for(url).connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.exec_driver_sql("ANALYZE results")
+    return run.id
 
 
 def one_more_cell(url: str, run_id: int, source: int) -> None:
