@@ -21,14 +21,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.test_integration import GRADCI_TOML, REDIS_BASE, TOKEN, free_port, git, service_env, spawn, stop, wait_for
+from tests.conftest import emptied
+from tests.service_processes import make_repository
+from tests.test_integration import (GRADCI_TOML, TOKEN, free_port, redis_broker, service_env, spawn,  # noqa: F401
+                                    stop, wait_for)
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-# This file's own Redis database: the session's (GRADCI_TEST_REDIS_URL), claimed while the module runs.
-REDIS_DB = int(os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/9").rsplit("/", 1)[1])
 PHONE = (400, 900)
 # DESIGN.md's pitfalls: offline, Chromium stalls on network calls that cannot succeed unless told not to.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -83,39 +84,13 @@ def _chromium_missing() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    """This file's Redis database, claimed as tests/test_integration.py claims its own (so that a
-    concurrent test session's claims pass it by), emptied before and after."""
-    import redis
-
-    claim = f"gradci-test-claim:{REDIS_DB}"
-    claims = redis.Redis.from_url(f"{REDIS_BASE}/0", socket_connect_timeout=3)
-    try:
-        claimed = claims.set(claim, os.getpid(), nx=True, ex=3600)
-    except redis.ConnectionError as exc:
-        pytest.skip(f"Redis is not reachable at {REDIS_BASE}: {exc}")
-    if not claimed:
-        pytest.skip(f"Redis database {REDIS_DB} is claimed by another test session")
-    database = redis.Redis.from_url(f"{REDIS_BASE}/{REDIS_DB}")
-    try:
-        database.flushdb()
-        yield f"{REDIS_BASE}/{REDIS_DB}"
-    finally:
-        database.flushdb()
-        claims.delete(claim)
-        claims.close()
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database: str, broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def service(postgres_database: str, redis_broker: str,  # noqa: F811 - redis_broker is test_integration's fixture
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """API and dashboard (uvicorn web.app) and one cpu worker on a git repository of the scenarios above."""
     repo, logs = tmp_path_factory.mktemp("project"), tmp_path_factory.mktemp("logs")
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "gradci.toml").write_text(GRADCI_TOML)
-    (repo / "gradci_scenarios.py").write_text(textwrap.dedent(SCENARIOS_MODULE))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "scenarios")
-    env = service_env(database_url=postgres_database, broker_url=broker, api_token=TOKEN, job_chunk_size="1",
+    sha = make_repository(repo, {"gradci.toml": GRADCI_TOML, "gradci_scenarios.py": textwrap.dedent(SCENARIOS_MODULE)})
+    env = service_env(database_url=emptied(postgres_database), broker_url=redis_broker, api_token=TOKEN,
+                      job_chunk_size="1",
                       workdir=str(tmp_path_factory.mktemp("work")), worker_heartbeat_s="1", cell_timeout_s="60")
     port = free_port()
     api = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
@@ -126,7 +101,7 @@ def service(postgres_database: str, broker: str, tmp_path_factory: pytest.TempPa
         try:
             url = f"http://127.0.0.1:{port}"
             wait_for(lambda: _worker_online(url), "the API and a cpu worker", timeout_s=90)
-            yield {"url": url, "repo": str(repo), "sha": git(repo, "rev-parse", "HEAD"), "logs": logs}
+            yield {"url": url, "repo": str(repo), "sha": sha, "logs": logs}
         finally:
             stop(worker)
     finally:
