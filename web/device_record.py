@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from scenarios import requirements
 from web.templating import memory
 
 FRAMEWORK_ORDER = ("torch", "jax", "jaxlib")
@@ -16,7 +17,7 @@ FRAMEWORK_ORDER = ("torch", "jax", "jaxlib")
 def capability_text(capability: Any) -> str | None:
     """CUDA's compute capability as its record keeps it ("90") the way NVIDIA writes it ("9.0")."""
     text = str(capability or "")
-    return f"{text[:-1]}.{text[-1]}" if text.isdigit() and len(text) >= 2 else (text or None)
+    return requirements.capability_text(text) if text.isdigit() and len(text) >= 2 else (text or None)
 
 
 def frameworks(record: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from services.api.deps import ReadSession, SettingsDep
 from services.db import queries
 from services.db.models import Worker, utcnow
 from services.db.waiting import waiting_jobs
-from services.db.workers import is_online, list_workers
+from services.db.workers import is_online, list_workers, worker_queues
 from web.device_record import device_summary, frameworks
 from web.templating import templates
 
@@ -39,7 +39,7 @@ def queue_rows(workers: list[dict[str, Any]], depths: dict[str, int]) -> list[di
     online workers consume it (a worker's ``queue`` lists its queues, comma-separated)."""
     consumers: dict[str, int] = {}
     for row in workers:
-        for queue in filter(None, row["worker"].queue.split(",")):
+        for queue in worker_queues(row["worker"]):
             consumers[queue] = consumers.get(queue, 0) + row["online"]
     return [{"queue": queue, "depth": depths.get(queue, 0), "online": consumers.get(queue, 0)}
             for queue in sorted(set(consumers) | set(depths))]

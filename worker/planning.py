@@ -59,10 +59,12 @@ def plan(run_id: int, context: WorkerContext, send_job: SendJob, send_finalize: 
         jobs = jobs_of_run(session, run_id)
         waiting = [(job.id, job.queue) for job in jobs if job.status == JobStatus.queued.value]
         ref = RunRef.of(run)
-        online = online_counts_by_device(session, within_s=settings.worker_online_s)
-        gpus = gpu_workers(session, within_s=settings.worker_online_s)
-        overdue = waiting_jobs(session, within_s=settings.worker_online_s, run_ids=[run_id],
-                               waited_s=settings.device_wait) if jobs else []
+        if jobs:  # planned already: only the jobs waiting for a device too long are this delivery's business
+            overdue = waiting_jobs(session, within_s=settings.worker_online_s, run_ids=[run_id],
+                                   waited_s=settings.device_wait)
+        else:  # the workers the plan's devices and routing follow
+            online = online_counts_by_device(session, within_s=settings.worker_online_s)
+            gpus = gpu_workers(session, within_s=settings.worker_online_s)
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)

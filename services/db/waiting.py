@@ -74,10 +74,10 @@ def waiting_jobs(session: Session, *, within_s: float, run_ids: Iterable[int] | 
         query = query.where(waiting_since() < utcnow() - timedelta(seconds=waited_s))
     if limit is not None:
         query = query.limit(limit)
-    reasons: dict[str, str] = {}
-    return [WaitingJob(job_id, run_id, backend, device, queue, reasons.setdefault(queue, waiting_reason(queue, online)),
-                       when)
-            for job_id, run_id, backend, device, queue, when in session.execute(query)]
+    rows = session.execute(query).all()
+    reasons = {queue: waiting_reason(queue, online) for queue in {row.queue for row in rows}}  # once a queue
+    return [WaitingJob(job_id, run_id, backend, device, queue, reasons[queue], when)
+            for job_id, run_id, backend, device, queue, when in rows]
 
 
 def waiting_by_run(session: Session, run_ids: Sequence[int], *, within_s: float) -> dict[int, list[WaitingJob]]:
