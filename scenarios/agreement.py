@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import optree
 
-from scenarios.tolerances import Tolerance
+from scenarios.numpy_function import ravel
+from scenarios.tolerances import Tolerance, allowance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +28,10 @@ class Agreement:
 def compare_with_cpu(gpu: Any, cpu: Any, tol: Tolerance) -> Agreement:
     """Elementwise ``|gpu - cpu| <= atol * max(1, max|cpu|) + rtol * |cpu|``; NaN and infinities
     agree only where both sides have the same one."""
-    gpu_leaves, gpu_spec = optree.tree_flatten(gpu, none_is_leaf=True)
-    cpu_leaves, cpu_spec = optree.tree_flatten(cpu, none_is_leaf=True)
+    gpu_spec, cpu_spec = (optree.tree_structure(tree, none_is_leaf=True) for tree in (gpu, cpu))
     if gpu_spec != cpu_spec:
         return Agreement(False, message=f"the GPU result is shaped {gpu_spec}, the CPU's {cpu_spec}")
-    gpu_flat = np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64)) for leaf in gpu_leaves] or [np.zeros(0)])
-    cpu_flat = np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64)) for leaf in cpu_leaves] or [np.zeros(0)])
+    (gpu_flat, _), (cpu_flat, _) = ravel(gpu), ravel(cpu)
     if gpu_flat.shape != cpu_flat.shape:
         return Agreement(False, message=f"the GPU result has {gpu_flat.size} elements, the CPU's {cpu_flat.size}")
     finite = np.isfinite(gpu_flat) & np.isfinite(cpu_flat)
@@ -41,7 +40,7 @@ def compare_with_cpu(gpu: Any, cpu: Any, tol: Tolerance) -> Agreement:
     difference = np.abs(gpu_flat[finite] - cpu_flat[finite])
     magnitude = np.abs(cpu_flat[finite])
     scale = max(1.0, float(magnitude.max())) if magnitude.size else 1.0
-    allowed = tol.atol * scale + tol.rtol * magnitude
+    allowed = allowance(tol, magnitude, scale)
     over = int(np.count_nonzero(difference > allowed))
     max_abs = float(difference.max()) if difference.size else 0.0
     max_rel = float((difference / np.maximum(magnitude, np.finfo(np.float64).tiny)).max()) if difference.size else 0.0

@@ -117,7 +117,8 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
     for cell in cells:
         _apply_xfail(cell, scenario, raised.get(cell.key))
-    cells += _agreement_cells(scenario, backends, _agreement_targets(devices), dtypes, cells, results, reference)
+    targets = _agreement_targets(devices, computed)
+    cells += _agreement_cells(scenario, backends, targets, dtypes, cells, results, reference)
     for cell in cells:
         if progress:
             progress(cell)
@@ -135,10 +136,10 @@ def _declined(cell: Cell, scenario: Scenario) -> bool:
     return bool(skip) or cell.dtype not in scenario.dtypes
 
 
-def _agreement_targets(devices: Sequence[str]) -> list[str]:
-    """The cuda devices whose results are compared with the CPU's."""
-    named = [compared_device(device) for device in devices if compared_device(device) is not None]
-    computed = [device for device in devices if compared_device(device) is None]
+def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[str]:
+    """The cuda devices whose results are compared with the CPU's: those named as comparisons among
+    ``devices``, and the cuda ones ``computed`` beside the cpu."""
+    named = [device for device in map(compared_device, devices) if device is not None]
     implied = [device for device in computed if device.startswith(CUDA)] if CPU in computed else []
     return list(dict.fromkeys([*named, *implied]))
 

@@ -6,6 +6,7 @@ from typing import Any, Callable
 import optree
 
 from scenarios.backends.base import Backend, CellSkipped, Prepared
+from scenarios.devices import CPU, execution_device
 from scenarios.frameworks import FrameworkUnavailable, get_framework
 from scenarios.frameworks.adapter import arrays_apart
 from scenarios.operators import OPERATOR_RECORDS
@@ -87,7 +88,8 @@ class FrameworkBackend(Backend):
 
         compiled = self.compile(computation)
         ready = self.result_ready
-        sync = (lambda: adapter.synchronize(device)) if device != "cpu" else (lambda: None)
+        # Decided once, not per timed call: a simulated GPU computes on the CPU, with nothing to wait for.
+        sync = (lambda: adapter.synchronize(device)) if execution_device(device) != CPU else (lambda: None)
 
         def call():
             result = ready(compiled(fx, ft, context_arrays))
