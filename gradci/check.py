@@ -21,7 +21,6 @@ from scenarios.project import ProjectError, load_project
 from services.reports.coverage import coverage_percent
 from worker.agreement_specs import agreement_spec
 from worker.runner import CellSpec, RunnerError, WarmRunner
-from worker.simulated_gpus import inline_inventory
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -86,7 +85,6 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
-        runner.extra_env.update(inline_inventory())  # simulated GPUs, where there are, in the runner too
         task = progress.add_task("starting the runner", total=None)
         planned = [with_agreement(specs) for specs in plan(runner, target)]
         if not planned:

@@ -39,7 +39,6 @@ from worker.agreement_specs import agreement_spec
 from worker.checkout import CheckoutError
 from worker.context import WorkerContext
 from worker.runner import CellSpec, RunnerError
-from worker.simulated_gpus import inline_inventory
 from worker.sources import RunRef, Source, load_source
 
 log = logging.getLogger(__name__)
@@ -253,7 +252,6 @@ class JobExecution:
 
     def run(self, job: JobRef, run: RunRef, run_backends: list[str], agreement: bool = False) -> None:
         runner = self.context.runner()
-        runner.extra_env.update(inline_inventory())  # simulated GPUs compute on the CPU, in the runner too
         try:
             source = load_source(run, self.context.checkouts(), runner)
         except (CheckoutError, RunnerError) as exc:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scenarios.simulated_gpus import inline_inventory
 from worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
 from worker.runner_output import OutputDrain
 from worker.sandbox import SandboxPolicy
@@ -150,7 +151,8 @@ class WarmRunner:
         cache = self.workdir / "runner" / "jax-cache"
         layout = self.sandbox.layout(scratch=self._scratch, writable=(cache,), visible=self.visible)
         layout.prepare()
-        env = {**scrubbed_environment(), **self.extra_env, "HOME": str(self._scratch),
+        # Simulated GPUs (the list itself: the runner's view may not hold the file) compute there too.
+        env = {**scrubbed_environment(), **inline_inventory(), **self.extra_env, "HOME": str(self._scratch),
                "TMPDIR": str(self._scratch), "XDG_CACHE_HOME": str(self._scratch / ".cache")}
         if os.path.isabs(env.get("GRADCI_JAX_CACHE_DIR") or "/"):  # unless the cache is switched off
             env["GRADCI_JAX_CACHE_DIR"] = str(cache)
