@@ -22,8 +22,34 @@ T = TypeVar("T")
 SIZE = 64
 FINAL = frozenset({RunStatus.passed.value, RunStatus.failed.value})  # runs whose cells are final
 
-_remembered: OrderedDict[Hashable, Any] = OrderedDict()
-_lock = threading.Lock()
+
+
+class Memory:
+    """The ``size`` values most recently used, by key, shared by the threads of this process."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def recall(self, key: Hashable) -> Any | None:
+        """The value remembered for ``key``, or None."""
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+            return self._values.get(key)
+
+    def remember(self, key: Hashable, value: T) -> T:
+        with self._lock:
+            self._values[key] = value
+            self._values.move_to_end(key)
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+
+_finished = Memory(SIZE)
+recall, remember = _finished.recall, _finished.remember
 
 
 def is_final(run: Run) -> bool:
@@ -34,23 +60,6 @@ def runs_key(session: Session, what: str, *runs: Run | None) -> Hashable:
     """Names ``what`` of these runs in this database: a run id alone could name another run after the
     database was emptied and its ids restarted, its creation time with it cannot."""
     return (str(session.get_bind().url), what, *((run.id, run.created_at) if run else None for run in runs))
-
-
-def recall(key: Hashable) -> Any | None:
-    """The value remembered for ``key``, or None."""
-    with _lock:
-        if key in _remembered:
-            _remembered.move_to_end(key)
-        return _remembered.get(key)
-
-
-def remember(key: Hashable, value: T) -> T:
-    with _lock:
-        _remembered[key] = value
-        _remembered.move_to_end(key)
-        while len(_remembered) > SIZE:
-            _remembered.popitem(last=False)
-    return value
 
 
 def cell_counts(session: Session, runs: Sequence[Run]) -> dict[int, dict[str, int]]:

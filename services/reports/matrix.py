@@ -10,8 +10,6 @@ every request of this process that names the same state — each open tab's poll
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, TypeVar
 
@@ -21,7 +19,7 @@ from sqlalchemy.orm import Session
 from services.db.models import Result, Run, StoredReport
 from services.db.queries import ATTENTION_ORDER, ResultFilter, filtered_results
 from services.reports.diff import tolerance_ratio
-from services.reports.finished import is_final, recall, remember, runs_key
+from services.reports.finished import Memory, is_final, recall, remember, runs_key
 
 T = TypeVar("T")
 ROWS_PER_PAGE = 200
@@ -53,9 +51,9 @@ class MatrixPage:
     total_rows: int
 
 
-LIVE_SIZE = 64  # running runs × filters whose latest layout this process keeps
-_live: OrderedDict[Hashable, tuple[Hashable, Any]] = OrderedDict()  # runs_key → (progress, value)
-_live_lock = threading.Lock()
+# The latest layout of 64 running runs × filters: runs_key → (progress, value). Kept apart from the
+# finished runs' memory, so that polls do not push their layouts out.
+_live = Memory(64)
 
 
 def cell_progress(session: Session, run_id: int, counts: dict[str, int]) -> tuple[int | None, tuple[int, ...]]:
@@ -77,17 +75,10 @@ def _once(session: Session, run: Run, what: str, compute: Callable[[], T], progr
         return memo[run.id, what]
     key = runs_key(session, what, run)
     if not is_final(run):
-        with _live_lock:
-            known = _live.get(key)
+        known = _live.recall(key)
         if known is not None and known[0] == progress:
             return known[1]
-        value = compute()
-        with _live_lock:
-            _live[key] = (progress, value)
-            _live.move_to_end(key)
-            while len(_live) > LIVE_SIZE:
-                _live.popitem(last=False)
-        return value
+        return _live.remember(key, (progress, compute()))[1]
     known = recall(key)
     return known if known is not None else remember(key, compute())
 
