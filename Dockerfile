@@ -23,7 +23,8 @@ RUN set -eux; \
     fi
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
+COPY gradci ./gradci
 COPY scenarios ./scenarios
 COPY services ./services
 COPY worker ./worker

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, select  # noqa: E402
 
-from services.db.models import Result, Run  # noqa: E402
-from services.reports.run_report import store_report  # noqa: E402
-from services.db.pagination import encode_cursor  # noqa: E402
-from services.db.session import engine_for, session_scope  # noqa: E402
+from gradci.services.db.models import Result, Run  # noqa: E402
+from gradci.services.reports.run_report import store_report  # noqa: E402
+from gradci.services.db.pagination import encode_cursor  # noqa: E402
+from gradci.services.db.session import engine_for, session_scope  # noqa: E402
 from tests.databases import scratch_database  # noqa: E402
 from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run  # noqa: E402
 from tests.served_app import ServedApp, served_app  # noqa: E402

@@ -12,10 +12,10 @@ import statistics
 import time
 
 
-import scenarios
-from scenarios.checker import resolve_backends
-from scenarios.library.nn import mlp_100k
-from scenarios.reference import ReferenceCache
+import gradci
+from gradci.scenarios.checker import resolve_backends
+from gradci.scenarios.library.nn import mlp_100k
+from gradci.scenarios.reference import ReferenceCache
 
 ROUNDS, CALLS = 7, 50
 
@@ -83,7 +83,7 @@ def against_gradcheck(scenario) -> None:
         assert torch.autograd.gradcheck(lambda *ls: loss(dict(zip(names, ls)), *ctx), leaves, fast_mode=True)
 
     def gradci():
-        report = scenarios.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
+        report = gradci.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
                                  references=ReferenceCache())  # a fresh cache: the reference is recomputed
         assert report.ok, report.failing()
 
@@ -98,7 +98,7 @@ def against_gradcheck(scenario) -> None:
 
 if __name__ == "__main__":
     big = mlp_100k()
-    from scenarios.library import default
+    from gradci.scenarios.library import default
 
     small = next(s for s in default() if s.name.startswith("nn/chain") and s.operator == "gradient")
     overhead(small)

@@ -36,7 +36,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from services.github.signature import sign  # noqa: E402
+from gradci.services.github.signature import sign  # noqa: E402
 from tests.payloads import payload  # noqa: E402
 from tests.test_integration import free_port, service_env, spawn, stop, wait_for  # noqa: E402
 
@@ -156,8 +156,8 @@ def lost_and_duplicated(database_url: str, redis_url: str, acknowledged: list[We
     lost whatever became of it: GitHub shows it as failed, to be redelivered."""
     from sqlalchemy import select
 
-    from services.db.models import Delivery, Run
-    from services.db.session import session_scope
+    from gradci.services.db.models import Delivery, Run
+    from gradci.services.db.session import session_scope
 
     with session_scope(database_url, readonly=True) as session:
         stored = dict(session.execute(select(Delivery.delivery_id, Delivery.run_id)).all())
@@ -184,7 +184,7 @@ def api_server(database_url: str, redis_url: str, workdir: Path, workers: int = 
     port = free_port()
     env = service_env(database_url=database_url, broker_url=redis_url, workdir=str(workdir),
                       github_webhook_secret=SECRET) | environment
-    process = spawn([sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app",
+    process = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app",
                      "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
                      "--log-level", "warning", "--no-access-log"], env, workdir / "api.log")
     server = Server(f"http://127.0.0.1:{port}", process.pid)

@@ -8,7 +8,7 @@ every operator they take):
 2. gradci with the three JAX backends × float64, float32 (references included, computed afresh)
    ÷ ``jax.test_util.check_grads(f, (x,), order, modes=("fwd", "rev"))`` on the same functions at the
    same points, in both dtypes (order 2 where a second-order operator is checked). Target ≤ 1.
-3. ``--library``: the memo's hit rate on the built-in library (``scenarios.library.default()``).
+3. ``--library``: the memo's hit rate on the built-in library (``gradci.scenarios.library.default()``).
 
 Both sides run once to warm up (imports, compilation) before they are timed.
 Run: .venv/bin/python bench/references.py [--every N] [--library]
@@ -20,12 +20,12 @@ import os
 import time
 from contextlib import contextmanager
 
-import scenarios
-from scenarios.library import frameworks
-from scenarios.numpy_function import ravel
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.reference import ReferenceCache
-from scenarios.stencil_batch import BATCHING_ENV
+import gradci
+from gradci.scenarios.library import frameworks
+from gradci.scenarios.numpy_function import ravel
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.reference import ReferenceCache
+from gradci.scenarios.stencil_batch import BATCHING_ENV
 
 JAX_BACKENDS = ["jax-rev", "jax-fwd", "jax-rev-jit"]
 DTYPES = ["float64", "float32"]
@@ -62,7 +62,7 @@ def batching(enabled: bool):
 
 def run_gradci(chosen: list) -> tuple[float, object]:
     start = time.perf_counter()
-    report = scenarios.check(chosen, backends=JAX_BACKENDS, devices=["cpu"], dtypes=DTYPES,
+    report = gradci.check(chosen, backends=JAX_BACKENDS, devices=["cpu"], dtypes=DTYPES,
                              references=ReferenceCache())  # a fresh cache: references recomputed
     return time.perf_counter() - start, report
 
@@ -122,7 +122,7 @@ def side_by_side(chosen: list) -> None:
 
 
 def library_hit_rate() -> None:
-    from scenarios.library import default
+    from gradci.scenarios.library import default
 
     elapsed, cache = run_references(default(), batched=True)
     print(f"3. built-in library: references {elapsed:6.1f} s, memo hit rate {cache.memo.hit_rate:.0%} "

@@ -16,8 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from services.settings import Settings
-from worker.runner import CellSpec, WarmRunner
+from gradci.services.settings import Settings
+from gradci.worker.runner import CellSpec, WarmRunner
 
 DTYPES = ("float64", "float32")
 

@@ -1,7 +1,7 @@
 """Service benchmarks, printed as figures (not a timed test; the machine is shared).
 
 1. The built-in suite on the CPU through the service — submit over HTTP → every result stored —
-   ÷ ``scenarios.check`` in a fresh process on the same cells (target ≤ 1.25). Both sides pay
+   ÷ ``gradci.scenarios.check`` in a fresh process on the same cells (target ≤ 1.25). Both sides pay
    for their imports once: the check process imports jax and torch, the worker's runner too.
 2. Ingestion of synthetic results through the batched upsert, committed every
    ``BATCH_CELLS`` as a worker does (target ≥ 2,000 cells/s), first write and a redelivery's rewrite.
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # The storage layer is imported where it is used, so that the timed check process loads only the engine;
 # these two contract modules are standard library only.
-from scenarios.cell import STATUSES as CELL_STATUSES  # noqa: E402
-from scenarios.matrix import exact_pattern  # noqa: E402
+from gradci.scenarios.cell import STATUSES as CELL_STATUSES  # noqa: E402
+from gradci.scenarios.matrix import exact_pattern  # noqa: E402
 
 TOKEN = "bench-token"
 INGEST_CELLS = 20_000
@@ -42,7 +42,7 @@ STATUSES = ("pass", "pass", "pass", "fail", "error", "skip", "xfail", "xpass")
 
 def chosen_scenarios(sample: int) -> list[str]:
     """Every ``sample``-th scenario of the default library: each family represented."""
-    from scenarios import library
+    from gradci.scenarios import library
 
     return [scenario.name for scenario in library.default()][::sample]
 
@@ -50,11 +50,11 @@ def chosen_scenarios(sample: int) -> list[str]:
 def check_in_process(names_file: Path) -> None:
     """Child mode: check the named scenarios, print cells and seconds as JSON."""
     start = time.perf_counter()
-    import scenarios
-    from scenarios import library
+    import gradci
+    from gradci.scenarios import library
 
     wanted = set(json.loads(names_file.read_text()))
-    report = scenarios.check([s for s in library.default() if s.name in wanted], devices=["cpu"])
+    report = gradci.check([s for s in library.default() if s.name in wanted], devices=["cpu"])
     cells = {f"{c.scenario}|{c.backend}|{c.device}|{c.dtype}": c.status for c in report.cells}
     print(json.dumps({"seconds": time.perf_counter() - start, "cells": cells}))
 
@@ -102,8 +102,8 @@ def wait_ready(client: httpx.Client, timeout_s: float = 180) -> None:
 def stored_cells(database_url: str, run_id: int) -> int:
     from sqlalchemy import func, select
 
-    from services.db.models import Result
-    from services.db.session import session_scope
+    from gradci.services.db.models import Result
+    from gradci.services.db.session import session_scope
 
     with session_scope(database_url, readonly=True) as session:
         return int(session.scalar(select(func.count()).where(Result.run_id == run_id)) or 0)
@@ -150,9 +150,9 @@ def synthetic_cell(index: int) -> dict[str, Any]:
 
 def ingestion_rate(database_url: str) -> tuple[float, float]:
     """cells/s of the first write and of a redelivery's rewrite of the same cells."""
-    from services.db.results import upsert_results
-    from services.db.runs import create_run
-    from services.db.session import session_scope
+    from gradci.services.db.results import upsert_results
+    from gradci.services.db.runs import create_run
+    from gradci.services.db.session import session_scope
 
     with session_scope(database_url) as session:
         run_id = create_run(session).id
@@ -190,7 +190,7 @@ def main() -> None:
                GRADCI_WORKER_HEARTBEAT_S="1", PYTHONPATH=str(ROOT))
     if args.broker_url:
         env["GRADCI_BROKER_URL"] = args.broker_url
-    from services.db.migrate import upgrade
+    from gradci.services.db.migrate import upgrade
 
     upgrade(database_url)
 

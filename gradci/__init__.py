@@ -1,2 +1,77 @@
-"""The ``gradci`` command line: the top layer, the only one that wires ``scenarios`` (the engine),
-``services`` (the server side), ``worker`` and ``web`` together."""
+"""gradci: derivative checks for JAX and PyTorch — scenarios × backends × devices × dtypes against
+finite-difference references — as a library, a command line and a CI service.
+
+The authoring API::
+
+    from gradci import Scenario, Expect, namespace, check
+
+Everything else lives in the layers below: ``gradci.scenarios`` (the checking engine),
+``gradci.services`` (the server side), ``gradci.worker``, ``gradci.web`` (the dashboard) and
+``gradci.cli`` (the command line, the one place that wires them together).
+
+The names below are imported on first use, so that ``import gradci.services.api.app`` (the API
+process) and ``gradci submit`` load no numpy, scipy or framework; the ``TYPE_CHECKING`` block
+re-exports the same names explicitly for type checkers and IDEs (a test keeps the two in step).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gradci.scenarios import library as library
+    from gradci.scenarios.arrays import namespace as namespace
+    from gradci.scenarios.backends import Backend as Backend
+    from gradci.scenarios.backends import backend_names as backend_names
+    from gradci.scenarios.backends import get_backend as get_backend
+    from gradci.scenarios.cell import STATUSES as STATUSES
+    from gradci.scenarios.cell import Cell as Cell
+    from gradci.scenarios.checker import Report as Report
+    from gradci.scenarios.checker import check as check
+    from gradci.scenarios.devices import current_device as current_device
+    from gradci.scenarios.expectations import Expect as Expect
+    from gradci.scenarios.matrix import Matrix as Matrix
+    from gradci.scenarios.matrix import select_scenarios as select_scenarios
+    from gradci.scenarios.operators import OPERATORS as OPERATORS
+    from gradci.scenarios.scenario import Scenario as Scenario
+    from gradci.scenarios.scenario import Tangents as Tangents
+    from gradci.scenarios.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
+    from gradci.scenarios.tolerances import Tolerance as Tolerance
+
+# Public name -> the module that defines it (the same pairs as the block above).
+_EXPORTS = {
+    "Scenario": "gradci.scenarios.scenario",
+    "Tangents": "gradci.scenarios.scenario",
+    "Expect": "gradci.scenarios.expectations",
+    "namespace": "gradci.scenarios.arrays",
+    "check": "gradci.scenarios.checker",
+    "Report": "gradci.scenarios.checker",
+    "Cell": "gradci.scenarios.cell",
+    "STATUSES": "gradci.scenarios.cell",
+    "Tolerance": "gradci.scenarios.tolerances",
+    "DEFAULT_TOLERANCES": "gradci.scenarios.tolerances",
+    "OPERATORS": "gradci.scenarios.operators",
+    "Backend": "gradci.scenarios.backends",
+    "backend_names": "gradci.scenarios.backends",
+    "get_backend": "gradci.scenarios.backends",
+    "Matrix": "gradci.scenarios.matrix",
+    "select_scenarios": "gradci.scenarios.matrix",
+    "current_device": "gradci.scenarios.devices",
+}
+
+__all__ = [*_EXPORTS, "library"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "library":
+        value = importlib.import_module("gradci.scenarios.library")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'gradci' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

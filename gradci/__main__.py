@@ -1,4 +1,4 @@
 """``python -m gradci``: the command line, as the ``gradci`` script runs it."""
-from gradci.cli import app
+from gradci.cli.commands import app
 
 app()

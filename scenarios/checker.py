@@ -1,4 +1,4 @@
-"""`scenarios.check`: expand scenarios × backends × devices × dtypes into cells and check each."""
+"""`gradci.scenarios.check`: expand scenarios × backends × devices × dtypes into cells and check each."""
 from __future__ import annotations
 
 import contextlib
@@ -9,20 +9,20 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
 
-from scenarios.agreement import compare_with_cpu
-from scenarios.backends import Backend, CellSkipped, get_backend, registry
-from scenarios.cell import FAILING, Cell
-from scenarios.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
-from scenarios.expectations import first_applying
-from scenarios.compare import Comparison, compare_to_reference
-from scenarios.intact import in_place_culprit, mutation, snapshot
-from scenarios.modes import check_modes_agree
-from scenarios.reference import ReferenceCache, describe, shared_cache
-from scenarios.scenario import Scenario, Tangents
-from scenarios.repeats import repeat_spread, spread_message
-from scenarios.simulated_gpus import simulated_gpus
-from scenarios.tolerances import Tolerance, agreement_tolerance, tolerance_for
-from scenarios.warning_capture import captured_warnings
+from gradci.scenarios.agreement import compare_with_cpu
+from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
+from gradci.scenarios.cell import FAILING, Cell
+from gradci.scenarios.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
+from gradci.scenarios.expectations import first_applying
+from gradci.scenarios.compare import Comparison, compare_to_reference
+from gradci.scenarios.intact import in_place_culprit, mutation, snapshot
+from gradci.scenarios.modes import check_modes_agree
+from gradci.scenarios.reference import ReferenceCache, describe, shared_cache
+from gradci.scenarios.scenario import Scenario, Tangents
+from gradci.scenarios.repeats import repeat_spread, spread_message
+from gradci.scenarios.simulated_gpus import simulated_gpus
+from gradci.scenarios.tolerances import Tolerance, agreement_tolerance, tolerance_for
+from gradci.scenarios.warning_capture import captured_warnings
 
 # Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
 TIMING_REPEATS = 3
@@ -93,7 +93,7 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
     cells are computed only to compare the forward and reverse modes with (the service checks one
     backend a job) and are not returned; see ``_peer_cells``.
 
-    CPU–GPU agreement cells (``scenarios.agreement``) come for each cuda device where ``devices`` has
+    CPU–GPU agreement cells (``gradci.scenarios.agreement``) come for each cuda device where ``devices`` has
     cpu too, or names the comparison itself (``cuda:0-vs-cpu``: the CPU results are then computed for
     the comparison only, as a service job on a GPU does). ``repeats``: how many times each
     derivative is computed to see whether it is reproducible (None: the scenario's ``repeats``)."""

@@ -7,10 +7,10 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from scenarios.blocks import block_matrix
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.reference import Probe, Reference
-from scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
+from gradci.scenarios.blocks import block_matrix
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.reference import Probe, Reference
+from gradci.scenarios.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
 
 ANALYTIC_ADVICE = "give an analytic reference"
 
@@ -182,7 +182,7 @@ def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custo
 
 def probed_layout(result: Any, operator: str, x: Any) -> np.ndarray:
     """The result as one float64 vector in the layout of the reference's flattened function: a matrix
-    result's blocks (``scenarios.blocks``) as the row-major (rows, columns) matrix, anything else its
+    result's blocks (``gradci.scenarios.blocks``) as the row-major (rows, columns) matrix, anything else its
     leaves in order."""
     if OPERATOR_RECORDS[operator].matrix_result:
         return block_matrix(result, x).reshape(-1)

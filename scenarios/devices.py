@@ -2,7 +2,7 @@
 
 ``cpu``; ``cuda`` (any GPU); ``cuda:N`` (the N-th GPU this process sees); ``cuda.smXY`` (a GPU of
 compute capability X.Y, for the service's routing). ``cuda:N-vs-cpu`` names the cells comparing a
-GPU's results with the CPU's (``scenarios.agreement``).
+GPU's results with the CPU's (``gradci.scenarios.agreement``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def expand_devices(requested: Iterable[str], available: Sequence[str]) -> list[s
 
 # --- where a cell computes ----------------------------------------------------------------------
 
-# The device of the cell being computed, for scenario code (``scenarios.current_device()``).
+# The device of the cell being computed, for scenario code (``gradci.scenarios.current_device()``).
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("gradci_current_device", default=CPU)
 AGREEMENT_SUFFIX = "-vs-cpu"
 
@@ -58,14 +58,14 @@ def computing_on(device: str) -> Iterator[None]:
 
 def simulated(device: str) -> bool:
     """A cuda device of a simulated inventory (GRADCI_DEVICE_INVENTORY): its cells compute on the CPU."""
-    from scenarios.simulated_gpus import simulated_gpus
+    from gradci.scenarios.simulated_gpus import simulated_gpus
 
     return device.startswith(CUDA) and simulated_gpus() is not None
 
 
 def simulated_device_missing(device: str) -> str | None:
     """Why the simulated inventory has no ``device`` (None: it has it)."""
-    from scenarios.simulated_gpus import simulated_gpus
+    from gradci.scenarios.simulated_gpus import simulated_gpus
 
     count = len(simulated_gpus() or ())
     index = int(device.split(":")[1]) if ":" in device else 0

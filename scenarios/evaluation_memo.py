@@ -11,8 +11,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from scenarios.numpy_function import FlatFunction, ravel
-from scenarios.scenario import Scenario
+from gradci.scenarios.numpy_function import FlatFunction, ravel
+from gradci.scenarios.scenario import Scenario
 
 # Bounds: stored values by their bytes (a probe point of a large network is megabytes), flat
 # functions (each holds f(x)) by count. Least recently used first out.

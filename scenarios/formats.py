@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from typing import Any
 
-from scenarios.cell import Cell
+from gradci.scenarios.cell import Cell
 
 
 def cells_to_json(cells: Iterable[Cell]) -> str:
@@ -68,7 +68,7 @@ def junit_testcase(suite: ET.Element, suite_name: str, result: Any) -> str | Non
 
 def junit_xml(name: str, results: Iterable[Any]) -> bytes:
     """``results`` (Cells, or anything with their attributes) must arrive grouped by (backend, device,
-    dtype). A stored run's document is streamed by ``services.reports.junit`` instead."""
+    dtype). A stored run's document is streamed by ``gradci.services.reports.junit`` instead."""
     root = ET.Element("testsuites", name=name)
     totals = dict.fromkeys(JUNIT_COUNTERS, 0)
     total_time = 0.0

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from scenarios.inputs import leaf_path
+from gradci.scenarios.inputs import leaf_path
 
 # What torch says when a function writes into a leaf tensor that requires grad (torch-rev's x)...
 _TORCH_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import optree
 
-from scenarios.cell import Cell
-from scenarios.compare import Comparison, compare_arrays, compare_to_reference, probed_layout
-from scenarios.numpy_function import ravel
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.reference import FDSettings, ReferenceBuilder
-from scenarios.scenario import Scenario, Tangents
-from scenarios.tolerances import Tolerance, tolerance_for
+from gradci.scenarios.cell import Cell
+from gradci.scenarios.compare import Comparison, compare_arrays, compare_to_reference, probed_layout
+from gradci.scenarios.numpy_function import ravel
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.reference import FDSettings, ReferenceBuilder
+from gradci.scenarios.scenario import Scenario, Tangents
+from gradci.scenarios.tolerances import Tolerance, tolerance_for
 
 
 def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tangent: Any) -> None:

@@ -6,8 +6,8 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.scenario import Scenario
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.scenario import Scenario
 
 
 def ravel(tree: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
@@ -47,7 +47,7 @@ def float64_callable(scenario: Scenario) -> Callable:
     fn = scenario.implementation(framework)
     if framework == "numpy":
         return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
-    from scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks import get_framework
 
     fw = get_framework(framework)
 

@@ -1,18 +1,18 @@
 """The derivative operators gradci checks: one ``Operator`` record each, in ``OPERATOR_RECORDS``.
 
 A record says what the operator expects and returns and how every kind of backend computes it, so
-that adding an operator is one record plus its functions (and its name in ``scenarios.cell.OPERATORS``,
+that adding an operator is one record plus its functions (and its name in ``gradci.scenarios.cell.OPERATORS``,
 the vocabulary the store and the API share). Conventions follow DifferentiationInterface.
 
 Each record's functions are written against a vocabulary its backends hand in, never against a
 framework, so this module imports no framework:
 
-- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``scenarios.backends.functional.Transforms``
+- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``gradci.scenarios.backends.functional.Transforms``
   (jax or torch.func). ``reverse`` builds the operator from vector-Jacobian products and ``forward``
   from Jacobian-vector products, so a bug in a custom vjp rule shows in reverse cells and one in a
   jvp rule in forward cells.
-- ``autograd(A, f, x, t)``: ``A`` is ``scenarios.backends.torch_backends.Autograd`` (torch.autograd).
-- ``finite_differences(B, t)``: ``B`` is ``scenarios.reference.ReferenceBuilder``; the float64
+- ``autograd(A, f, x, t)``: ``A`` is ``gradci.scenarios.backends.torch_backends.Autograd`` (torch.autograd).
+- ``finite_differences(B, t)``: ``B`` is ``gradci.scenarios.reference.ReferenceBuilder``; the float64
   reference, and the ``fd`` backend's cross-check with other settings.
 
 ``t`` is the tangent (like x) or cotangent (like f(x)) where the operator takes one, else None.
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import optree
 
-from scenarios.blocks import matrix_blocks
-from scenarios.cell import OPERATORS
-from scenarios.inputs import ScenarioInputError, describe, differentiable
+from gradci.scenarios.blocks import matrix_blocks
+from gradci.scenarios.cell import OPERATORS
+from gradci.scenarios.inputs import ScenarioInputError, describe, differentiable
 
 if TYPE_CHECKING:
-    from scenarios.backends.functional import Transforms
-    from scenarios.reference import Reference, ReferenceBuilder
+    from gradci.scenarios.backends.functional import Transforms
+    from gradci.scenarios.reference import Reference, ReferenceBuilder
 
 __all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "operator_input"]
 

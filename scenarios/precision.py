@@ -7,13 +7,13 @@ off, JAX "highest"). ``"tf32"``: TF32 allowed for float32 matmuls and convolutio
 Each framework adapter reads and pins its own switches (``precision_text``, ``pinned_precision``,
 ``tf32_active``); the checker applies a scenario's pin around each of its cells, records the text in
 ``Cell.precision`` while the pin holds, and gives a float32 cell that ran in TF32 on a GPU the TF32
-tolerance (``scenarios.tolerances``).
+tolerance (``gradci.scenarios.tolerances``).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from scenarios.inputs import ScenarioInputError
+from gradci.scenarios.inputs import ScenarioInputError
 
 SETTINGS = ("highest", "tf32")
 

@@ -27,8 +27,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from scenarios.matrix import Matrix, MatrixError
-from scenarios.scenario import Scenario
+from gradci.scenarios.matrix import Matrix, MatrixError
+from gradci.scenarios.scenario import Scenario
 
 CONFIG_NAME = "gradci.toml"
 

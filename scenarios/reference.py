@@ -4,7 +4,7 @@ error estimates, or the scenario's analytic reference.
 Small inputs get the full operator result. Large ones (a network's parameters) get random
 directional probes: u·R (or w·R·u for matrices) against the finite difference of f along u, so a
 reference costs O(1) function evaluations in the parameter count. The function's values at the
-stencil points come from ``scenarios.stencil_batch`` (batched where f allows, shared between the
+stencil points come from ``gradci.scenarios.stencil_batch`` (batched where f allows, shared between the
 scenarios of one function).
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ import numpy as np
 import optree
 from scipy import differentiate
 
-from scenarios.evaluation_memo import EvaluationMemo
-from scenarios.numpy_function import FlatFunction, ravel
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.scenario import Scenario, Tangents
-from scenarios.stencil_batch import StencilEvaluator
-from scenarios.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
+from gradci.scenarios.evaluation_memo import EvaluationMemo
+from gradci.scenarios.numpy_function import FlatFunction, ravel
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.scenario import Scenario, Tangents
+from gradci.scenarios.stencil_batch import StencilEvaluator
+from gradci.scenarios.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 
 # Above these many input elements, first-order operators are checked through probes...
 FULL_FIRST_ORDER_LIMIT = 16
@@ -367,7 +367,7 @@ def _flat_leaves(tree: Any) -> np.ndarray:
 
 def decides(reference: Reference, tol: Tolerance) -> bool:
     """Whether the reference's error estimate is small enough, everywhere, to decide a result at ``tol``
-    (the comparison's own test, ``scenarios.tolerances.undecided``)."""
+    (the comparison's own test, ``gradci.scenarios.tolerances.undecided``)."""
     if reference.is_full:
         values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
         scale = reliable_scale(values, errors, tol)

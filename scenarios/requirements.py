@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scenarios.inputs import ScenarioInputError
+from gradci.scenarios.inputs import ScenarioInputError
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -105,7 +105,7 @@ class DeviceOffer:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> DeviceOffer:
-        """From a device record (``worker.devices``: a heartbeat's ``versions["device"]``)."""
+        """From a device record (``gradci.worker.devices``: a heartbeat's ``versions["device"]``)."""
         kind = record.get("kind") or ("cpu" if record.get("device") == "cpu" else "cuda")
         return cls(kind=kind, capability=record.get("capability"), memory_total=record.get("memory_total"),
                    name=str(record.get("name") or record.get("device") or kind))

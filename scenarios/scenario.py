@@ -10,13 +10,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import optree
 
-from scenarios import wrt as positional
-from scenarios.cell import FRAMEWORKS
-from scenarios.expectations import expectations
-from scenarios.inputs import ScenarioInputError, describe, differentiable, held_fixed
-from scenarios.operators import OPERATOR_RECORDS, operator_input
-from scenarios.precision import precision_setting
-from scenarios.requirements import requirements_of
+from gradci.scenarios import wrt as positional
+from gradci.scenarios.cell import FRAMEWORKS
+from gradci.scenarios.expectations import expectations
+from gradci.scenarios.inputs import ScenarioInputError, describe, differentiable, held_fixed
+from gradci.scenarios.operators import OPERATOR_RECORDS, operator_input
+from gradci.scenarios.precision import precision_setting
+from gradci.scenarios.requirements import requirements_of
 
 
 
@@ -47,19 +47,19 @@ class Scenario:
     the same signature ``f(x, *contexts)`` in every framework.
 
     ``x``, ``tangent`` and ``contexts`` may hold numpy arrays, torch tensors, jax arrays, Python
-    numbers, and tuples, lists and dicts of them (``scenarios.inputs``); all are kept as numpy, once.
+    numbers, and tuples, lists and dicts of them (``gradci.scenarios.inputs``); all are kept as numpy, once.
     x and tangents must be floating point. In contexts only floating-point leaves are cast to each
     cell's dtype; integers, booleans, index arrays (handed to f as the framework's integer arrays),
     strings and None reach f unchanged.
 
     ``jacobian`` and ``hessian`` of pytrees follow ``jax.jacrev``'s block convention
-    (``scenarios.blocks``): the Jacobian is a pytree like f(x) whose leaves are pytrees like x, block
+    (``gradci.scenarios.blocks``): the Jacobian is a pytree like f(x) whose leaves are pytrees like x, block
     [y_i][x_j] of shape ``y_i.shape + x_j.shape``; the Hessian is x-structure over x-structure, block
     [x_i][x_j] of shape ``x_i.shape + x_j.shape``. For a single array x that is the one array of shape
     ``f(x).shape + x.shape`` (``x.shape * 2``).
 
     ``wrt`` differentiates a function of several positional arguments with respect to some of them
-    (``scenarios.wrt``): with ``x=(a, b, c)`` and ``wrt=(0, 2)`` (a tuple of positions) the scenario
+    (``gradci.scenarios.wrt``): with ``x=(a, b, c)`` and ``wrt=(0, 2)`` (a tuple of positions) the scenario
     checks ``f(a, b, c, *contexts)`` as a function of the tuple ``(a, c)``, b held fixed like a
     context; ``wrt=1`` (one position) as a function of b alone, the result shaped like b. It is applied
     at construction: afterwards ``x`` holds the differentiated arguments (a tangent is given like
@@ -73,11 +73,11 @@ class Scenario:
 
     ``xfail`` and ``skip`` declare cells known to fail, or not to be run, by backend, device and dtype
     patterns, with the reason (and for ``xfail`` optionally the exception expected): see
-    ``scenarios.expectations``.
+    ``gradci.scenarios.expectations``.
 
     ``requirements`` (``{"min_memory": "16GB", "min_capability": "80"}``) sends the scenario's CUDA
-    cells only to devices that offer them (``scenarios.requirements``); ``precision`` pins the
-    arithmetic its cells run with (``scenarios.precision``); ``repeats=N`` computes each derivative N
+    cells only to devices that offer them (``gradci.scenarios.requirements``); ``precision`` pins the
+    arithmetic its cells run with (``gradci.scenarios.precision``); ``repeats=N`` computes each derivative N
     times and records whether the results were bitwise identical (``Cell.repeat_spread``).
 
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
@@ -151,7 +151,7 @@ class Scenario:
                                 f"by framework); got {describe(fn)}")
 
     def _hold_fixed_all_but(self, wrt: int | tuple[int, ...]) -> None:
-        """Apply ``wrt`` (see ``scenarios.wrt``): x becomes the differentiated arguments, the held ones
+        """Apply ``wrt`` (see ``gradci.scenarios.wrt``): x becomes the differentiated arguments, the held ones
         follow the contexts, f and a callable reference take them back in their places."""
         positions = positional.chosen_positions(wrt, self.x, self.name)
         count = len(self.x)

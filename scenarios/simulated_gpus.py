@@ -5,7 +5,7 @@ per-device workers and the engine's GPU path can be tested without a GPU. The li
 CUDA would number them for this process (``cuda:0`` first); CUDA_VISIBLE_DEVICES does not filter it.
 
 The engine runs a simulated ``cuda:N`` cell's computation on the CPU through the same code
-(``scenarios.devices.execution_device``): CPU–GPU agreement, precision records, repeats and routing
+(``gradci.scenarios.devices.execution_device``): CPU–GPU agreement, precision records, repeats and routing
 all run here; the cells say "simulated" in their precision. Standard library only.
 """
 from __future__ import annotations

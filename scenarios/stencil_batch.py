@@ -18,9 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from scenarios.evaluation_memo import EvaluationMemo
-from scenarios.numpy_function import FlatFunction, reference_framework
-from scenarios.scenario import Scenario
+from gradci.scenarios.evaluation_memo import EvaluationMemo
+from gradci.scenarios.numpy_function import FlatFunction, reference_framework
+from gradci.scenarios.scenario import Scenario
 
 # "off": every stencil point evaluated on its own, as before batching (for comparison).
 BATCHING_ENV = "GRADCI_REFERENCE_BATCHING"
@@ -109,8 +109,8 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     import jax
     import jax.numpy as jnp
 
-    from scenarios.frameworks import get_framework
-    from scenarios.frameworks.adapter import arrays_apart
+    from gradci.scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks.adapter import arrays_apart
 
     fw = get_framework("jax")  # float64 needs the adapter's x64 switch, before any array exists
     fn, unravel = scenario.implementation("jax"), _unraveller(scenario.x)
@@ -137,7 +137,7 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
 def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     import torch
 
-    from scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks import get_framework
 
     fw = get_framework("torch")
     fn, unravel = scenario.implementation("torch"), _unraveller(scenario.x)

@@ -27,7 +27,7 @@ The TF32 row applies where the cell's framework says TF32 was on while it ran, o
 ``matmul.allow_tf32`` or ``cudnn.allow_tf32``; JAX's default matmul precision other than "highest",
 XLA's default on GPUs); ``Scenario(precision="highest")`` turns it off, and the plain float32 row holds.
 
-**CPU–GPU agreement** (``scenarios.agreement``): a cuda cell's result against the CPU result of the same
+**CPU–GPU agreement** (``gradci.scenarios.agreement``): a cuda cell's result against the CPU result of the same
 backend and dtype, with the same formula (``r`` the CPU result, no error estimate). Tighter than the
 finite-difference tolerances: both sides round the same way up to the order of operations, so a few
 ulps accumulated over a computation is all a correct kernel may differ by.

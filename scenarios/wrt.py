@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from scenarios.inputs import ScenarioInputError, describe
+from gradci.scenarios.inputs import ScenarioInputError, describe
 
 
 def chosen_positions(wrt: Any, args: Any, name: str) -> tuple[int, ...]:

@@ -22,8 +22,8 @@ from typing import Any
 
 from kombu.utils.json import loads
 
-from services.dispatch import broker_connection
-from services.settings import Settings
+from gradci.services.dispatch import broker_connection
+from gradci.services.settings import Settings
 
 TaskKey = tuple[str, int]  # (task name, its first argument: a job's or a run's id)
 WAITING = None  # in place of the time a worker took the message

@@ -1,5 +1,5 @@
 """The one place the API touches the queue: sending ``plan_run`` and ``publish_github`` by name,
-and probing the broker. The producer app comes from ``services.queues``: the API never imports the
+and probing the broker. The producer app comes from ``gradci.services.queues``: the API never imports the
 worker's tasks (nor the frameworks they load)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 from celery import Celery
 from kombu import Connection
 
-from services.queues import BROKER_TIMEOUT_S, CONTROL_QUEUE, PLAN_RUN, PUBLISH_GITHUB, create_celery
-from services.settings import Settings
+from gradci.services.queues import BROKER_TIMEOUT_S, CONTROL_QUEUE, PLAN_RUN, PUBLISH_GITHUB, create_celery
+from gradci.services.settings import Settings
 
 
 class DispatchError(RuntimeError):

@@ -2,7 +2,7 @@
 which queue serves which device, and the Celery configuration both ends share.
 
 The server sends tasks by *name* through a producer app built here, so it never imports the
-worker's code; ``worker.celery_app`` builds the consuming app from the same configuration.
+worker's code; ``gradci.worker.celery_app`` builds the consuming app from the same configuration.
 Nothing is created at import: apps come from ``create_celery`` at start-up.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from celery import Celery
 
-from scenarios.devices import CPU, CUDA, validate_device
-from services.settings import Settings
+from gradci.scenarios.devices import CPU, CUDA, validate_device
+from gradci.services.settings import Settings
 
 BROKER_TIMEOUT_S = 3.0  # a broker that does not answer within this is down: fail, don't hang
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from services.db.urls import ensure_sqlite_directory, normalize_database_url
+from gradci.services.db.urls import ensure_sqlite_directory, normalize_database_url
 
 EMBEDDED_DATABASE_FILE = "gradci.db"
 EMBEDDED_BROKER_FILE = "broker.db"

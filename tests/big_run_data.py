@@ -16,8 +16,8 @@ import dataclasses
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from services.db.models import RunStatus
-from services.db.runs import create_run, get_or_create_repository
+from gradci.services.db.models import RunStatus
+from gradci.services.db.runs import create_run, get_or_create_repository
 
 MATRIX_SIZE = 28  # 7 backends × 2 devices × 2 dtypes: the cells of one scenario
 BACKENDS = ("jax-rev", "jax-fwd", "jax-rev-jit", "torch-rev", "torch-func-rev", "torch-func-fwd", "fd")

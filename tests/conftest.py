@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from services.db.migrate import upgrade
-from services.db.session import dispose_engine, engine_for, session_scope
-from services.settings import get_settings
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine, engine_for, session_scope
+from gradci.services.settings import get_settings
 from tests.databases import admin_connection, scratch_database
-from worker.simulated_gpus import INVENTORY_VARIABLE
+from gradci.worker.simulated_gpus import INVENTORY_VARIABLE
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -129,7 +129,7 @@ def synthetic_cell(index: int, *, status: str | None = None, backend: str = "jax
 @pytest.fixture
 def make_run() -> Callable[..., int]:
     """``make_run(url, **run_fields)`` → id of a new run committed in that database."""
-    from services.db.runs import create_run
+    from gradci.services.db.runs import create_run
 
     def make(url: str, **fields: Any) -> int:
         with session_scope(url) as session:

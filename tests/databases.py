@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from services.db.migrate import upgrade
-from services.db.session import dispose_engine
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine
 
 
 def admin_connection(admin_url: str) -> Any:

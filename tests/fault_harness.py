@@ -23,8 +23,8 @@ import httpx
 import psycopg
 import redis
 
-from services.db.migrate import upgrade
-from services.db.session import dispose_engine
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine
 from tests.test_integration import Service, _healthy, free_port, service_env, spawn, stop, wait_for
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -121,7 +121,7 @@ class FaultyService(Service):
 
     def start_worker(self) -> None:
         self.worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "2"],
-                            self.env, self.logs / "worker.log")
+                            self.env, self.logs / "gradci.worker.log")
 
     def kill_worker(self) -> None:
         """SIGKILL to the worker's whole process group: main process, pool and runners at once."""
@@ -155,7 +155,7 @@ def faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyServ
         env = service_env(database_url=postgres.url, broker_url=broker.url, workdir=str(workdir),
                           api_token="integration-token", **settings)
         port = free_port()
-        api = spawn([sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host",
+        api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host",
                      "127.0.0.1", "--port", str(port)], env, logs / "api.log")
         service = FaultyService(url=f"http://127.0.0.1:{port}", database_url=postgres.url, broker_url=broker.url,
                                 repo=repo, sha=sha, workdir=workdir, logs=logs, env=env, redis=broker,
@@ -164,7 +164,7 @@ def faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyServ
         wait_for(lambda: _healthy(service.url), "the API and a cpu worker", timeout_s=90)
         yield service
     finally:
-        for log in ("worker.log", "api.log"):  # shown by pytest when a test failed
+        for log in ("gradci.worker.log", "api.log"):  # shown by pytest when a test failed
             if (logs / log).exists():
                 print(f"--- {log} ---\n" + (logs / log).read_text(errors="replace")[-8000:])
         if service is not None and service.worker is not None:

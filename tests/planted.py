@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios import Scenario, namespace
+from gradci import Scenario, namespace
 
 X = np.array([0.3, -0.7, 1.1, 0.5])
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.db.models import Run, RunStatus, ScenarioCatalogEntry
-from services.db.results import upsert_results
-from services.db.runs import create_run, get_or_create_repository
-from services.db.session import session_scope
-from services.reports.model import RunReport
-from services.reports.run_report import report_for_run
+from gradci.services.db.models import Run, RunStatus, ScenarioCatalogEntry
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run, get_or_create_repository
+from gradci.services.db.session import session_scope
+from gradci.services.reports.model import RunReport
+from gradci.services.reports.run_report import report_for_run
 
 HEAD_SHA, BASE_SHA = "1234567abc" + "0" * 30, "abcdef0123" + "0" * 30
 

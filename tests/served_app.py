@@ -46,7 +46,7 @@ def served_app(database_url: str, logs: Path, **settings: str) -> Iterator[Serve
     """``uvicorn --factory web.app:create_app`` on ``database_url``, stopped on exit."""
     port = free_port()
     env = service_env(database_url=database_url, workdir=str(logs / "work"), **settings)
-    process = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
+    process = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.web.app:create_app", "--host", "127.0.0.1",
                      "--port", str(port), "--log-level", "warning"], env, logs / "api.log")
     app = ServedApp(url=f"http://127.0.0.1:{port}", process=process)
     try:

@@ -64,7 +64,7 @@ def alive(pids: set[int]) -> set[int]:
 
 
 def runners_below(pid: int) -> set[int]:
-    return {p for p in descendants(pid) if "worker.runner_child" in command_line(p) or "worker.sandbox" in command_line(p)}
+    return {p for p in descendants(pid) if "gradci.worker.runner_child" in command_line(p) or "gradci.worker.sandbox" in command_line(p)}
 
 
 def wait_gone(pids: set[int], timeout_s: float) -> float:
@@ -97,7 +97,7 @@ def running_service(database_url: str, broker_url: str, repo: Path, sha: str, wo
     env = service_env(database_url=database_url, broker_url=broker_url, workdir=str(workdir), api_token=TOKEN,
                       worker_heartbeat_s="1", **settings)
     port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host", "127.0.0.1",
+    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host", "127.0.0.1",
                  "--port", str(port)], env, logs / "api.log")
     service = Service(url=f"http://127.0.0.1:{port}", database_url=database_url, broker_url=broker_url, repo=repo,
                       sha=sha, workdir=workdir, logs=logs, env=env)
@@ -113,4 +113,4 @@ def running_service(database_url: str, broker_url: str, repo: Path, sha: str, wo
 
 def start_worker(env: dict[str, str], logs: Path, concurrency: int = 2) -> subprocess.Popen[bytes]:
     return spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", str(concurrency)],
-                 env, logs / "worker.log")
+                 env, logs / "gradci.worker.log")

@@ -21,14 +21,14 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from scenarios.matrix import exact_pattern
-from services.api.app import create_app
-from services.db.models import Job, Run, Worker, utcnow
-from services.db.results import upsert_results
-from services.db.runs import create_run, get_or_create_repository
-from services.db.session import session_scope
-from services.db.workers import record_heartbeat
-from services.settings import Settings
+from gradci.scenarios.matrix import exact_pattern
+from gradci.services.api.app import create_app
+from gradci.services.db.models import Job, Run, Worker, utcnow
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run, get_or_create_repository
+from gradci.services.db.session import session_scope
+from gradci.services.db.workers import record_heartbeat
+from gradci.services.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "s3cret-token"
@@ -406,7 +406,7 @@ CONSUMER = textwrap.dedent(
 def test_embedded_mode_queues_runs_another_process_can_take(clean_environment, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     settings = Settings(api_token=TOKEN)  # no URLs: SQLite database and SQLite transport under .gradci/
-    from services.db.migrate import upgrade
+    from gradci.services.db.migrate import upgrade
 
     upgrade(settings.database_url)
     with TestClient(create_app(settings)) as embedded:
@@ -436,7 +436,7 @@ def uvicorn_server(clean_environment, postgres_url: str, redis_url: str, tmp_pat
     env = dict(os.environ, GRADCI_DATABASE_URL=postgres_url, GRADCI_BROKER_URL=redis_url, GRADCI_API_TOKEN=TOKEN,
                GRADCI_PUBLIC_URL="https://ci.example.org", GRADCI_WORKDIR=str(tmp_path / "work"))
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

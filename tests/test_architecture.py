@@ -1,15 +1,18 @@
 """The layers point one way and no module imports itself back, lazy imports included.
 
-    gradci (the command line) → web, worker → services → scenarios (the engine)
+    gradci.cli (the command line) → gradci.web, gradci.worker → gradci.services → gradci.scenarios (the engine)
+
+``gradci`` itself (the authoring API, re-exported from the engine) counts as the engine's layer.
 
 Every import statement in the tree is read — at module level or inside a function — and so is every
-string that names one of our modules (``importlib.import_module("worker.tasks")``,
-``"web.app:create_app"``), since a module started by name is as much a dependency as an import.
+string that names one of our modules (``importlib.import_module("gradci.worker.tasks")``,
+``"gradci.web.app:create_app"``), since a module started by name is as much a dependency as an import.
 Imports under ``if TYPE_CHECKING:`` never run: they count for the layers, not for cycles.
 """
 from __future__ import annotations
 
 import ast
+import runpy
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +22,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Layer of each top-level package: a module may use its own layer and those below it.
-LAYERS = {"scenarios": 0, "services": 1, "worker": 2, "web": 2, "gradci": 3}
+# Import name -> repository folder, as the distribution maps them.
+FOLDERS: dict[str, str] = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["LAYERS"]
+# Layer of each package: a module may use its own layer and those below it.
+LAYERS = {"gradci": 0, "gradci.scenarios": 0, "gradci.services": 1, "gradci.worker": 2, "gradci.web": 2,
+          "gradci.cli": 3}
+# ``python -m gradci`` is the command line, though it lives in the package's root folder.
+PART_OF = {"gradci.__main__": "gradci.cli"}
 # Third-party packages the engine must not touch: it has no web, database or queue code.
 NOT_IN_THE_ENGINE = ("sqlalchemy", "alembic", "fastapi", "starlette", "celery", "kombu", "redis", "httpx",
                      "jinja2", "psycopg", "uvicorn")
@@ -30,11 +38,22 @@ NOT_IN_THE_ENGINE = ("sqlalchemy", "alembic", "fastapi", "starlette", "celery", 
 def modules() -> dict[str, Path]:
     """Dotted name → file, for every module of our packages."""
     found = {}
-    for package in LAYERS:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package, folder in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = (*package.split("."), *path.relative_to(ROOT / folder).with_suffix("").parts)
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found.setdefault(name, path)  # gradci/ lists the mapped layers' folders under no name
     return found
+
+
+def layer_of(name: str) -> str | None:
+    """The layer a dotted name of ours belongs to: its longest prefix in LAYERS."""
+    name = PART_OF.get(name, name)
+    while name:
+        if name in LAYERS:
+            return name
+        name = name.rpartition(".")[0]
+    return None
 
 
 def _resolve(name: str) -> str | None:
@@ -96,12 +115,17 @@ def edges() -> dict[str, set[str]]:
 def test_every_import_points_down_the_layers() -> None:
     wrong = []
     for module in modules():
-        layer = module.split(".")[0]
+        layer = layer_of(module)
+        assert layer is not None, module
         for name, line in imports_of(module):
-            target = name.split(".")[0]
-            if target in LAYERS and target != layer and LAYERS[target] >= LAYERS[layer]:
+            target = layer_of(name)
+            if target is not None and target != layer and LAYERS[target] >= LAYERS[layer] > 0:
                 wrong.append(f"{modules()[module].relative_to(ROOT)}:{line} ({layer}) uses {name} ({target})")
-            if layer == "scenarios" and target in NOT_IN_THE_ENGINE:
+            if layer == "gradci" and target not in (None, "gradci", "gradci.scenarios"):
+                wrong.append(f"{modules()[module].relative_to(ROOT)}:{line}: the authoring API imports {name}")
+            if LAYERS[layer] == 0 and target is not None and LAYERS[target] > 0:
+                wrong.append(f"{modules()[module].relative_to(ROOT)}:{line} (the engine) uses {name} ({target})")
+            if LAYERS[layer] == 0 and name.split(".")[0] in NOT_IN_THE_ENGINE:
                 wrong.append(f"{modules()[module].relative_to(ROOT)}:{line}: the engine imports {name}")
     assert wrong == []
 
@@ -129,11 +153,11 @@ def test_no_import_cycles_between_modules() -> None:
 def test_the_checker_sees_lazy_imports_and_module_strings() -> None:
     """The two tests above would pass on an empty graph: show that they see what they must."""
     graph = edges()
-    assert "services.queues" in graph["services.dispatch"]            # a module-level import
-    assert "gradci.check" in graph["gradci.cli"]                        # inside a function
-    assert "worker.tasks" in graph["worker.celery_app"]                 # TASK_MODULES, a string
-    assert "web.app" in graph["gradci.serve"]                           # "web.app:create_app"
-    assert "scenarios.checker" in graph["scenarios"]                    # the lazy package top level
+    assert "gradci.services.queues" in graph["gradci.services.dispatch"]            # a module-level import
+    assert "gradci.cli.check" in graph["gradci.cli.commands"]                        # inside a function
+    assert "gradci.worker.tasks" in graph["gradci.worker.celery_app"]                 # TASK_MODULES, a string
+    assert "gradci.web.app" in graph["gradci.cli.serve"]                           # "gradci.web.app:create_app"
+    assert "gradci.scenarios.checker" in graph["gradci"]                           # the lazy authoring API
 
 
 def _imported_by(code: str) -> set[str]:
@@ -146,14 +170,19 @@ HEAVY = {"numpy", "scipy", "torch", "jax"}
 
 
 def test_the_cell_contract_and_the_matrix_load_no_numpy_or_framework() -> None:
-    assert _imported_by("import scenarios.cell, scenarios.matrix, scenarios.devices, scenarios") & HEAVY == set()
+    assert _imported_by("import gradci.scenarios.cell, gradci.scenarios.matrix, gradci.scenarios.devices, "
+                        "gradci.scenarios, gradci") & HEAVY == set()
+
+
+def test_the_api_application_loads_no_numpy() -> None:
+    assert _imported_by("import gradci.services.api.app; gradci.services.api.app.create_app") & HEAVY == set()
 
 
 @pytest.mark.parametrize("command", ["submit", "status"])
 def test_rest_client_commands_load_no_numpy_scipy_or_framework(command: str) -> None:
     """``gradci submit`` and ``gradci status`` talk to a server: everything their code path imports,
     as ``python -X importtime`` lists it, is free of numpy, scipy, torch and jax."""
-    code = ("import sys; from typer.testing import CliRunner; from gradci.cli import app; "
+    code = ("import sys; from typer.testing import CliRunner; from gradci.cli.commands import app; "
             f"CliRunner().invoke(app, [{command!r}, {'1' if command == 'status' else '--repo=x'!r}, "
             "'--server=http://127.0.0.1:9'])")
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,

@@ -20,16 +20,16 @@ def run_with_backend(tmp_path: Path, make_body: str, program: str) -> subprocess
 
 def test_entry_point_backend_is_listed_and_runs(tmp_path):
     out = run_with_backend(tmp_path, '''
-        from scenarios.backends.torch_backends import TorchFuncBackend
+        from gradci.scenarios.backends.torch_backends import TorchFuncBackend
 
         def make():
             return TorchFuncBackend("my-torch-rev", "reverse")
     ''', '''
         import numpy as np, scenarios
-        from scenarios import Scenario, namespace
-        assert "my-torch-rev" in scenarios.BACKENDS, scenarios.BACKENDS
+        from gradci import Scenario, namespace
+        assert "my-torch-rev" in gradci.backend_names(), gradci.backend_names()
         s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))
-        report = scenarios.check([s], backends=["my-torch-rev"], devices=["cpu"], dtypes=["float64"])
+        report = gradci.check([s], backends=["my-torch-rev"], devices=["cpu"], dtypes=["float64"])
         print(report.cells[0].status)
     ''')
     assert out.returncode == 0, out.stderr
@@ -39,7 +39,7 @@ def test_entry_point_backend_is_listed_and_runs(tmp_path):
 def test_a_backend_outside_the_cell_vocabularies_is_refused_at_registration(tmp_path):
     """Its cells could never be stored: say so when it registers, not when a run ingests them."""
     out = run_with_backend(tmp_path, '''
-        from scenarios.backends.base import Backend
+        from gradci.scenarios.backends.base import Backend
 
         class TensorFlowBackend(Backend):
             name, framework, mode = "tf-rev", "tensorflow", "reverse"
@@ -47,8 +47,8 @@ def test_a_backend_outside_the_cell_vocabularies_is_refused_at_registration(tmp_
         def make():
             return TensorFlowBackend()
     ''', '''
-        import scenarios
-        scenarios.BACKENDS
+        import gradci
+        gradci.backend_names()
     ''')
     assert out.returncode != 0
     assert "backend 'tf-rev': framework 'tensorflow' is not one of jax, torch, numpy" in out.stderr

@@ -18,23 +18,23 @@ from sqlalchemy import delete, text
 
 from fastapi.testclient import TestClient
 
-from scenarios.cell import STATUSES
-from services.db.models import Result, Run
-from services.db.queries import ATTENTION_ORDER
-from services.db.results import upsert_results
-from services.db.session import engine_for, session_scope
-from services.reports.markdown import LIST_LIMIT as COMMENT_LIST_LIMIT
-from services.reports.markdown import render
-from services.reports import finished
-from services.reports.model import LIST_LIMIT
-from services.reports.run_report import report_for_run, store_report
-from services.settings import Settings
+from gradci.scenarios.cell import STATUSES
+from gradci.services.db.models import Result, Run
+from gradci.services.db.queries import ATTENTION_ORDER
+from gradci.services.db.results import upsert_results
+from gradci.services.db.session import engine_for, session_scope
+from gradci.services.reports.markdown import LIST_LIMIT as COMMENT_LIST_LIMIT
+from gradci.services.reports.markdown import render
+from gradci.services.reports import finished
+from gradci.services.reports.model import LIST_LIMIT
+from gradci.services.reports.run_report import report_for_run, store_report
+from gradci.services.settings import Settings
 from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run
 from tests.report_cases import report_of
 from tests.served_app import ServedApp, served_app
 from tests.test_github_unit import cell
-from web.app import create_app
-from web.run_page import CELLS_PER_PAGE
+from gradci.web.app import create_app
+from gradci.web.run_page import CELLS_PER_PAGE
 
 CELLS = 7143 * MATRIX_SIZE  # 200,004
 # What one request may add to the server's resident memory. Every cell as a Python object takes

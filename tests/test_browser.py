@@ -44,8 +44,8 @@ import time
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def poly(x):
@@ -93,11 +93,11 @@ def service(postgres_database: str, redis_broker: str,  # noqa: F811 - redis_bro
                       job_chunk_size="1",
                       workdir=str(tmp_path_factory.mktemp("work")), worker_heartbeat_s="1", cell_timeout_s="60")
     port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
+    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.web.app:create_app", "--host", "127.0.0.1",
                  "--port", str(port)], env, logs / "api.log")
     try:
         worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"], env,
-                       logs / "worker.log")
+                       logs / "gradci.worker.log")
         try:
             url = f"http://127.0.0.1:{port}"
             wait_for(lambda: _worker_online(url), "the API and a cpu worker", timeout_s=90)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import scenarios
-from scenarios.project import load_project, load_scenarios
+import gradci
+from gradci.scenarios.project import load_project, load_scenarios
 from tests import planted
 
 GRADCI = [sys.executable, "-m", "gradci"]
@@ -31,8 +31,8 @@ import warnings
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def good(x):
@@ -164,7 +164,7 @@ def test_verdicts_are_the_in_process_engines_forward_and_reverse_compared(repo: 
                  "--backends", ",".join(backends), "--dtypes", "float32")
     got = [(c["scenario"], c["backend"], c["status"], c["message"]) for c in json.loads(out.stdout)]
     chosen = [s for s in load_scenarios(load_project(repo)) if s.name in ("disagree", "good")]
-    expected = scenarios.check(chosen, backends=backends, devices=["cpu"], dtypes=["float32"]).cells
+    expected = gradci.check(chosen, backends=backends, devices=["cpu"], dtypes=["float32"]).cells
     assert got == [(c.scenario, c.backend, c.status, c.message) for c in expected]
     assert ("disagree", "torch-rev", "fail") == got[0][:3] and "finds this one wrong" in got[0][3]
     assert out.returncode == 1
@@ -175,8 +175,8 @@ def test_the_built_in_library_runs_in_the_runner_with_the_engines_verdicts() -> 
     out = gradci("check", "--family", "elementary", "-k", "elementary/sin*", "--backends", ",".join(backends),
                  "--format", "json")
     got = [(c["scenario"], c["backend"], c["dtype"], c["status"]) for c in json.loads(out.stdout)]
-    chosen = [s for s in scenarios.library.family("elementary") if s.name.startswith("elementary/sin")]
-    expected = scenarios.check(chosen, backends=backends, devices=["cpu"]).cells
+    chosen = [s for s in gradci.library.family("elementary") if s.name.startswith("elementary/sin")]
+    expected = gradci.check(chosen, backends=backends, devices=["cpu"]).cells
     assert got == [(c.scenario, c.backend, c.dtype, c.status) for c in expected] and got
     assert out.returncode == 0, out.stderr
 
@@ -263,8 +263,8 @@ def test_the_engine_keeps_each_cells_own_warnings_deduplicated_and_capped() -> N
 
     import numpy as np
 
-    from scenarios import Scenario
-    from scenarios.warning_capture import MAX_WARNING_CHARS, MAX_WARNINGS
+    from gradci import Scenario
+    from gradci.scenarios.warning_capture import MAX_WARNING_CHARS, MAX_WARNINGS
 
     def torch_square(x):
         for index in range(MAX_WARNINGS + 2):
@@ -276,7 +276,7 @@ def test_the_engine_keeps_each_cells_own_warnings_deduplicated_and_capped() -> N
                                                "jax": lambda x: (x * x).sum()}, np.array([1.0, 2.0]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning the engine let through would fail the check
-        cells = {c.backend: c for c in scenarios.check([s], backends=["torch-rev", "jax-rev"], devices=["cpu"],
+        cells = {c.backend: c for c in gradci.check([s], backends=["torch-rev", "jax-rev"], devices=["cpu"],
                                                          dtypes=["float64"]).cells}
     lines = cells["torch-rev"].warnings.splitlines()
     assert [line.split()[3] for line in lines] == [str(i) for i in range(MAX_WARNINGS)]
@@ -288,11 +288,11 @@ def test_the_service_stores_and_serves_a_cells_warnings(clean_environment, datab
                                                          cell_factory) -> None:
     from fastapi.testclient import TestClient
 
-    from services.api.app import create_app
-    from services.db.results import upsert_results
-    from services.db.runs import create_run
-    from services.db.session import session_scope
-    from services.settings import Settings
+    from gradci.services.api.app import create_app
+    from gradci.services.db.results import upsert_results
+    from gradci.services.db.runs import create_run
+    from gradci.services.db.session import session_scope
+    from gradci.services.settings import Settings
 
     warned = {**cell_factory(1), "warnings": "UserWarning: one\nRuntimeWarning: two"}
     with session_scope(database_url) as session:

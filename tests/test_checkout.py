@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.checkout import CheckoutError, Checkouts, auth_config
+from gradci.worker.checkout import CheckoutError, Checkouts, auth_config
 
 
 def git(repo: Path, *args: str) -> str:

@@ -14,7 +14,7 @@ GRADCI = [sys.executable, "-m", "gradci"]
 
 SCENARIOS = '''
 import numpy as np
-from scenarios import Scenario, namespace
+from gradci import Scenario, namespace
 
 def scenarios():
     def square(x):

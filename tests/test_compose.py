@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import typer
 
-from gradci.cli import app
-from services.settings import Settings
+from gradci.cli.commands import app
+from gradci.services.settings import Settings
 
 yaml = pytest.importorskip("yaml")
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-import scenarios
-from scenarios import Scenario
-from scenarios.cell import Cell
+import gradci
+from gradci import Scenario
+from gradci.scenarios.cell import Cell
 from tests import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 
 
 def cells(scenario, backends, dtypes=("float64",)):
-    report = scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
+    report = gradci.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
     return {c.backend: c for c in report.cells}
 
 
@@ -92,10 +92,10 @@ def test_disagreement_with_a_wrong_jvp_rule_fails_forward_only():
 
 
 def test_where_the_reference_cannot_decide_both_modes_fail_saying_so(monkeypatch):
-    from scenarios import modes
+    from gradci.scenarios import modes
 
     monkeypatch.setattr(modes, "_decide", lambda *args: (None, None))
-    s = Scenario("sq", "gradient", lambda x: scenarios.namespace(x).sum(x * x), np.array([1.0, 2.0]))
+    s = Scenario("sq", "gradient", lambda x: gradci.namespace(x).sum(x * x), np.array([1.0, 2.0]))
 
     def cell(backend, mode):
         return Cell(scenario="sq", operator="gradient", framework="torch", backend=backend, mode=mode,

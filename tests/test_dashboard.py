@@ -13,19 +13,19 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from services.db.models import Job, Result, Run
-from services.db.results import upsert_results
-from services.db.runs import create_run, get_or_create_repository
-from services.db.session import session_scope
-from services.db.workers import record_heartbeat
-from services.reports import matrix as matrix_module
-from services.reports.matrix import ROWS_PER_PAGE
-from services.reports.diff import stored_tolerance_ratio, tolerance_ratio
-from services.settings import Settings
-from web import heatmap
-from web.app import create_app
-from web.run_page import CELLS_PER_PAGE
-from web.status_style import BAND_COLOURS
+from gradci.services.db.models import Job, Result, Run
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run, get_or_create_repository
+from gradci.services.db.session import session_scope
+from gradci.services.db.workers import record_heartbeat
+from gradci.services.reports import matrix as matrix_module
+from gradci.services.reports.matrix import ROWS_PER_PAGE
+from gradci.services.reports.diff import stored_tolerance_ratio, tolerance_ratio
+from gradci.services.settings import Settings
+from gradci.web import heatmap
+from gradci.web.app import create_app
+from gradci.web.run_page import CELLS_PER_PAGE
+from gradci.web.status_style import BAND_COLOURS
 
 Cells = Callable[..., dict[str, Any]]
 
@@ -453,8 +453,8 @@ def test_colour_scale_keeps_bands_apart() -> None:
 def test_a_finished_runs_layout_is_kept_with_its_report(database_url: str, client: TestClient,
                                                         cell_factory: Cells) -> None:
     """Finalising stores the unfiltered matrix layout; the run page then reads it instead of every cell."""
-    from services.db.models import StoredReport
-    from services.reports.run_report import store_report
+    from gradci.services.db.models import StoredReport
+    from gradci.services.reports.run_report import store_report
 
     cells = [cell(cell_factory, 0, "a/ok", "pass"), cell(cell_factory, 1, "b/broken", "fail", backend="fd")]
     run_id = make_run(database_url, cells, status="failed")

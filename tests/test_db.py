@@ -15,24 +15,24 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from scenarios.cell import STATUSES, InvalidCell
+from gradci.scenarios.cell import STATUSES, InvalidCell
 
-from services.db import queries
-from services.db.migrate import current_revision, upgrade
-from services.db.models import Base, CellStatus, Job, Result, Run, Worker, utcnow
-from services.db.pagination import InvalidCursor, decode_cursor, encode_cursor
-from services.db.results import result_row, upsert_results
-from services.db.runs import (
+from gradci.services.db import queries
+from gradci.services.db.migrate import current_revision, upgrade
+from gradci.services.db.models import Base, CellStatus, Job, Result, Run, Worker, utcnow
+from gradci.services.db.pagination import InvalidCursor, decode_cursor, encode_cursor
+from gradci.services.db.results import result_row, upsert_results
+from gradci.services.db.runs import (
     RunAlreadyFinished,
     create_rerun,
     get_or_create_repository,
     request_cancel,
 )
-from services.db.session import engine_for, session_scope
-from services.db.urls import normalize_database_url
-from services.db.workers import online_counts_by_device, record_heartbeat
-from services.reports.coverage import coverage_percent, status_counts
-from services.settings import Settings
+from gradci.services.db.session import engine_for, session_scope
+from gradci.services.db.urls import normalize_database_url
+from gradci.services.db.workers import online_counts_by_device, record_heartbeat
+from gradci.services.reports.coverage import coverage_percent, status_counts
+from gradci.services.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,7 +236,7 @@ def test_runs_list_newest_first_with_filters_and_pages(database_url, make_run) -
         fields = {"pr_number": 7} if index % 3 == 0 else {}
         with session_scope(database_url) as session:
             repository = session.get(type(repo), repo_id) if index % 2 == 0 else None
-            from services.db.runs import create_run
+            from gradci.services.db.runs import create_run
 
             create_run(session, repository=repository, head_sha=sha if repository else None, **fields)
 
@@ -294,7 +294,7 @@ def test_cancel_drops_queued_jobs_and_finishes_when_nothing_runs(database_url, m
 def test_rerun_covers_the_unsuccessful_cells_of_the_same_commit(database_url, make_run, cell_factory) -> None:
     with session_scope(database_url) as session:
         repository = get_or_create_repository(session, "/srv/repos/kernels")
-        from services.db.runs import create_run
+        from gradci.services.db.runs import create_run
 
         parent = create_run(session, repository=repository, head_sha="c" * 40, ref="main", pr_number=3)
         parent_id = parent.id
@@ -359,8 +359,8 @@ def test_heartbeats_upsert_and_count_online_per_device(database_url) -> None:
 WRITER = textwrap.dedent(
     """
     import sys
-    from services.db.results import result_row, upsert_results
-    from services.db.session import session_scope
+    from gradci.services.db.results import result_row, upsert_results
+    from gradci.services.db.session import session_scope
     url, run_id, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     for batch in range(20):  # many small transactions, as workers stream results
         cells = [

@@ -9,13 +9,13 @@ import io
 import pytest
 from rich.console import Console
 
-from gradci.client import EXIT_FAILED, EXIT_OK, GradciClient
-from gradci.demo import demo_exit_code, demo_matrices, run_demo
-from gradci.supervisor import Supervisor
-from scenarios import library
-from scenarios.matrix import Matrix, select_scenarios
-from services.db.models import Run
-from services.db.session import session_scope
+from gradci.cli.client import EXIT_FAILED, EXIT_OK, GradciClient
+from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
+from gradci.cli.supervisor import Supervisor
+from gradci.scenarios import library
+from gradci.scenarios.matrix import Matrix, select_scenarios
+from gradci.services.db.models import Run
+from gradci.services.db.session import session_scope
 from tests.test_integration import TOKEN, Service, project, redis_broker, service  # noqa: F401 (fixtures)
 
 

@@ -15,17 +15,17 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from services.api.app import create_app
-from services.db.models import Worker
-from services.db.session import session_scope
-from services.settings import Settings
+from gradci.services.api.app import create_app
+from gradci.services.db.models import Worker
+from gradci.services.db.session import session_scope
+from gradci.services.settings import Settings
 from tests.conftest import TWO_GPUS
 from tests.test_integration import service_env, spawn, stop, wait_for
-from web.app import create_app as create_dashboard
-from worker.context import WorkerContext
-from worker.devices import discover_devices, gpu_records, parse_worker_device
-from worker.heartbeat import Heartbeat
-from worker.simulated_gpus import INVENTORY_VARIABLE, InventoryError
+from gradci.web.app import create_app as create_dashboard
+from gradci.worker.context import WorkerContext
+from gradci.worker.devices import discover_devices, gpu_records, parse_worker_device
+from gradci.worker.heartbeat import Heartbeat
+from gradci.worker.simulated_gpus import INVENTORY_VARIABLE, InventoryError
 
 
 
@@ -187,7 +187,7 @@ def test_a_worker_serves_a_simulated_gpu(sqlite_url: str, redis_url: str, tmp_pa
     inventory.write_text(json.dumps(TWO_GPUS))
     env = service_env(database_url=sqlite_url, broker_url=redis_url, workdir=str(tmp_path / "work"),
                       worker_heartbeat_s="0.5", device_inventory=str(inventory))
-    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cuda:1"], env, tmp_path / "worker.log")
+    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cuda:1"], env, tmp_path / "gradci.worker.log")
     try:
         def registered() -> Worker | None:
             with session_scope(sqlite_url, readonly=True) as session:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from gradci.client import exit_code
-from worker.context import physical_gpu
-from scenarios.devices import validate_device
-from worker.devices import LocalDevice, parse_worker_device
-from worker.start import worker_argv
+from gradci.cli.client import exit_code
+from gradci.worker.context import physical_gpu
+from gradci.scenarios.devices import validate_device
+from gradci.worker.devices import LocalDevice, parse_worker_device
+from gradci.worker.start import worker_argv
 
 
 def test_a_gpu_worker_consumes_cuda_and_its_capability_queue() -> None:

@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-import scenarios
-from scenarios import Scenario, Tangents, namespace
+import gradci
+from gradci import Scenario, Tangents, namespace
 from tests import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -20,15 +20,15 @@ def statuses(report):
 
 
 def run(scenario, backends, dtypes=("float64",)):
-    return scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
+    return gradci.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
 
 
 def test_public_names():
-    assert scenarios.OPERATORS == ("derivative", "second_derivative", "gradient", "value_and_gradient",
+    assert gradci.OPERATORS == ("derivative", "second_derivative", "gradient", "value_and_gradient",
                                    "jacobian", "jvp", "vjp", "hvp", "hessian")
-    assert set(scenarios.BACKENDS) >= {"jax-rev", "jax-fwd", "jax-rev-jit", "torch-rev", "torch-func-rev",
+    assert set(gradci.backend_names()) >= {"jax-rev", "jax-fwd", "jax-rev-jit", "torch-rev", "torch-func-rev",
                                        "torch-func-fwd", "fd"}
-    modes = {name: scenarios.get_backend(name).mode for name in scenarios.BACKENDS}
+    modes = {name: gradci.get_backend(name).mode for name in gradci.backend_names()}
     assert modes["fd"] == "finite" and modes["jax-fwd"] == "forward" and modes["torch-rev"] == "reverse"
 
 
@@ -174,7 +174,7 @@ def test_pytree_inputs_and_batched_tangents():
     tangents = Tangents(({"w": np.ones((2, 2)), "b": [np.array([1.0, 0.0])]},
                          {"w": np.eye(2), "b": [np.array([0.0, 2.0])]}))
     for operator, tangent in (("jvp", tangents), ("vjp", Tangents((np.array([1.0, 2.0]), np.array([0.0, 1.0]))))):
-        report = scenarios.check([Scenario(f"tree/{operator}", operator, f, x, tangent=tangent)], devices=["cpu"])
+        report = gradci.check([Scenario(f"tree/{operator}", operator, f, x, tangent=tangent)], devices=["cpu"])
         assert report.ok, [(c.backend, c.status, c.message) for c in report.failing()]
 
 
@@ -194,7 +194,7 @@ def test_cuda_cells_skip_with_a_reason_without_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))
-    report = scenarios.check([s], backends=["torch-rev", "jax-rev"], devices=["cuda:0"])
+    report = gradci.check([s], backends=["torch-rev", "jax-rev"], devices=["cuda:0"])
     assert {c.status for c in report.cells} == {"skip"}
     assert all("cuda" in c.message.lower() for c in report.cells)
 
@@ -302,7 +302,7 @@ def test_fingerprint_sees_weights_held_by_framework_objects(capture):
     # makes correct code fail, or wrong code pass.
     import jax.numpy as jnp
     import torch
-    import scenarios.reference
+    from gradci.scenarios import reference
 
     def make(seed):
         layer = _torch_layer(seed)
@@ -318,7 +318,7 @@ def test_fingerprint_sees_weights_held_by_framework_objects(capture):
     a, b, c = (Scenario("same-name", "gradient", {"torch": make(seed)}, x) for seed in (0, 1, 0))
     assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()
     assert a.function_fingerprint() != b.function_fingerprint()
-    reference_of = {s: scenarios.reference.compute_references(s)[1][0].full for s in (a, b)}
+    reference_of = {s: reference.compute_references(s)[1][0].full for s in (a, b)}
     assert not np.allclose(reference_of[a], reference_of[b])  # so sharing them would be wrong
 
 
@@ -329,6 +329,6 @@ def test_fingerprint_sees_weights_held_by_framework_objects(capture):
 ])
 def test_a_function_returning_the_wrong_thing_is_an_error_on_every_backend(returns, says):
     # Finite differences of a vector-valued "gradient" function used to pass against a Jacobian reference.
-    report = scenarios.check([Scenario("wrong-output", "gradient", returns, np.array([0.3, -0.2, 0.7]))],
+    report = gradci.check([Scenario("wrong-output", "gradient", returns, np.array([0.3, -0.2, 0.7]))],
                              backends=["fd", "torch-rev", "jax-rev"], dtypes=["float64"])
     assert {(cell.status, says in cell.message) for cell in report.cells} == {("error", True)}

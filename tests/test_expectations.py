@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import scenarios
-from scenarios import Expect, Scenario
-from scenarios.project import ProjectError, load_project, load_scenarios
+import gradci
+from gradci import Expect, Scenario
+from gradci.scenarios.project import ProjectError, load_project, load_scenarios
 
 X = np.array([0.3, -0.7, 1.1])
 
@@ -35,7 +35,7 @@ def _scaled_sin(backward_scale: float):
 
 
 def _statuses(scenario: Scenario, backends=("torch-rev",), dtypes=("float64", "float32")) -> dict:
-    report = scenarios.check([scenario], backends=list(backends), devices=["cpu"], dtypes=list(dtypes))
+    report = gradci.check([scenario], backends=list(backends), devices=["cpu"], dtypes=list(dtypes))
     return {(cell.backend, cell.dtype): (cell.status, cell.message) for cell in report.cells}
 
 
@@ -135,10 +135,10 @@ def _project(tmp_path, entry: str, body: str):
 
 MODULE = """
     import numpy as np
-    import scenarios                       # the package, not shadowed by the function below
+    import gradci                       # the package, not shadowed by the function below
 
     def all_scenarios():
-        return [scenarios.Scenario(name="mine/gradient", operator="gradient",
+        return [gradci.Scenario(name="mine/gradient", operator="gradient",
                                    f=lambda x: (x ** 2).sum(), x=np.ones(2))]
 """
 

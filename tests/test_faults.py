@@ -17,8 +17,8 @@ import pytest
 from celery import Celery
 from sqlalchemy import delete, update
 
-from services.db.models import Job, Result, Run, utcnow
-from services.db.session import session_scope
+from gradci.services.db.models import Job, Result, Run, utcnow
+from gradci.services.db.session import session_scope
 from tests import fault_harness
 from tests.fault_harness import FaultyService, faulty_service
 from tests.test_integration import assert_each_cell_once, git, jobs_of, results_of, wait_for
@@ -41,8 +41,8 @@ dtypes = ["float64"]
 SCENARIOS_MODULE = f'''
 import time
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def slow(x):
@@ -76,7 +76,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultyService]
 
 
 def worker_log(service: FaultyService) -> str:
-    return (service.logs / "worker.log").read_text(errors="replace")
+    return (service.logs / "gradci.worker.log").read_text(errors="replace")
 
 
 def started(service: FaultyService) -> int:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-import scenarios
-from scenarios import Scenario
+import gradci
+from gradci import Scenario
 from tests.planted import wrong_by
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 
 
 def statuses(scenario, backends, dtypes=("float64",)):
-    report = scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
+    report = gradci.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
     return {c.backend: (c.status, c.message) for c in report.cells}
 
 

@@ -12,11 +12,11 @@ import numpy as np
 import optree
 import pytest
 
-import scenarios
-from scenarios import OPERATORS
-from scenarios.library import default, family
-from scenarios.library.frameworks import AREAS, FAMILY
-from scenarios.library.frameworks._table import FIRST, Row, scenarios as table_scenarios
+import gradci
+from gradci import OPERATORS
+from gradci.scenarios.library import default, family
+from gradci.scenarios.library.frameworks import AREAS, FAMILY
+from gradci.scenarios.library.frameworks._table import FIRST, Row, scenarios as table_scenarios
 
 UPSTREAM_URL = re.compile(r"https://github\.com/(pytorch/pytorch|jax-ml/jax)/(issues|pull)/\d+")
 MAX_ELEMENTS = 12  # full references, never random probes
@@ -78,7 +78,7 @@ BACKENDS = ["torch-rev", "torch-func-rev", "torch-func-fwd", "jax-fwd", "jax-rev
 def test_the_whole_family_passes_on_cpu_in_both_dtypes(conformance):
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    report = scenarios.check(conformance, backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
+    report = gradci.check(conformance, backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
     bad = [f"{c.scenario} {c.backend} {c.dtype}: {c.status} {c.message}" for c in report.failing()]
     assert not bad, f"{len(bad)} failing cells:\n" + "\n".join(bad[:40])
     counts = report.counts()
@@ -131,7 +131,7 @@ def test_a_wrong_derivative_of_a_framework_function_fails(function, call, backen
     pytest.importorskip(framework)
     rows = (Row(function, (5,), (-1.5, 1.5), FIRST),
             Row(function, (5,), (-1.5, 1.5), FIRST, call=call, label="wrong"))
-    report = scenarios.check(table_scenarios("planted", rows), backends=backends, devices=["cpu"], dtypes=["float64"])
+    report = gradci.check(table_scenarios("planted", rows), backends=backends, devices=["cpu"], dtypes=["float64"])
     statuses = collections.defaultdict(set)
     for cell in report.cells:
         statuses["wrong" if "[wrong]" in cell.scenario else "right"].add(cell.status)

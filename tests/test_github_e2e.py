@@ -11,9 +11,9 @@ from typing import Iterator
 import httpx
 import pytest
 
-from services.github.signature import sign
+from gradci.services.github.signature import sign
 from tests.conftest import emptied
-from services.reports.markdown import MARKER
+from gradci.services.reports.markdown import MARKER
 from tests.fake_github import FakeGitHub
 from tests.payloads import payload
 from tests.test_integration import (free_port, git, redis_broker, service_env, spawn, stop,  # noqa: F401
@@ -37,7 +37,7 @@ target = 90
 
 MODULE = '''
 import numpy as np
-from scenarios import Scenario, namespace
+from gradci import Scenario, namespace
 
 def poly(x):
     return namespace(x).sum(x ** 3 - 2 * x)
@@ -103,10 +103,10 @@ def server(postgres_database, redis_broker, mirror, github, tmp_path_factory) ->
                       public_url=PUBLIC_URL, clone_url_template=f"file://{mirror[0]}/{{full_name}}.git",
                       worker_heartbeat_s="1")
     port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
+    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.web.app:create_app", "--host", "127.0.0.1",
                  "--port", str(port)], env, logs / "api.log")
     worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"],
-                   env, logs / "worker.log")
+                   env, logs / "gradci.worker.log")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _workers_online(url), "the API and a worker", timeout_s=90)
@@ -114,7 +114,7 @@ def server(postgres_database, redis_broker, mirror, github, tmp_path_factory) ->
     finally:
         stop(api)
         stop(worker)
-        print((logs / "worker.log").read_text()[-4000:])
+        print((logs / "gradci.worker.log").read_text()[-4000:])
 
 
 def _workers_online(url: str) -> bool:

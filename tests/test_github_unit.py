@@ -7,16 +7,16 @@ import copy
 import pytest
 from sqlalchemy import select
 
-from services.github import events, signature
-from services.github.events import DecisionKind
-from services.github.client import GitHubClient, GitHubError
-from services.reports.markdown import MARKER, render
-from services.db.models import Result
-from services.db.results import upsert_results
-from services.db.runs import create_run
-from services.db.session import session_scope
-from services.reports.diff import tolerance_ratio
-from services.reports.targets import Target, TargetConfigError, parse_report_config
+from gradci.services.github import events, signature
+from gradci.services.github.events import DecisionKind
+from gradci.services.github.client import GitHubClient, GitHubError
+from gradci.services.reports.markdown import MARKER, render
+from gradci.services.db.models import Result
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run
+from gradci.services.db.session import session_scope
+from gradci.services.reports.diff import tolerance_ratio
+from gradci.services.reports.targets import Target, TargetConfigError, parse_report_config
 from tests.fake_github import FakeGitHub
 from tests.payloads import payload
 from tests.report_cases import report_of, stored_cell

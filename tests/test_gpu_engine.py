@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import scenarios
-from scenarios import Scenario, namespace
-from scenarios.checker import available_devices, check
-from scenarios.devices import current_device
-from scenarios.repeats import repeat_spread
-from scenarios.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
+import gradci
+from gradci import Scenario, namespace
+from gradci.scenarios.checker import available_devices, check
+from gradci.scenarios.devices import current_device
+from gradci.scenarios.repeats import repeat_spread
+from gradci.scenarios.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
 from tests import planted
 from tests.planted import X, scenario as planted_scenario, torch_elementwise
-from worker.agreement_specs import agreement_spec
-from worker.runner import CellSpec
+from gradci.worker.agreement_specs import agreement_spec
+from gradci.worker.runner import CellSpec
 
 GPUS = [{"name": "NVIDIA H100", "capability": "90", "memory_total": 85899345920},
         {"name": "NVIDIA A100", "capability": "80", "memory_total": 42949672960}]
@@ -105,7 +105,7 @@ def test_scenario_code_sees_the_device_of_its_cell(two_gpus: Path) -> None:
     check([Scenario("seen", "gradient", f, np.array([1.0, 2.0]))], backends=["torch-rev"], devices=["cpu", "cuda:1"],
           dtypes=["float64"])
     assert {"cpu", "cuda:1"} <= set(seen)
-    assert scenarios.current_device() == "cpu"  # outside a cell again
+    assert gradci.current_device() == "cpu"  # outside a cell again
 
 
 # --- 2. precision recorded, pinned, with its tolerance ------------------------------------------------
@@ -153,7 +153,7 @@ def test_a_pinned_precision_applies_around_the_cell_and_is_restored(pin: str, st
 
 
 def test_tf32_cells_get_the_tf32_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scenarios.frameworks.torch_adapter import TorchAdapter
+    from gradci.scenarios.frameworks.torch_adapter import TorchAdapter
 
     assert tolerance_for("float32", tf32=True) == TF32_TOLERANCE
     assert TF32_TOLERANCE.rtol > DEFAULT_TOLERANCES["float32"].rtol
@@ -308,7 +308,7 @@ def test_on_a_real_gpu_precision_is_read_and_agreement_holds_for_correct_code(mo
 SCENARIO_MODULE = '''
 import numpy as np
 import torch
-from scenarios import Scenario, current_device
+from gradci import Scenario, current_device
 
 
 def cuda_only_error(x):
@@ -346,9 +346,9 @@ def test_gradci_check_on_cpu_and_a_simulated_gpu_emits_agreement_cells(two_gpus:
 
 
 def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
-    from scenarios.matrix import Matrix
-    from worker.execute import engine_options
-    from worker.sources import RunRef, Source
+    from gradci.scenarios.matrix import Matrix
+    from gradci.worker.execute import engine_options
+    from gradci.worker.sources import RunRef, Source
 
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 3\n')
     source = Source(sha="a" * 40, root=str(tmp_path), scenarios=(), backends={}, file_matrix=Matrix())
@@ -361,9 +361,9 @@ def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
 
 
 def test_repeats_must_be_a_whole_number(tmp_path: Path) -> None:
-    from gradci.check import EXIT_USAGE, run_check
-    from scenarios.matrix import Matrix
-    from scenarios.project import ProjectError, load_project
+    from gradci.cli.check import EXIT_USAGE, run_check
+    from gradci.scenarios.matrix import Matrix
+    from gradci.scenarios.project import ProjectError, load_project
 
     assert run_check(None, Matrix(), "json", None, repeats=0) == EXIT_USAGE
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 1.5\n')
@@ -388,9 +388,9 @@ def test_a_run_on_cpu_and_a_simulated_gpu_stores_agreement_cells(postgres_databa
     import redis
     from fastapi.testclient import TestClient
 
-    from services.settings import Settings
+    from gradci.services.settings import Settings
     from tests.service_processes import make_repository, running_service
-    from web.app import create_app as create_dashboard
+    from gradci.web.app import create_app as create_dashboard
     from tests.test_integration import results_of, spawn, stop
 
     redis.Redis.from_url(redis_url).flushdb()
@@ -444,8 +444,8 @@ def test_the_table_names_cells_that_are_not_reproducible() -> None:
 
     from rich.console import Console
 
-    from gradci.check import render_table
-    from scenarios.cell import Cell
+    from gradci.cli.check import render_table
+    from gradci.scenarios.cell import Cell
 
     def cell(spread):
         return Cell(scenario="s", operator="gradient", framework="torch", backend="torch-rev", mode="reverse",

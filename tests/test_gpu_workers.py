@@ -18,19 +18,19 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from services.api.app import create_app
-from services.db.jobs import Claim, claim_job, jobs_of_run, lock_run, store_jobs
-from services.db.session import dispose_engine, session_scope
-from services.planner import JobSpec
-from services.settings import Settings
+from gradci.services.api.app import create_app
+from gradci.services.db.jobs import Claim, claim_job, jobs_of_run, lock_run, store_jobs
+from gradci.services.db.session import dispose_engine, session_scope
+from gradci.services.planner import JobSpec
+from gradci.services.settings import Settings
 from tests.service_processes import alive, command_line, descendants, make_repository, wait_gone
 from tests.conftest import TWO_GPUS
 from tests.test_integration import assert_each_cell_once, free_port, results_of, service_env, spawn, stop, wait_for
-from worker.context import WorkerContext
-from worker.devices import parse_worker_device
-from worker.heartbeat import Heartbeat
-from worker.runner import CellSpec, WarmRunner, close_shared_runner
-from worker.simulated_gpus import INVENTORY_VARIABLE
+from gradci.worker.context import WorkerContext
+from gradci.worker.devices import parse_worker_device
+from gradci.worker.heartbeat import Heartbeat
+from gradci.worker.runner import CellSpec, WarmRunner, close_shared_runner
+from gradci.worker.simulated_gpus import INVENTORY_VARIABLE
 
 CELL_TIMEOUT_S = 60.0
 
@@ -38,8 +38,8 @@ CELL_TIMEOUT_S = 60.0
 FAULTY_SCENARIOS = '''
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def smooth(x):
@@ -141,7 +141,7 @@ def check(runner: WarmRunner, project: Path, scenario: str, backend: str = "torc
 @pytest.mark.parametrize(("visible", "pinned"), [(None, "1"), ("4,5", "5")])
 def test_a_gpu_worker_pins_itself_to_its_gpu(inventory: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                              visible: str | None, pinned: str) -> None:
-    from worker import context as worker_context
+    from gradci.worker import context as worker_context
 
     monkeypatch.setenv(INVENTORY_VARIABLE, str(inventory))
     monkeypatch.setattr(worker_context, "_configured", None)  # restored after the test
@@ -256,9 +256,9 @@ def test_the_memory_ceiling_is_a_setting_workers_pass_to_their_runner(monkeypatc
     finally:
         close_shared_runner()
     # gradci check's runner too.
-    from gradci.sandboxed import Target, local_runner
-    from scenarios.matrix import Matrix
-    from services.settings import get_settings
+    from gradci.cli.sandboxed import Target, local_runner
+    from gradci.scenarios.matrix import Matrix
+    from gradci.services.settings import get_settings
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     get_settings.cache_clear()
@@ -314,8 +314,8 @@ def test_a_gpu_worker_refuses_more_than_one_job_at_a_time(inventory: Path) -> No
 SMOOTH_REPO = {"gradci.toml": '[scenarios]\nmodules = ["smooth_scenarios"]\n',
                "smooth_scenarios.py": textwrap.dedent('''
                    import numpy as np
-                   from scenarios import Scenario
-                   from scenarios.arrays import namespace
+                   from gradci import Scenario
+                   from gradci.scenarios.arrays import namespace
 
                    def smooth(x):
                        xp = namespace(x)
@@ -382,7 +382,7 @@ def test_gradci_up_runs_one_pinned_worker_per_gpu(inventory: Path, tmp_path: Pat
             # The Celery parents ran jobs through their runners and never loaded a framework themselves.
             assert loaded_frameworks(pid) == [], device
             if device != "cpu":
-                runners = [p for p in descendants(pid) if "worker.runner_child" in command_line(p)]
+                runners = [p for p in descendants(pid) if "gradci.worker.runner_child" in command_line(p)]
                 assert runners, f"no runner below the {device} worker"
                 runner_env = environment_of(runners[0])
                 assert runner_env["CUDA_VISIBLE_DEVICES"] == device.split(":")[1]

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from services.db.models import Job, Result, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
-from services.db.session import dispose_engine, session_scope
+from gradci.services.db.models import Job, Result, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
+from gradci.services.db.session import dispose_engine, session_scope
 from tests import planted
 from tests.conftest import emptied
 
@@ -45,8 +45,8 @@ import time
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def poly(x):
@@ -197,12 +197,12 @@ class Service:
             return wait_for(lambda: (run := self.run(run_id))["status"] in ("passed", "failed", "error", "cancelled")
                             and run, f"run {run_id} to finish")
         except AssertionError:
-            print(self.logs.joinpath("worker.log").read_text()[-6000:])
+            print(self.logs.joinpath("gradci.worker.log").read_text()[-6000:])
             raise
 
     def start_worker(self) -> None:
         self.worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"],
-                            self.env, self.logs / "worker.log")
+                            self.env, self.logs / "gradci.worker.log")
 
 
 def results_of(database_url: str, run_id: int) -> list[Result]:
@@ -267,7 +267,7 @@ def service(postgres_database: str, redis_broker: str, project: tuple[Path, str]
                       api_token=TOKEN, job_chunk_size="2", cell_timeout_s="60", max_job_attempts="3",
                       worker_heartbeat_s="1")
     port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "services.api.app:create_app", "--host", "127.0.0.1",
+    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host", "127.0.0.1",
                  "--port", str(port)], env, logs / "api.log")
     the_service = Service(url=f"http://127.0.0.1:{port}", database_url=postgres_database, broker_url=redis_broker,
                           repo=project[0], sha=project[1], workdir=workdir, logs=logs, env=env)

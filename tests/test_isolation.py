@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import scenarios
-from scenarios import Scenario
+import gradci
+from gradci import Scenario
 
 
 def _copies(scenario):
@@ -27,7 +27,7 @@ def test_scribbling_function_leaves_the_scenario_bit_for_bit_intact():
     s = Scenario("scribbler", "gradient", {"numpy": numpy_scribbler, "torch": torch_scribbler},
                  np.array([0.5, -1.5]), contexts=(np.array([2.0, 4.0]), np.array([0.0])), state=(1,))
     before = _copies(s)
-    report = scenarios.check([s], backends=["torch-rev", "torch-func-rev", "fd"], devices=["cpu"],
+    report = gradci.check([s], backends=["torch-rev", "torch-func-rev", "fd"], devices=["cpu"],
                              dtypes=["float64"])
     assert all(np.array_equal(a, b) for a, b in zip(before, _copies(s)))
     # the reference saw the declared point at every evaluation: the derivative is right
@@ -35,18 +35,18 @@ def test_scribbling_function_leaves_the_scenario_bit_for_bit_intact():
 
 
 def test_correct_twin_of_a_pure_function_is_intact_too():
-    s = Scenario("pure", "gradient", lambda x, c: scenarios.namespace(x).sum(x * c), np.array([1.0, 2.0]),
+    s = Scenario("pure", "gradient", lambda x, c: gradci.namespace(x).sum(x * c), np.array([1.0, 2.0]),
                  contexts=(np.array([3.0, 4.0]),))
     before = _copies(s)
-    report = scenarios.check([s], backends=["torch-rev", "jax-rev"], devices=["cpu"], dtypes=["float64"])
+    report = gradci.check([s], backends=["torch-rev", "jax-rev"], devices=["cpu"], dtypes=["float64"])
     assert report.ok and all(np.array_equal(a, b) for a, b in zip(before, _copies(s)))
 
 
 def test_every_backend_gets_its_own_copy():
-    from scenarios.backends import get_backend
+    from gradci.scenarios.backends import get_backend
 
     x = np.array([1.0, 2.0])
-    s = Scenario("own", "gradient", lambda x: scenarios.namespace(x).sum(x * x), x)
+    s = Scenario("own", "gradient", lambda x: gradci.namespace(x).sum(x * x), x)
     for name in ("torch-rev", "torch-func-rev", "jax-rev"):
         prepared = get_backend(name).prepare(s, None, "cpu", "float64")
         held = np.asarray(prepared.inputs[0].detach() if hasattr(prepared.inputs[0], "detach") else prepared.inputs[0])

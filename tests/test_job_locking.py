@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from services.db import queries
-from services.db.jobs import jobs_of_run, lock_run, store_jobs
-from services.db.models import JobStatus
-from services.db.session import session_scope
-from services.planner import JobSpec
-from worker import execute
-from worker.execute import JobRef, ResultWriter
+from gradci.services.db import queries
+from gradci.services.db.jobs import jobs_of_run, lock_run, store_jobs
+from gradci.services.db.models import JobStatus
+from gradci.services.db.session import session_scope
+from gradci.services.planner import JobSpec
+from gradci.worker import execute
+from gradci.worker.execute import JobRef, ResultWriter
 
 JOBS = 6
 

@@ -10,12 +10,12 @@ import numpy as np
 import optree
 import pytest
 
-import scenarios
-from scenarios import OPERATORS, Tangents
-from scenarios.library import default, everything, mlp_100k, select
-from scenarios.library._common import evaluate
-from scenarios.library.nn import layer_scenario
-from scenarios.library.nn_layers import LAYERS, MLP_100K
+import gradci
+from gradci import OPERATORS, Tangents
+from gradci.scenarios.library import default, everything, mlp_100k, select
+from gradci.scenarios.library._common import evaluate
+from gradci.scenarios.library.nn import layer_scenario
+from gradci.scenarios.library.nn_layers import LAYERS, MLP_100K
 
 FAMILIES = ("elementary", "pytree", "nn", "linalg", "control-flow", "delicate")
 FLUX_LAYERS = {"dense", "chain", "scale", "skip-connection", "conv1d", "conv2d", "conv-meanpool", "maxout",
@@ -92,7 +92,7 @@ def test_torch_and_jax_losses_agree_at_float64(layer):
     # "Identical weights": one parameter draw, both frameworks, the same loss to rounding.
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    from scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks import get_framework
 
     s = layer_scenario(layer)
     values, shapes = {}, {}
@@ -141,7 +141,7 @@ def test_closures_cast_captured_data_like_the_input(library, by_name, framework)
     # Captured numpy float64 constants must follow x into float32: otherwise torch raises on mixed
     # dtypes and jax silently promotes the result to float64.
     pytest.importorskip(framework)
-    from scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks import get_framework
 
     adapter = get_framework(framework)
     closures = [s for s in library if "variant:closure" in s.tags and s.implementation(framework)]
@@ -180,7 +180,7 @@ def test_derived_functions_keep_fingerprints_tied_to_their_code(library):
     # the source and what the closure captured (xp.sin and xp.cos share one lambda, not one name).
     import hashlib
 
-    from scenarios.scenario import _hash_code, _source_of
+    from gradci.scenarios.scenario import _hash_code, _source_of
 
     def code_hash(fn):
         digest = hashlib.sha256()
@@ -204,7 +204,7 @@ def test_maxout_inputs_are_not_at_ties():
 
 
 def test_spectral_scenarios_have_distinct_eigen_and_singular_values(library):
-    from scenarios.library.linalg import spread_symmetric, spd
+    from gradci.scenarios.library.linalg import spread_symmetric, spd
 
     for s in library:
         if s.name.startswith(("linalg/eigvalsh/", "linalg/eigh-vectors/")):
@@ -240,7 +240,7 @@ def test_sinc_hessians_have_an_exact_reference_that_decides_every_cell(by_name):
     import jax
     import jax.numpy as jnp
 
-    from scenarios.library.delicate import sinc_hvp
+    from gradci.scenarios.library.delicate import sinc_hvp
 
     jax.config.update("jax_enable_x64", True)
     x, v = np.array([0.0, 0.3, -2.0, 5.0]), np.array([1.0, -1.0, 0.5, 3.0])
@@ -252,14 +252,14 @@ def test_sinc_hessians_have_an_exact_reference_that_decides_every_cell(by_name):
     # was "reference unreliable" (an error in the built-in library) before the exact reference.
     names = [f"delicate/{what}/hvp{variant}" for what in ("sinc-where", "sinc-double-where")
              for variant in ("", "/batched")]
-    cells = scenarios.check([by_name[name] for name in names], backends=["fd", "jax-rev", "torch-rev"],
+    cells = gradci.check([by_name[name] for name in names], backends=["fd", "jax-rev", "torch-rev"],
                             devices=["cpu"], dtypes=["float64"]).cells
     assert {(c.backend, c.status) for c in cells} == {("fd", "pass"), ("jax-rev", "xfail"), ("torch-rev", "xfail")}
 
 
 def test_library_imports_without_torch_or_jax():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['jax'] = None\n"
-            "import scenarios.library as L\n"
+            "import gradci.library as L\n"
             "s = L.default(); assert len(s) >= 150; print(len(s))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -284,7 +284,7 @@ REPRESENTATIVE = (
 def test_representative_subset_passes_the_engine(by_name):
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    report = scenarios.check([by_name[name] for name in REPRESENTATIVE], devices=["cpu"],
+    report = gradci.check([by_name[name] for name in REPRESENTATIVE], devices=["cpu"],
                              dtypes=["float64", "float32"])
     counts = report.counts()
     bad = [f"{c.scenario} {c.backend} {c.dtype}: {c.status} {c.message}" for c in report.failing()]

@@ -15,11 +15,11 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
-from services.api.app import create_app
-from services.db.results import upsert_results
-from services.db.runs import create_run
-from services.db.session import session_scope
-from services.settings import Settings
+from gradci.services.api.app import create_app
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run
+from gradci.services.db.session import session_scope
+from gradci.services.settings import Settings
 from tests.conftest import REDIS_URL, synthetic_cell
 
 TOKEN = "schema-token"

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-import scenarios
-import scenarios.cell
-from scenarios import Scenario, namespace
-from scenarios.operators import OPERATOR_RECORDS, Operator
-from scenarios.reference import compute_references
+import gradci
+from gradci.scenarios import cell, operators
+from gradci import Scenario, namespace
+from gradci.scenarios.operators import OPERATOR_RECORDS, Operator
+from gradci.scenarios.reference import compute_references
 
 # One backend of each kind of definition: functional reverse and forward (jitted and not),
 # torch.autograd, and finite differences.
@@ -19,8 +19,8 @@ BACKENDS = ["jax-rev", "jax-rev-jit", "jax-fwd", "torch-rev", "torch-func-rev", 
 
 
 def test_records_are_the_stored_vocabulary():
-    assert scenarios.operators.OPERATORS is scenarios.cell.OPERATORS
-    assert tuple(OPERATOR_RECORDS) == scenarios.cell.OPERATORS
+    assert operators.OPERATORS is cell.OPERATORS
+    assert tuple(OPERATOR_RECORDS) == cell.OPERATORS
     for name, record in OPERATOR_RECORDS.items():
         assert record.name == name
         assert record.order in (1, 2) and record.input in ("scalar", "array", "pytree")
@@ -45,9 +45,9 @@ def failing(report):
     return [(c.backend, c.dtype, c.status, c.message) for c in report.failing()]
 
 
-@pytest.mark.parametrize("operator", scenarios.OPERATORS)
+@pytest.mark.parametrize("operator", gradci.OPERATORS)
 def test_every_operator_passes_on_a_smooth_function(operator):
-    report = scenarios.check([smooth_scenario(OPERATOR_RECORDS[operator])], devices=["cpu"])
+    report = gradci.check([smooth_scenario(OPERATOR_RECORDS[operator])], devices=["cpu"])
     assert report.ok, failing(report)
     assert {c.status for c in report.cells} <= {"pass", "skip"}
 
@@ -85,7 +85,7 @@ def register(monkeypatch):
 def test_a_new_operator_needs_only_its_record(register):
     register(DIVERGENCE)
     scenario = smooth_scenario(DIVERGENCE)
-    report = scenarios.check([scenario], backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
+    report = gradci.check([scenario], backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
     assert report.ok, failing(report)
     assert {c.backend for c in report.cells if c.status == "pass"} == set(BACKENDS)
     # What they agreed on is the divergence: for f_i = sin(x_i)·x₀, tr J = x₀·Σ cos(x_i) + sin(x₀).
@@ -96,7 +96,7 @@ def test_a_new_operator_needs_only_its_record(register):
 
 def test_a_new_operator_s_wrong_reverse_definition_fails_only_reverse_cells(register):
     register(dataclasses.replace(DIVERGENCE, reverse=lambda T, f, x, t: 1.001 * DIVERGENCE.reverse(T, f, x, t)))
-    report = scenarios.check([smooth_scenario(DIVERGENCE)], backends=BACKENDS, devices=["cpu"], dtypes=["float64"])
+    report = gradci.check([smooth_scenario(DIVERGENCE)], backends=BACKENDS, devices=["cpu"], dtypes=["float64"])
     assert {c.backend: c.status for c in report.cells} == {
         "jax-rev": "fail", "jax-rev-jit": "fail", "torch-func-rev": "fail",
         "jax-fwd": "pass", "torch-func-fwd": "pass", "torch-rev": "pass", "fd": "pass"}

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from scenarios.matrix import Matrix, exact_pattern, select_scenarios
-from services.planner import PlanError, ScenarioInfo, chunked, job_cells, plan_run, resolve_matrix
-from services.queues import queue_for_device
+from gradci.scenarios.matrix import Matrix, exact_pattern, select_scenarios
+from gradci.services.planner import PlanError, ScenarioInfo, chunked, job_cells, plan_run, resolve_matrix
+from gradci.services.queues import queue_for_device
 
 KNOWN = ("jax-rev", "torch-rev", "fd")
 SCENARIOS = tuple(

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from services.broker_messages import WAITING, broker_tasks
-from services.db.jobs import (Claim, claim_job, finish_job, holds_job, jobs_of_run, lock_run, renew_lease,
+from gradci.services.broker_messages import WAITING, broker_tasks
+from gradci.services.db.jobs import (Claim, claim_job, finish_job, holds_job, jobs_of_run, lock_run, renew_lease,
                               store_jobs)
-from services.db.models import Job, JobStatus, Run, utcnow
-from services.db.session import session_scope
-from services.db.workers import record_heartbeat
-from services.planner import JobSpec
-from services.queues import FINALIZE_RUN, PLAN_RUN, RUN_JOB, create_celery
-from services.settings import Settings
-from worker.recovery import Reconciled, Reconciler, Senders
+from gradci.services.db.models import Job, JobStatus, Run, utcnow
+from gradci.services.db.session import session_scope
+from gradci.services.db.workers import record_heartbeat
+from gradci.services.planner import JobSpec
+from gradci.services.queues import FINALIZE_RUN, PLAN_RUN, RUN_JOB, create_celery
+from gradci.services.settings import Settings
+from gradci.worker.recovery import Reconciled, Reconciler, Senders
 
 LEASE_S = 60.0
 GRACE_S = 30.0

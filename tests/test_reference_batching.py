@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scenarios import Scenario
-from scenarios.reference import ReferenceCache, compute_references
-from scenarios.stencil_batch import BATCHING_ENV, batched_function
+from gradci import Scenario
+from gradci.scenarios.reference import ReferenceCache, compute_references
+from gradci.scenarios.stencil_batch import BATCHING_ENV, batched_function
 
 X = np.array([0.3, -0.7, 1.2, 0.5])
 

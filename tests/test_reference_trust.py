@@ -6,18 +6,18 @@ import zlib
 
 import numpy as np
 
-import scenarios
-from scenarios import Scenario
-from scenarios.compare import compare_arrays
-from scenarios.reference import compute_references
-from scenarios.tolerances import tolerance_for
+import gradci
+from gradci import Scenario
+from gradci.scenarios.compare import compare_arrays
+from gradci.scenarios.reference import compute_references
+from gradci.scenarios.tolerances import tolerance_for
 from tests.planted import wrong_by
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 
 
 def check(scenario, backends, dtypes=("float64",)):
-    report = scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
+    report = gradci.check([scenario], backends=backends, devices=["cpu"], dtypes=list(dtypes))
     return {(c.backend, c.dtype): c for c in report.cells}
 
 
@@ -119,13 +119,13 @@ def test_an_analytic_reference_given_as_a_function_serves_every_tangent():
 
     x = np.array([3e-7, 2e-6, 8e-6])
     right = Scenario("log-tiny", "hvp", log_sum, x, reference=lambda x, v: -v / x ** 2)
-    batched = scenarios.library.with_batched_tangents(right)
+    batched = gradci.library.with_batched_tangents(right)
     for scenario in (right, batched):
         assert check(scenario, ["torch-rev"])[("torch-rev", "float64")].status == "pass"
     # the planted twin: a wrong analytic Hessian fails the correct derivative, for every tangent
     wrong = Scenario("log-tiny-wrong", "hvp", log_sum, x, reference=lambda x, v: -v / x)
     assert check(wrong, ["torch-rev"])[("torch-rev", "float64")].status == "fail"
-    assert check(scenarios.library.with_batched_tangents(wrong), ["torch-rev"])[("torch-rev", "float64")].status \
+    assert check(gradci.library.with_batched_tangents(wrong), ["torch-rev"])[("torch-rev", "float64")].status \
         == "fail"
 
 
@@ -139,7 +139,7 @@ def test_an_unreliable_reference_does_not_set_the_tolerance_scale():
 
 
 def test_refinement_rescues_a_reference_at_large_magnitude():
-    s = Scenario("cubic-large", "hvp", lambda x: scenarios.namespace(x).sum(x ** 3) / 3,
+    s = Scenario("cubic-large", "hvp", lambda x: gradci.namespace(x).sum(x ** 3) / 3,
                  1e4 + np.array([0.3, -0.2, 0.9]), tangent=np.array([1.0, -2.0, 0.5]))
     _, (reference,) = compute_references(s)
     np.testing.assert_allclose(reference.full, 2 * s.x * s.tangent, rtol=1e-9)
@@ -155,5 +155,5 @@ def test_float32_cell_whose_function_computes_in_float64_says_so():
                          np.array([0.1, 0.2, 0.3]))
     cell = check(promoting, ["torch-rev"], ("float32",))[("torch-rev", "float32")]
     assert cell.status == "pass" and "returns float64 for float32 inputs" in cell.message
-    plain = Scenario("plain", "gradient", lambda x: scenarios.namespace(x).sum(x ** 2), np.array([0.1, 0.2]))
+    plain = Scenario("plain", "gradient", lambda x: gradci.namespace(x).sum(x ** 2), np.array([0.1, 0.2]))
     assert check(plain, ["torch-rev"], ("float32",))[("torch-rev", "float32")].message == ""

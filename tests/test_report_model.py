@@ -6,13 +6,13 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from scenarios.cell import STATUSES
-from services.api.app import create_app
-from services.db.results import upsert_results
-from services.db.runs import create_run, get_or_create_repository
-from services.db.session import session_scope
-from services.reports.model import CellBrief, RunReport, StatusCounts
-from services.settings import Settings
+from gradci.scenarios.cell import STATUSES
+from gradci.services.api.app import create_app
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import create_run, get_or_create_repository
+from gradci.services.db.session import session_scope
+from gradci.services.reports.model import CellBrief, RunReport, StatusCounts
+from gradci.services.settings import Settings
 
 REPORT_KEYS = {"run_id", "run_status", "finished", "base_run_id", "head_sha", "base_sha", "pr_number", "project",
                "patch", "totals", "groups", "changed_scenarios", "regressions", "fixes", "near_misses",

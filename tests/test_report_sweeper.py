@@ -16,10 +16,10 @@ import pytest
 import redis
 from sqlalchemy import update
 
-from services.db.models import GitHubReport, ReportState, utcnow
-from services.db.session import session_scope
-from services.github.publish import claim_due_reports, owe_reports, publish_run, retry_delay_s
-from services.settings import Settings
+from gradci.services.db.models import GitHubReport, ReportState, utcnow
+from gradci.services.db.session import session_scope
+from gradci.services.github.publish import claim_due_reports, owe_reports, publish_run, retry_delay_s
+from gradci.services.settings import Settings
 from tests.fake_github import FakeGitHub
 from tests.test_integration import free_port, service_env, spawn, stop, wait_for
 
@@ -114,7 +114,7 @@ def test_pending_reports_do_not_flood_the_queue(postgres_url: str, redis_url: st
     env = service_env(database_url=postgres_url, broker_url=redis_url, workdir=str(tmp_path),
                       github_api_url=f"http://127.0.0.1:{free_port()}", worker_heartbeat_s="0.2")
     worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"], env,
-                   tmp_path / "worker.log")
+                   tmp_path / "gradci.worker.log")
     broker = redis.Redis.from_url(redis_url)
     try:
         wait_for(lambda: broker.llen("cpu") > 0, "the first reports sent", timeout_s=60, interval_s=0.05)
@@ -123,5 +123,5 @@ def test_pending_reports_do_not_flood_the_queue(postgres_url: str, redis_url: st
     finally:
         stop(worker)
         broker.close()
-    print((tmp_path / "worker.log").read_text()[-3000:])
+    print((tmp_path / "gradci.worker.log").read_text()[-3000:])
     assert 0 < queued <= reports

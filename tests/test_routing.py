@@ -23,23 +23,23 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from gradci.cli import app as cli
-from scenarios.matrix import Matrix
-from scenarios.requirements import DeviceOffer, Requirements, needs, requirements_of, unmet
-from services.api.app import create_app
-from services.db.jobs import store_jobs
-from services.db.models import Job, Run, ScenarioCatalogEntry, Worker, utcnow
-from services.db.session import session_scope
-from services.db.waiting import overdue_runs, waiting_jobs
-from services.db.workers import gpu_workers
-from services.planner import GpuWorkers, JobSpec, PlanError, ScenarioInfo, plan_run, route
-from services.settings import Settings
+from gradci.cli.commands import app as cli
+from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.requirements import DeviceOffer, Requirements, needs, requirements_of, unmet
+from gradci.services.api.app import create_app
+from gradci.services.db.jobs import store_jobs
+from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, Worker, utcnow
+from gradci.services.db.session import session_scope
+from gradci.services.db.waiting import overdue_runs, waiting_jobs
+from gradci.services.db.workers import gpu_workers
+from gradci.services.planner import GpuWorkers, JobSpec, PlanError, ScenarioInfo, plan_run, route
+from gradci.services.settings import Settings
 from tests.service_processes import make_repository, running_service
 from tests.conftest import TWO_GPUS
 from tests.test_integration import TOKEN, Service, jobs_of, results_of, spawn, stop, wait_for
-from worker.context import WorkerContext
-from worker.devices import parse_worker_device
-from worker.heartbeat import Heartbeat
+from gradci.worker.context import WorkerContext
+from gradci.worker.devices import parse_worker_device
+from gradci.worker.heartbeat import Heartbeat
 
 H100 = DeviceOffer("cuda", "90", TWO_GPUS[0]["memory_total"], "NVIDIA H100 80GB HBM3")
 A100 = DeviceOffer("cuda", "80", TWO_GPUS[1]["memory_total"], "NVIDIA A100-SXM4-40GB")
@@ -200,7 +200,7 @@ def test_the_api_shows_waiting_jobs_and_the_overdue_ones_are_found(database_url:
 
 SCENARIOS_MODULE = '''
 import numpy as np
-from scenarios import Scenario
+from gradci import Scenario
 
 def square(x):
     return (x ** 2).sum()

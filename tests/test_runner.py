@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.runner import CellSpec, WarmRunner, scrubbed_environment
+from gradci.worker.runner import CellSpec, WarmRunner, scrubbed_environment
 
 CELL_TIMEOUT_S = 4.0
 
@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def smooth(x):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.settings import write_secrets_dir
+from gradci.services.settings import write_secrets_dir
 from tests.service_processes import TOKEN, make_repository, running_service
 from tests.test_integration import Service, assert_each_cell_once, jobs_of, results_of
 
@@ -38,8 +38,8 @@ import time
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 MARK = {mark_start!r} + {mark_end!r}  # split: this file itself holds no secret
 SERVICE_FILES = {service_files!r}
@@ -224,7 +224,7 @@ def test_secrets_appear_in_no_log_and_no_response(service: Service) -> None:
 
 
 def test_misbehaving_scenarios_are_error_cells_and_the_rest_passes(service: Service) -> None:
-    log = service.logs / "worker.log"
+    log = service.logs / "gradci.worker.log"
     log_before = log.stat().st_size
     run_id = service.submit(scenarios=["ok/*", "bad/segfault", "bad/endless", "bad/allocate", "bad/exits",
                                        "bad/floods", "bad/vector", "bad/nan", "bad/text"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from worker.sandbox import Layout
+from gradci.worker.sandbox import Layout
 
 
 def test_folders_made_for_a_runner_are_searchable_by_it_whatever_the_umask(tmp_path: Path) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import scenarios
-from scenarios import Scenario, namespace
-from scenarios.blocks import block_matrix, matrix_blocks
-from scenarios.compare import compare_to_reference
-from scenarios.frameworks import get_framework
-from scenarios.reference import compute_references
-from scenarios.tolerances import tolerance_for
+import gradci
+from gradci import Scenario, namespace
+from gradci.scenarios.blocks import block_matrix, matrix_blocks
+from gradci.scenarios.compare import compare_to_reference
+from gradci.scenarios.frameworks import get_framework
+from gradci.scenarios.reference import compute_references
+from gradci.scenarios.tolerances import tolerance_for
 from tests import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -21,7 +21,7 @@ EVERY = JAX + TORCH + ["fd"]
 
 
 def statuses(scenario, backends=EVERY):
-    report = scenarios.check([scenario], backends=backends, devices=["cpu"], dtypes=["float64"])
+    report = gradci.check([scenario], backends=backends, devices=["cpu"], dtypes=["float64"])
     return {c.backend: (c.status, c.message) for c in report.cells}
 
 
@@ -91,7 +91,7 @@ def test_float_contexts_are_cast_to_the_cell_dtype_and_integer_ones_are_not():
         return (x[index] * weights).sum()
 
     s = Scenario("ctx/dtypes", "gradient", {"torch": f}, X, contexts=(np.array([1.0, 2.0, 3.0, 4.0]), INDEX))
-    report = scenarios.check([s], backends=["torch-func-rev"], devices=["cpu"], dtypes=["float32"])
+    report = gradci.check([s], backends=["torch-func-rev"], devices=["cpu"], dtypes=["float32"])
     assert report.ok, report.failing()
     # the float32 cell's evaluations, and the float64 reference's (taken through torch here)
     assert set(seen) == {("torch.float32", "torch.int64"), ("torch.float64", "torch.int64")}
@@ -263,7 +263,7 @@ def test_forward_and_reverse_disagreeing_in_one_block_element_fail_the_wrong_mod
 
     point = {"a": np.linspace(-1, 1, 40), "b": np.linspace(0.5, 1.5, 40)}
     s = Scenario("tree/jacobian-modes", "jacobian", {"numpy": make(np.tanh), "torch": make(tanh)}, point)
-    report = scenarios.check([s], backends=["torch-rev", "torch-func-fwd"], devices=["cpu"], dtypes=["float32"])
+    report = gradci.check([s], backends=["torch-rev", "torch-func-fwd"], devices=["cpu"], dtypes=["float32"])
     got = {c.backend: (c.status, c.message) for c in report.cells}
     assert {backend: status for backend, (status, _) in got.items()} == {"torch-rev": "fail",
                                                                          "torch-func-fwd": "pass"}, got

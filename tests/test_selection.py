@@ -6,13 +6,13 @@ import textwrap
 
 import pytest
 
-from gradci.check import gather
-from gradci.cli import matrix_of
-from gradci.sandboxed import local_runner, plan
-from scenarios import library
-from scenarios.matrix import Matrix
-from services.api.schemas import RunCreate
-from services.planner import ScenarioInfo, plan_run
+from gradci.cli.check import gather
+from gradci.cli.commands import matrix_of
+from gradci.cli.sandboxed import local_runner, plan
+from gradci.scenarios import library
+from gradci.scenarios.matrix import Matrix
+from gradci.services.api.schemas import RunCreate
+from gradci.services.planner import ScenarioInfo, plan_run
 
 # A plain word (a substring), globs, and a list of both.
 PATTERNS = ["nn", "conv", "nn/*", "*hessian*", "linalg/*/j?p*", "pytree,*second_derivative*"]
@@ -38,7 +38,7 @@ def by_project_file(patterns: str, tmp_path) -> list[str]:
     listed = ", ".join(f'"{pattern}"' for pattern in patterns.split(","))
     (tmp_path / "gradci.toml").write_text(f'[scenarios]\nmodules = ["builtin_library"]\n[matrix]\nscenarios = [{listed}]\n')
     (tmp_path / "builtin_library.py").write_text(textwrap.dedent("""
-        from scenarios import library
+        from gradci.scenarios import library
 
         def scenarios():
             return library.default()

@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def slow(x):
@@ -90,7 +90,7 @@ def _up(tmp_path: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
                                                   ("SIGTERM", False)])
 def test_gradci_up_stops_with_nothing_left(repository: tuple[Path, str], tmp_path: Path, how: str,
                                            during_run: bool) -> None:
-    from services.db.session import dispose_engine
+    from gradci.services.db.session import dispose_engine
     import httpx
 
     repo, sha = repository

@@ -14,9 +14,9 @@ import pytest
 
 from bench.load import SECRET as SERVER_SECRET
 from bench.load import Server, api_server
-from services.db.migrate import upgrade
-from services.db.session import dispose_engine
-from services.github.signature import sign
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine
+from gradci.services.github.signature import sign
 from tests.conftest import REDIS_URL
 from tests.payloads import payload
 from tests.webhook_client import deliver, runs, webhook_headers

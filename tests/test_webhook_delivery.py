@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from services.api.app import create_app
-from services.db.models import Delivery
-from services.db.session import engine_for, session_scope
-from services.settings import Settings
+from gradci.services.api.app import create_app
+from gradci.services.db.models import Delivery
+from gradci.services.db.session import engine_for, session_scope
+from gradci.services.settings import Settings
 from tests.payloads import payload
 from tests.test_api import queued_plan_runs
 from tests.webhook_client import BASE, HEAD, closed_port, deliver, runs, webhook_headers

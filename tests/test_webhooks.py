@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from services.api.app import create_app
-from services.db.models import Delivery, GitHubReport
-from services.db.session import session_scope
+from gradci.services.api.app import create_app
+from gradci.services.db.models import Delivery, GitHubReport
+from gradci.services.db.session import session_scope
 from tests.payloads import payload
 from tests.test_api import queued_plan_runs
 from tests.webhook_client import BASE, HEAD, deliver, runs

@@ -8,9 +8,9 @@ import uuid
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from services.db.models import Run
-from services.db.session import session_scope
-from services.github.signature import sign
+from gradci.services.db.models import Run
+from gradci.services.db.session import session_scope
+from gradci.services.github.signature import sign
 
 SECRET = "webhook-s3cret"
 HEAD, BASE = "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"

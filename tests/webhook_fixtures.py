@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from services.api.app import create_app
-from services.settings import Settings
+from gradci.services.api.app import create_app
+from gradci.services.settings import Settings
 from tests.webhook_client import SECRET
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from services.api.app import create_app as create_api
-from services.settings import Settings
-from web import badge, cell_page, compare_page, history_page, run_page, runs_page, static, workers_page
+from gradci.services.api.app import create_app as create_api
+from gradci.services.settings import Settings
+from gradci.web import badge, cell_page, compare_page, history_page, run_page, runs_page, static, workers_page
 
 PAGES = (static, runs_page, run_page, cell_page, compare_page, history_page, workers_page, badge)
 

@@ -10,11 +10,11 @@ from xml.sax.saxutils import escape
 
 from fastapi import APIRouter, Path, Request, Response
 
-from services.api.deps import ReadSession
-from services.db import queries
-from services.reports import finished
-from services.reports.coverage import run_coverage
-from services.reports.run_report import COMPARABLE
+from gradci.services.api.deps import ReadSession
+from gradci.services.db import queries
+from gradci.services.reports import finished
+from gradci.services.reports.coverage import run_coverage
+from gradci.services.reports.run_report import COMPARABLE
 
 router = APIRouter(include_in_schema=False)
 LABEL = "gradient coverage"

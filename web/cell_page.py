@@ -9,15 +9,15 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse
 
-from services.api.deps import ReadSession
-from services.api.runs import RunId
-from services.db import queries
-from services.db.models import Job, Worker
-from services.reports.diff import stored_tolerance_ratio
-from services.reports.run_report import base_run
-from web.device_record import device_facts
-from web.run_page import run_or_404
-from web.templating import templates
+from gradci.services.api.deps import ReadSession
+from gradci.services.api.runs import RunId
+from gradci.services.db import queries
+from gradci.services.db.models import Job, Worker
+from gradci.services.reports.diff import stored_tolerance_ratio
+from gradci.services.reports.run_report import base_run
+from gradci.web.device_record import device_facts
+from gradci.web.run_page import run_or_404
+from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 CellId = Annotated[int, Path(ge=1, le=2**63 - 1)]  # results' ids are 64-bit

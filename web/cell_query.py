@@ -7,9 +7,9 @@ from urllib.parse import urlencode
 
 from pydantic import Field, StringConstraints
 
-from services.db.models import CellStatus
-from services.db.queries import ResultFilter
-from web.form_query import FormQuery
+from gradci.services.db.models import CellStatus
+from gradci.services.db.queries import ResultFilter
+from gradci.web.form_query import FormQuery
 
 FILTERS = ("family", "operator", "backend", "device", "dtype", "status")
 Choice = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$")]

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from services.api.deps import ReadSession
-from services.api.runs import RunId
-from services.reports.comparison import RATIO_FACTOR, TIME_FACTOR, changed_cells
-from web.run_page import run_or_404
-from web.templating import templates
+from gradci.services.api.deps import ReadSession
+from gradci.services.api.runs import RunId
+from gradci.services.reports.comparison import RATIO_FACTOR, TIME_FACTOR, changed_cells
+from gradci.web.run_page import run_or_404
+from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 CHANGES_PER_PAGE = 100

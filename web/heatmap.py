@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from services.reports.matrix import Column, MatrixCell, MatrixPage, family_of
-from web.status_style import BAND_COLOURS, ICONS, labelled
+from gradci.services.reports.matrix import Column, MatrixCell, MatrixPage, family_of
+from gradci.web.status_style import BAND_COLOURS, ICONS, labelled
 
 BANDS = tuple(BAND_COLOURS)  # a status's band: its index here
 DECADES = 4  # the intensity scale spans 1e-4 … 1 of the tolerance (of a failing cell: 1 … 1e4)

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from services.api.deps import ReadSession
-from services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN, HistoryPoint, ScenarioHistory, scenario_history
-from web import heatmap
-from web.status_style import labelled
-from web.templating import short_sha, templates
+from gradci.services.api.deps import ReadSession
+from gradci.services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN, HistoryPoint, ScenarioHistory, scenario_history
+from gradci.web import heatmap
+from gradci.web.status_style import labelled
+from gradci.web.templating import short_sha, templates
 
 router = APIRouter(include_in_schema=False)
 # (chart title, the point's value, the y axis: log for numbers spread over decades, what an empty one says)

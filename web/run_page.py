@@ -13,19 +13,19 @@ from fastapi.responses import HTMLResponse
 from pydantic import Field, StringConstraints
 from sqlalchemy.orm import Session
 
-from services.api.deps import ReadSession, SettingsDep
-from services.api.runs import RunId
-from services.db import queries
-from services.db.models import FINISHED_RUN_STATUSES, CellStatus, JobStatus, Run
-from services.db.waiting import waiting_jobs
-from services.reports import finished
-from services.reports.coverage import percent, run_coverage
-from services.reports.matrix import MatrixPage, cell_progress, filter_choices, matrix_page
-from services.reports.run_report import report_for_run
-from services.reports.targets import TargetConfigError
-from web import heatmap
-from web.cell_query import FILTERS, CellQuery
-from web.templating import templates
+from gradci.services.api.deps import ReadSession, SettingsDep
+from gradci.services.api.runs import RunId
+from gradci.services.db import queries
+from gradci.services.db.models import FINISHED_RUN_STATUSES, CellStatus, JobStatus, Run
+from gradci.services.db.waiting import waiting_jobs
+from gradci.services.reports import finished
+from gradci.services.reports.coverage import percent, run_coverage
+from gradci.services.reports.matrix import MatrixPage, cell_progress, filter_choices, matrix_page
+from gradci.services.reports.run_report import report_for_run
+from gradci.services.reports.targets import TargetConfigError
+from gradci.web import heatmap
+from gradci.web.cell_query import FILTERS, CellQuery
+from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 CELLS_PER_PAGE = 100

@@ -8,15 +8,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import StringConstraints
 
-from services.api.deps import ReadSession
-from services.db import queries
-from services.db.models import RunStatus, Trigger
-from services.reports import finished
-from services.reports.coverage import run_coverage
-from services.reports.run_report import base_runs
-from web.form_query import FormQuery
-from web.run_page import job_progress
-from web.templating import templates
+from gradci.services.api.deps import ReadSession
+from gradci.services.db import queries
+from gradci.services.db.models import RunStatus, Trigger
+from gradci.services.reports import finished
+from gradci.services.reports.coverage import run_coverage
+from gradci.services.reports.run_report import base_runs
+from gradci.web.form_query import FormQuery
+from gradci.web.run_page import job_progress
+from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 RUNS_PER_PAGE = 50

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from fastapi.templating import Jinja2Templates
 
-from services.reports.coverage import percent
-from services.reports.diff import stored_tolerance_ratio
-from web import status_style
-from web.static import asset_url
+from gradci.services.reports.coverage import percent
+from gradci.services.reports.diff import stored_tolerance_ratio
+from gradci.web import status_style
+from gradci.web.static import asset_url
 
 
 def number(value: float | None, digits: int = 2) -> str:

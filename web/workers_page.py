@@ -7,13 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from services.api.deps import ReadSession, SettingsDep
-from services.db import queries
-from services.db.models import Worker, utcnow
-from services.db.waiting import waiting_jobs
-from services.db.workers import is_online, list_workers, worker_queues
-from web.device_record import device_summary, frameworks
-from web.templating import templates
+from gradci.services.api.deps import ReadSession, SettingsDep
+from gradci.services.db import queries
+from gradci.services.db.models import Worker, utcnow
+from gradci.services.db.waiting import waiting_jobs
+from gradci.services.db.workers import is_online, list_workers, worker_queues
+from gradci.web.device_record import device_summary, frameworks
+from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
 # A heartbeat's resident memory of the worker's host processes, where it reports one (bytes).

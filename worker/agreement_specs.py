@@ -1,12 +1,12 @@
-"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it (``scenarios.agreement``):
+"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it (``gradci.scenarios.agreement``):
 the engine checks a device named ``<gpu>-vs-cpu`` by comparing that GPU's results with the CPU's,
 and the runner answers exactly the cells its request lists."""
 from __future__ import annotations
 
 import dataclasses
 
-from scenarios.devices import agreement_device
-from worker.runner import CellSpec
+from gradci.scenarios.devices import agreement_device
+from gradci.worker.runner import CellSpec
 
 
 def agreement_spec(spec: CellSpec) -> CellSpec:

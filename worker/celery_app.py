@@ -1,4 +1,4 @@
-"""The worker's Celery application: the configuration ``services.queues`` shares with the API's
+"""The worker's Celery application: the configuration ``gradci.services.queues`` shares with the API's
 producer, the task modules, and the worker's lifecycle handlers (heartbeats, runner shutdown).
 
 Nothing happens at import: ``create_worker_app`` is called once, by ``gradci worker`` at start-up.
@@ -9,18 +9,18 @@ from typing import Any
 
 from celery import Celery, signals
 
-from services.queues import create_celery
-from services.settings import Settings
-from worker import heartbeat
-from worker.runner import close_shared_runner
+from gradci.services.queues import create_celery
+from gradci.services.settings import Settings
+from gradci.worker import heartbeat
+from gradci.worker.runner import close_shared_runner
 
-TASK_MODULES = ("worker.tasks",)
+TASK_MODULES = ("gradci.worker.tasks",)
 
 
 def create_worker_app(settings: Settings) -> Celery:
     """The app a worker process consumes with; it becomes the process's current app, which the
     tasks (``shared_task``) are bound to."""
-    from worker.tasks import periodic_chores
+    from gradci.worker.tasks import periodic_chores
 
     app = create_celery(settings, include=TASK_MODULES)
     app.set_current()

@@ -10,12 +10,12 @@ import os
 import socket
 from pathlib import Path
 
-from scenarios.devices import CPU
-from services.settings import Settings, get_settings
-from worker.checkout import Checkouts
-from worker.devices import LocalDevice, device_record
-from worker.runner import TORCH_MEMORY_FRACTION_VARIABLE, WarmRunner, shared_runner
-from worker.sandbox import SandboxPolicy
+from gradci.scenarios.devices import CPU
+from gradci.services.settings import Settings, get_settings
+from gradci.worker.checkout import Checkouts
+from gradci.worker.devices import LocalDevice, device_record
+from gradci.worker.runner import TORCH_MEMORY_FRACTION_VARIABLE, WarmRunner, shared_runner
+from gradci.worker.sandbox import SandboxPolicy
 
 
 @dataclasses.dataclass

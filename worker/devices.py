@@ -1,12 +1,12 @@
 """This machine's devices, and which one a worker serves.
 
-A run names devices logically (``scenarios.devices``); jobs go to the queue of their device's kind
-and a GPU worker consumes ``cuda`` plus the queue of its own capability (``services.queues``): the
+A run names devices logically (``gradci.scenarios.devices``); jobs go to the queue of their device's kind
+and a GPU worker consumes ``cuda`` plus the queue of its own capability (``gradci.services.queues``): the
 worker, not the run, picks the physical GPU, and results keep the run's device label so that a
 redelivery on another GPU rewrites the same rows.
 
 Discovery never initialises CUDA in this process (a Celery prefork parent must stay CUDA-free):
-it reads a simulated inventory when GRADCI_DEVICE_INVENTORY names one (``worker.simulated_gpus``),
+it reads a simulated inventory when GRADCI_DEVICE_INVENTORY names one (``gradci.worker.simulated_gpus``),
 else asks NVML when nvidia-ml-py is installed, else torch in a throwaway subprocess. Every source
 gives the same record (``gpu_record``), which ``gradci devices`` lists and heartbeats carry.
 """
@@ -25,8 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from scenarios.devices import CPU, CUDA
-from worker.simulated_gpus import INVENTORY_VARIABLE, read_simulated_gpus
+from gradci.scenarios.devices import CPU, CUDA
+from gradci.worker.simulated_gpus import INVENTORY_VARIABLE, read_simulated_gpus
 
 PROBE_TIMEOUT_S = 60
 
@@ -48,7 +48,7 @@ class LocalDevice:
     def queues(self) -> list[str]:
         """The queues a worker for this device consumes."""
         # Imported here: discovery alone (scripts/gpu_check.sh on a bare GPU machine) needs no Celery.
-        from services.queues import queues_of_worker
+        from gradci.services.queues import queues_of_worker
 
         return queues_of_worker(self.name, self.capability)
 

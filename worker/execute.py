@@ -1,6 +1,6 @@
 """``run_job``'s work: check a job's cells in the warm runner and store them in batches.
 
-Every delivery of a job first claims it in the database (``services.db.jobs.claim_job``): a
+Every delivery of a job first claims it in the database (``gradci.services.db.jobs.claim_job``): a
 finished job ignores redeliveries, a job of a cancelled run is dropped, a second message of a job
 another delivery is running is dropped, and a job whose worker died ``max_job_attempts`` times is
 marked error with error cells — never a redelivery loop. A running job renews its lease from a
@@ -26,20 +26,20 @@ from typing import Any, TypeVar
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.utils.functional import retry_over_time
 
-from scenarios.devices import CPU
-from scenarios.project import ProjectError, load_project
-from services.db.availability import DATABASE_UNAVAILABLE
-from services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
+from gradci.scenarios.devices import CPU
+from gradci.scenarios.project import ProjectError, load_project
+from gradci.services.db.availability import DATABASE_UNAVAILABLE
+from gradci.services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
                               run_backends, stored_cell_keys, unfinished_jobs)
-from services.db.models import Job, JobStatus, Run
-from services.db.results import upsert_results
-from services.db.session import session_scope
-from services.planner import job_cells
-from worker.agreement_specs import agreement_spec
-from worker.checkout import CheckoutError
-from worker.context import WorkerContext
-from worker.runner import CellSpec, RunnerError
-from worker.sources import RunRef, Source, load_source
+from gradci.services.db.models import Job, JobStatus, Run
+from gradci.services.db.results import upsert_results
+from gradci.services.db.session import session_scope
+from gradci.services.planner import job_cells
+from gradci.worker.agreement_specs import agreement_spec
+from gradci.worker.checkout import CheckoutError
+from gradci.worker.context import WorkerContext
+from gradci.worker.runner import CellSpec, RunnerError
+from gradci.worker.sources import RunRef, Source, load_source
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from celery import signals
 
-from services.db.session import session_scope
-from services.db.workers import record_heartbeat
-from services.settings import Settings
-from worker.context import WorkerContext, current
-from worker.devices import package_versions
+from gradci.services.db.session import session_scope
+from gradci.services.db.workers import record_heartbeat
+from gradci.services.settings import Settings
+from gradci.worker.context import WorkerContext, current
+from gradci.worker.devices import package_versions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Heartbeat:
         self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 
     def beat(self) -> None:
-        from services.db.models import utcnow
+        from gradci.services.db.models import utcnow
 
         with session_scope(self.settings.database_url) as session:
             record_heartbeat(

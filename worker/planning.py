@@ -7,7 +7,7 @@ import, no matching scenario, no cell that any device could run — ends as ``er
 as its message.
 
 GPU jobs are routed by the scenarios' requirements over the GPUs the workers table knows
-(``services.planner.route``); cells no device of the run could ever run are stored as ``skip`` with
+(``gradci.services.planner.route``); cells no device of the run could ever run are stored as ``skip`` with
 the reason when the jobs are. A plan delivered again for a run whose jobs exist ends the wait of
 those that waited for a device longer than GRADCI_DEVICE_WAIT (the reconciler sends it): their
 cells are stored as ``skip`` with the reason they waited, and the job is done.
@@ -18,21 +18,21 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from scenarios.cell import Cell
-from scenarios.devices import CPU, CUDA
-from scenarios.project import ProjectError, read_config
-from services import planner
-from services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
-from services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
-from services.db.results import upsert_results
-from services.db.runs import mark_run_error
-from services.db.session import session_scope
-from services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
-from services.db.workers import gpu_workers, online_counts_by_device
-from worker.checkout import CheckoutError
-from worker.context import WorkerContext
-from worker.runner import RunnerError
-from worker.sources import RunRef, Source, load_source
+from gradci.scenarios.cell import Cell
+from gradci.scenarios.devices import CPU, CUDA
+from gradci.scenarios.project import ProjectError, read_config
+from gradci.services import planner
+from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
+from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import mark_run_error
+from gradci.services.db.session import session_scope
+from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
+from gradci.services.db.workers import gpu_workers, online_counts_by_device
+from gradci.worker.checkout import CheckoutError
+from gradci.worker.context import WorkerContext
+from gradci.worker.runner import RunnerError
+from gradci.worker.sources import RunRef, Source, load_source
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ two after its heartbeats:
 - unplanned runs: queued for longer than the grace with no job and no ``plan_run`` waiting or held;
 - unfinalised runs: every job finished more than the grace ago, the run not, no ``finalize_run``
   waiting or held.
-- runs with a job waiting for a device longer than GRADCI_DEVICE_WAIT (``services.db.waiting``: its
+- runs with a job waiting for a device longer than GRADCI_DEVICE_WAIT (``gradci.services.db.waiting``: its
   queue no online worker serves): their ``plan_run`` is sent again, and planning stores that job's
   cells as ``skip`` with the reason it waited, so that the run finishes.
 
@@ -31,13 +31,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_tasks
-from services.db.jobs import (lost_jobs, mark_resent, requeue_lost, stranded_jobs, unfinalized_runs,
+from gradci.services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_tasks
+from gradci.services.db.jobs import (lost_jobs, mark_resent, requeue_lost, stranded_jobs, unfinalized_runs,
                               unplanned_runs)
-from services.db.session import session_scope
-from services.db.waiting import overdue_runs
-from services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, RUN_JOB
-from services.settings import Settings
+from gradci.services.db.session import session_scope
+from gradci.services.db.waiting import overdue_runs
+from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, RUN_JOB
+from gradci.services.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The warm runner: one sandboxed subprocess per worker process, where scenario code runs.
 
 The worker process itself never imports scenario code or a framework. It asks its runner
-(``worker.runner_child``) for the cells of one scenario at a time over JSON lines (a job asks for one
+(``gradci.worker.runner_child``) for the cells of one scenario at a time over JSON lines (a job asks for one
 cell, ``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
 segfaults, aborts, exits or hangs, the cells asked for become ``error`` cells naming the signal or
 the timeout, the runner is killed (with anything it started: it leads its own process group) and
@@ -10,9 +10,9 @@ during one, it also restarts a runner whose resident memory went above ``max_rss
 libraries' caches grow over a long run) or whose last cell hit a CUDA fault (``runner_child``).
 
 Pull-request code must not reach the worker's credentials: the runner's environment is scrubbed of
-them, and it runs confined by ``worker.sandbox`` (another user, namespaces, an address-space
+them, and it runs confined by ``gradci.worker.sandbox`` (another user, namespaces, an address-space
 limit, a scratch folder of its own). Its output reaches the worker's log only up to a budget per
-request (``worker.runner_output``), and it dies with the worker process that started it.
+request (``gradci.worker.runner_output``), and it dies with the worker process that started it.
 """
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scenarios.simulated_gpus import inline_inventory
-from worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
-from worker.runner_output import OutputDrain
-from worker.sandbox import SandboxPolicy
+from gradci.scenarios.simulated_gpus import inline_inventory
+from gradci.worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
+from gradci.worker.runner_output import OutputDrain
+from gradci.worker.sandbox import SandboxPolicy
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
 # gradci settings meant for the engine itself, which the runner keeps (no credential among them).
 ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR", TORCH_MEMORY_FRACTION_VARIABLE})
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -58,8 +57,9 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
         and name.upper() not in SECRET_NAMES
         and not any(marker in name.upper() for marker in SECRET_MARKERS)
     }
-    # The runner imports gradci's own packages from wherever this worker found them.
-    kept["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), kept.get("PYTHONPATH")]))
+    # The runner imports gradci as this worker does: installed (a wheel, or an editable install
+    # whose finder maps the repository's folders), never from a tree put on PYTHONPATH, which would
+    # also offer gradci's tests/ and bench/ to the user's imports.
     return kept
 
 

@@ -1,4 +1,4 @@
-"""The sandbox side of the warm runner: ``python -m worker.runner_child``.
+"""The sandbox side of the warm runner: ``python -m gradci.worker.runner_child``.
 
 The only process where scenario code (untrusted: it comes from pull requests) and the frameworks
 run. It reads one JSON request per line on stdin and answers one JSON line on a private copy of
@@ -15,7 +15,7 @@ never corrupt the protocol. Requests:
   compared); the warnings raised outside any cell (computing the reference) are added to each.
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
   the peers' cells are checked too, for the comparison only, and not returned
-  (``scenarios.checker.check_scenario``). ``"options"``: further keyword arguments of
+  (``gradci.scenarios.checker.check_scenario``). ``"options"``: further keyword arguments of
   ``check_scenario`` (the run's engine options, such as repeats).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
@@ -26,7 +26,7 @@ Every answer carries ``rss_bytes``, the runner's resident memory after it: the p
 runner above its memory ceiling between requests. On a GPU worker the runner caps its device memory
 (``cap_device_memory``: XLA's from the environment, torch's per-process fraction once torch is here).
 
-It holds no secret (the parent scrubs its environment and ``worker.sandbox`` confines it) and
+It holds no secret (the parent scrubs its environment and ``gradci.worker.sandbox`` confines it) and
 writes nothing but its answers; the parent owns timeouts and restarts.
 """
 from __future__ import annotations
@@ -41,9 +41,9 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from services.secrecy import forbid_inspection
+from gradci.services.secrecy import forbid_inspection
 
-# Set by a GPU worker (``worker.context``): the share of its GPU torch may take in this runner.
+# Set by a GPU worker (``gradci.worker.context``): the share of its GPU torch may take in this runner.
 TORCH_MEMORY_FRACTION_VARIABLE = "GRADCI_TORCH_MEMORY_FRACTION"
 # Errors after which the CUDA context cannot be trusted (an illegal address poisons it for good; an
 # out-of-memory leaves the caches fragmented): the cell is an error and the runner is restarted.
@@ -100,10 +100,10 @@ class SourceCache:
 
 def _load(root: str | None, family: str | None) -> tuple[list[Any], dict[str, Any]]:
     if root is None:
-        from scenarios import library
+        from gradci.scenarios import library
 
         return (library.default() if family is None else library.family(family)), {}
-    from scenarios.project import load_project, load_scenarios
+    from gradci.scenarios.project import load_project, load_scenarios
 
     project = load_project(root)
     return load_scenarios(project), project.matrix.to_mapping()
@@ -115,13 +115,13 @@ def _describe(exc: BaseException) -> str:
 
 
 def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
-    from scenarios.backends import registry
+    from gradci.scenarios.backends import registry
 
     source = cache.get(request.get("source"), request.get("family"))
     backends = [{"name": b.name, "framework": b.framework, "mode": b.mode} for b in registry().values()]
     reply = {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
     if request.get("availability"):
-        from scenarios.checker import available_devices
+        from gradci.scenarios.checker import available_devices
 
         # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
         for backend, entry in zip(registry().values(), backends):
@@ -131,7 +131,7 @@ def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm(request: dict[str, Any]) -> dict[str, Any]:
-    from scenarios.backends import get_backend
+    from gradci.scenarios.backends import get_backend
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.get("backends", [])}
@@ -189,10 +189,10 @@ class AnnouncingBackend:
 
 
 def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
-    from scenarios.backends import get_backend
-    from scenarios.checker import check_scenario
-    from scenarios.reference import shared_cache
-    from scenarios.warning_capture import captured_warnings, merged
+    from gradci.scenarios.backends import get_backend
+    from gradci.scenarios.checker import check_scenario
+    from gradci.scenarios.reference import shared_cache
+    from gradci.scenarios.warning_capture import captured_warnings, merged
 
     source = cache.get(request.get("source"), request.get("family"))
     scenario = source.scenarios.get(request["scenario"])

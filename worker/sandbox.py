@@ -2,8 +2,8 @@
 with an address-space limit, seeing of the service's files only what it needs.
 
 The parent side (``SandboxPolicy.layout(...).command()``) builds the runner's command line; the sandbox side
-(``python -m worker.sandbox CONFIG``, started as the worker's user inside ``unshare``) prepares the
-namespaces, drops its privileges for good and then executes ``worker.runner_child``:
+(``python -m gradci.worker.sandbox CONFIG``, started as the worker's user inside ``unshare``) prepares the
+namespaces, drops its privileges for good and then executes ``gradci.worker.runner_child``:
 
 - every folder in ``SandboxPolicy.hidden`` (the service's workdir, its secrets folder, gradci's source
   tree, ``/tmp``...) is covered by an empty tmpfs, into which only the paths the runner needs are
@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -37,16 +38,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from services.secrecy import libc
+from gradci.services.secrecy import libc
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RUNNER_USER = "gradci-runner"
-RUNNER_MODULE = "worker.runner_child"
+RUNNER_MODULE = "gradci.worker.runner_child"
 # The packages the runner imports from gradci's own tree; the rest of the tree (.env, .git, a
 # workdir kept beside the code) stays hidden.
-RUNNER_PACKAGES = ("scenarios", "services", "worker")
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+RUNNER_PACKAGES = ("gradci", "gradci.scenarios", "gradci.services", "gradci.worker")
+# In an editable install the layers are the repository's own folders (setup.py's mapping) and this
+# is the tree; in a wheel it is site-packages/gradci, which has no pyproject.toml.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
 # World-writable places the runner gets private, small copies of (writes land in a tmpfs that
 # disappears with it, never on the machine's own /tmp).
 PRIVATE_TMP = {"/tmp": "64m", "/var/tmp": "64m", "/dev/shm": "64m"}
@@ -78,7 +81,7 @@ class SandboxPolicy:
         needed = _outermost(Path(os.path.realpath(p)) for p in (*visible, *interpreter_paths())) + writable
         hidden = [Path(os.path.realpath(p)) for p in (*self.hidden, *PRIVATE_TMP)]
         if _source_tree():
-            hidden.append(PACKAGE_ROOT)
+            hidden.append(SOURCE_ROOT)
         if account is not None:
             hidden += untraversable_ancestors(needed, account)
         return Layout(
@@ -94,7 +97,7 @@ class SandboxPolicy:
 
 @dataclasses.dataclass
 class Layout:
-    """Everything ``python -m worker.sandbox`` needs to know, as JSON on its command line."""
+    """Everything ``python -m gradci.worker.sandbox`` needs to know, as JSON on its command line."""
 
     uid: int | None
     gid: int | None
@@ -107,7 +110,7 @@ class Layout:
 
     def command(self) -> list[str]:
         # -P: this part runs as root in the runner's folder; nothing there is imported.
-        me = [sys.executable, "-P", "-m", "worker.sandbox", json.dumps(dataclasses.asdict(self))]
+        me = [sys.executable, "-P", "-m", "gradci.worker.sandbox", json.dumps(dataclasses.asdict(self))]
         if self.namespaces:
             return ["unshare", "--mount", "--net", "--ipc", "--propagation", "private", "--", *me]
         return me
@@ -139,7 +142,7 @@ def _under(path: Path, folder: Path) -> bool:
 def _source_tree() -> bool:
     """gradci runs from its source tree (an editable install, a clone on PYTHONPATH), not from
     site-packages: then only its packages are shown to the runner, not the tree around them."""
-    return (PACKAGE_ROOT / "pyproject.toml").is_file()
+    return (SOURCE_ROOT / "pyproject.toml").is_file()
 
 
 def interpreter_paths() -> tuple[Path, ...]:
@@ -150,11 +153,14 @@ def interpreter_paths() -> tuple[Path, ...]:
         paths.add(Path(os.path.realpath(prefix)))
     paths.update(Path(os.path.realpath(entry)) for entry in sys.path
                  if ("site-packages" in entry or "dist-packages" in entry) and os.path.isdir(entry))
-    if _source_tree():
-        paths.update(PACKAGE_ROOT / name for name in RUNNER_PACKAGES)
-    else:
-        paths.add(PACKAGE_ROOT)
+    paths.update(_package_folder(name) for name in RUNNER_PACKAGES)
     return tuple(sorted(paths))
+
+
+def _package_folder(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations, name
+    return Path(os.path.realpath(next(iter(spec.submodule_search_locations))))
 
 
 def untraversable_ancestors(paths: tuple[Path, ...], account: pwd.struct_passwd) -> list[Path]:

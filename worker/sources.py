@@ -9,11 +9,11 @@ import dataclasses
 import functools
 from typing import Any
 
-from scenarios.matrix import Matrix
-from services.db.models import Run
-from services.planner import ScenarioInfo
-from worker.runner import WarmRunner
-from worker.checkout import Checkouts
+from gradci.scenarios.matrix import Matrix
+from gradci.services.db.models import Run
+from gradci.services.planner import ScenarioInfo
+from gradci.worker.runner import WarmRunner
+from gradci.worker.checkout import Checkouts
 
 
 @dataclasses.dataclass(frozen=True)

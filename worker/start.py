@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import socket
 
-from scenarios.devices import CPU
-from services.secrecy import forbid_inspection
-from worker import context, shutdown
-from worker.celery_app import create_worker_app
-from worker.devices import parse_worker_device
+from gradci.scenarios.devices import CPU
+from gradci.services.secrecy import forbid_inspection
+from gradci.worker import context, shutdown
+from gradci.worker.celery_app import create_worker_app
+from gradci.worker.devices import parse_worker_device
 
 DEFAULT_MAX_CPU_CONCURRENCY = 4  # each pool process keeps a runner with jax and torch loaded
 
@@ -45,7 +45,7 @@ def default_concurrency(device: str) -> int:
 
 def start_worker(device: str, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None) -> None:
     """Run a worker in this process until it is stopped. SIGTERM and SIGINT stop it within seconds
-    (see ``worker.shutdown``): the jobs it was running go back to the broker for the next worker."""
+    (see ``gradci.worker.shutdown``): the jobs it was running go back to the broker for the next worker."""
     forbid_inspection()  # its environment holds the credentials; its pool processes inherit this
     local = parse_worker_device(device)
     if local.index is not None and (concurrency or 1) != 1:

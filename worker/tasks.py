@@ -1,5 +1,5 @@
-"""The Celery tasks: thin shells over ``worker.planning``, ``worker.execute``,
-``services.db.jobs.finalize_run`` and ``services.github.publish``, so that each can be run and
+"""The Celery tasks: thin shells over ``gradci.worker.planning``, ``gradci.worker.execute``,
+``gradci.services.db.jobs.finalize_run`` and ``gradci.services.github.publish``, so that each can be run and
 tested without a broker; and the chores the elected worker does after its heartbeats.
 
 Every task is idempotent, as acks_late requires: a redelivered plan re-sends only waiting jobs, a
@@ -14,19 +14,19 @@ import logging
 
 from celery import shared_task
 
-from services.db import jobs as job_store
-from services.db.availability import DATABASE_UNAVAILABLE
-from services.db.models import Run
-from services.db.session import session_scope
-from services.db.workers import elected_worker
-from services.github.publish import claim_due_reports, owe_reports
-from services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
-from services.reports.run_report import store_report
-from services.reports.targets import TargetConfigError
-from worker.context import current
-from worker.execute import JobExecution
-from worker.planning import plan
-from worker.recovery import Reconciler, Senders
+from gradci.services.db import jobs as job_store
+from gradci.services.db.availability import DATABASE_UNAVAILABLE
+from gradci.services.db.models import Run
+from gradci.services.db.session import session_scope
+from gradci.services.db.workers import elected_worker
+from gradci.services.github.publish import claim_due_reports, owe_reports
+from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
+from gradci.services.reports.run_report import store_report
+from gradci.services.reports.targets import TargetConfigError
+from gradci.worker.context import current
+from gradci.worker.execute import JobExecution
+from gradci.worker.planning import plan
+from gradci.worker.recovery import Reconciler, Senders
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def keep_report(run_id: int) -> None:
 def publish_github(run_id: int) -> None:
     """Commit statuses and the pull-request comment of a run (nothing for runs not from GitHub).
     GitHub being down leaves the report pending, with its next attempt set: the sweeper sends it then."""
-    from services.github.publish import publish_run
+    from gradci.services.github.publish import publish_run
 
     publish_run(run_id, current().settings)
 

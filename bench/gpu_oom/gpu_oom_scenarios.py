@@ -1,8 +1,8 @@
 """Scenarios for the out-of-memory part of scripts/gpu_check.sh (``gradci check --repo bench/gpu_oom``)."""
 import numpy as np
 
-from scenarios import Scenario
-from scenarios.arrays import namespace
+from gradci import Scenario
+from gradci.scenarios.arrays import namespace
 
 
 def squares(x):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from importlib.metadata import entry_points
 
-from scenarios.backends.base import Backend, CellSkipped, Prepared
-from scenarios.backends.fd import fd_backends
-from scenarios.backends.jax_backends import jax_backends
-from scenarios.backends.torch_backends import torch_backends
+from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
+from gradci.scenarios.backends.fd import fd_backends
+from gradci.scenarios.backends.jax_backends import jax_backends
+from gradci.scenarios.backends.torch_backends import torch_backends
 
 ENTRY_POINT_GROUP = "gradci.backends"
 

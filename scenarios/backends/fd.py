@@ -8,10 +8,10 @@ where the scenario gives an analytic reference, they test finite differences aga
 from __future__ import annotations
 
 
-from scenarios.backends.base import Backend, CellSkipped, Prepared
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.reference import INITIAL_STEPS, FDSettings, ReferenceBuilder
-from scenarios.scenario import Tangents
+from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.reference import INITIAL_STEPS, FDSettings, ReferenceBuilder
+from gradci.scenarios.scenario import Tangents
 
 # Another stencil order and step ladder than the reference's: agreement of the two is the evidence.
 CROSS_CHECK = FDSettings(order=4, initial_steps=tuple(step / 5 for step in INITIAL_STEPS), maxiter=12)

@@ -1,12 +1,12 @@
 """jax and torch.func share one functional vocabulary (grad, jvp, vjp, jacrev, jacfwd), so each
-operator record's ``reverse`` and ``forward`` definitions (``scenarios.operators``) serve five
+operator record's ``reverse`` and ``forward`` definitions (``gradci.scenarios.operators``) serve five
 backends: jax-rev, jax-rev-jit, jax-fwd, torch-func-rev, torch-func-fwd.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.operators import OPERATOR_RECORDS
 
 
 class Transforms:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import functools
 
-from scenarios.backends.framework_backend import FrameworkBackend, block_until_ready
-from scenarios.backends.functional import Transforms, apply_operator
+from gradci.scenarios.backends.framework_backend import FrameworkBackend, block_until_ready
+from gradci.scenarios.backends.functional import Transforms, apply_operator
 
 
 @functools.cache
 def jax_transforms() -> Transforms:
-    from scenarios.frameworks import get_framework
+    from gradci.scenarios.frameworks import get_framework
 
     get_framework("jax")  # enables x64 before anything else touches jax
     import jax

@@ -8,8 +8,8 @@ import functools
 import importlib
 
 _ADAPTERS = {
-    "torch": "scenarios.frameworks.torch_adapter:TorchAdapter",
-    "jax": "scenarios.frameworks.jax_adapter:JaxAdapter",
+    "torch": "gradci.scenarios.frameworks.torch_adapter:TorchAdapter",
+    "jax": "gradci.scenarios.frameworks.jax_adapter:JaxAdapter",
 }
 
 

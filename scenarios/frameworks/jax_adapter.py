@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from scenarios.frameworks.xla_flags import apply_fast_compile_flags
+from gradci.scenarios.frameworks.xla_flags import apply_fast_compile_flags
 
 jax.config.update("jax_enable_x64", True)
 apply_fast_compile_flags()  # before any array exists, as x64
@@ -33,8 +33,8 @@ import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
 import numpy as np  # noqa: E402
 import optree  # noqa: E402
 
-from scenarios.devices import execution_device, simulated, simulated_device_missing  # noqa: E402
-from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402
+from gradci.scenarios.devices import execution_device, simulated, simulated_device_missing  # noqa: E402
+from gradci.scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402
 
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}

@@ -9,9 +9,9 @@ import numpy as np
 import optree
 import torch
 
-from scenarios.devices import execution_device, simulated, simulated_device_missing
-from scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter
-from scenarios.precision import on_off
+from gradci.scenarios.devices import execution_device, simulated, simulated_device_missing
+from gradci.scenarios.frameworks.adapter import INDEXING_KINDS, FrameworkAdapter
+from gradci.scenarios.precision import on_off
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from scenarios.scenario import Scenario
-from scenarios.library import control, delicate, elementary, frameworks, linalg, nn, pytrees
-from scenarios.library.nn import mlp_100k
-from scenarios.library.variants import derive, with_batched_tangents, with_closure
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library import control, delicate, elementary, frameworks, linalg, nn, pytrees
+from gradci.scenarios.library.nn import mlp_100k
+from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
 
 FAMILIES = {
     elementary.FAMILY: elementary,

@@ -10,9 +10,9 @@ from typing import Callable
 
 import numpy as np
 
-from scenarios.arrays import namespace
-from scenarios.scenario import Scenario
-from scenarios.library._common import derived, operator_tags, rng, scenario_name
+from gradci.scenarios.arrays import namespace
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library._common import derived, operator_tags, rng, scenario_name
 
 FAMILY = "elementary"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from scenarios.arrays import namespace
-from scenarios.scenario import Scenario
-from scenarios.library._common import eye_like, operator_tags, rng, scenario_name
+from gradci.scenarios.arrays import namespace
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library._common import eye_like, operator_tags, rng, scenario_name
 
 FAMILY = "linalg"
 N = 3

@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 
-from scenarios.arrays import namespace
-from scenarios.scenario import Scenario
-from scenarios.library._common import derived, rng, scenario_name
-from scenarios.library.nn_layers import LAYERS, MLP_100K, Layer
+from gradci.scenarios.arrays import namespace
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library._common import derived, rng, scenario_name
+from gradci.scenarios.library.nn_layers import LAYERS, MLP_100K, Layer
 
 FAMILY = "nn"
 # Second order through a dense layer, a chain and a recurrence: Hessian-vector products of losses are

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.arrays import namespace
-from scenarios.scenario import Scenario
-from scenarios.library._common import operator_tags, rng, scenario_name
+from gradci.scenarios.arrays import namespace
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library._common import operator_tags, rng, scenario_name
 
 FAMILY = "pytree"
 # jacobian and hessian of a pytree: jax.jacrev's blocks (scenarios.blocks), on every backend

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Mapping
 
-from scenarios.scenario import Scenario, Tangents
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.library._common import derived, draw_like, like, rng, tangent_structure
+from gradci.scenarios.scenario import Scenario, Tangents
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.library._common import derived, draw_like, like, rng, tangent_structure
 
 BATCH = 3
 

@@ -5,9 +5,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
-from services.api import health, metrics, reports, runs, webhooks, workers
-from services.db.pagination import InvalidCursor
-from services.settings import Settings, get_settings
+from gradci.services.api import health, metrics, reports, runs, webhooks, workers
+from gradci.services.db.pagination import InvalidCursor
+from gradci.services.settings import Settings, get_settings
 
 
 def _detail(status_code: int, detail: str) -> JSONResponse:

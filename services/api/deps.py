@@ -9,8 +9,8 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from services.db.session import sessionmaker_for
-from services.settings import Settings
+from gradci.services.db.session import sessionmaker_for
+from gradci.services.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="GRADCI_API_TOKEN; required for writes when it is set")
 

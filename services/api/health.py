@@ -5,11 +5,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from services import dispatch
-from services.api.deps import SettingsDep
-from services.api.schemas import BrokerHealth, ComponentHealth, Health
-from services.db.session import sessionmaker_for
-from services.db.workers import online_counts_by_device
+from gradci.services import dispatch
+from gradci.services.api.deps import SettingsDep
+from gradci.services.api.schemas import BrokerHealth, ComponentHealth, Health
+from gradci.services.db.session import sessionmaker_for
+from gradci.services.db.workers import online_counts_by_device
 
 router = APIRouter(prefix="/api/health", tags=["health"])
 

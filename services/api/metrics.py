@@ -9,11 +9,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.db.models import CellStatus, Result, Run, RunStatus
-from services.db.queries import totals_by_status
-from services.db.session import sessionmaker_for
-from services.db.workers import online_counts_by_device
-from services.settings import Settings
+from gradci.services.db.models import CellStatus, Result, Run, RunStatus
+from gradci.services.db.queries import totals_by_status
+from gradci.services.db.session import sessionmaker_for
+from gradci.services.db.workers import online_counts_by_device
+from gradci.services.settings import Settings
 
 router = APIRouter(tags=["metrics"])
 

@@ -10,14 +10,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.api.deps import ReadSession, SettingsDep
-from services.api.errors import errors
-from services.api.runs import MAX_INT32, RunId, find_run, run_url
-from services.db.models import Job
-from services.reports.markdown import render
-from services.reports.model import RunReport
-from services.reports.run_report import report_for_run
-from services.reports.targets import TargetConfigError
+from gradci.services.api.deps import ReadSession, SettingsDep
+from gradci.services.api.errors import errors
+from gradci.services.api.runs import MAX_INT32, RunId, find_run, run_url
+from gradci.services.db.models import Job
+from gradci.services.reports.markdown import render
+from gradci.services.reports.model import RunReport
+from gradci.services.reports.run_report import report_for_run
+from gradci.services.reports.targets import TargetConfigError
 
 router = APIRouter(prefix="/api/runs", tags=["reports"])
 

@@ -9,11 +9,11 @@ from fastapi import status as http
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
-from services import dispatch
-from services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
-from services.api.errors import errors
-from services.api.repo_refs import is_allowed, parse_repo_ref
-from services.api.schemas import (
+from gradci.services import dispatch
+from gradci.services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
+from gradci.services.api.errors import errors
+from gradci.services.api.repo_refs import is_allowed, parse_repo_ref
+from gradci.services.api.schemas import (
     SHA_PREFIX_PATTERN,
     CellCounts,
     CellOut,
@@ -25,10 +25,10 @@ from services.api.schemas import (
     WaitingOut,
     from_row,
 )
-from services.db import queries
-from services.db.pagination import CURSOR_PATTERN
-from services.db.models import CellStatus, Run, RunStatus
-from services.db.runs import (
+from gradci.services.db import queries
+from gradci.services.db.pagination import CURSOR_PATTERN
+from gradci.services.db.models import CellStatus, Run, RunStatus
+from gradci.services.db.runs import (
     RunAlreadyFinished,
     create_rerun,
     create_run,
@@ -36,12 +36,12 @@ from services.db.runs import (
     mark_run_error,
     request_cancel,
 )
-from services.db.session import session_scope
-from services.db.waiting import waiting_by_run
-from services.reports import finished
-from services.reports.coverage import run_coverage
-from services.reports.junit import junit_chunks
-from services.settings import Settings
+from gradci.services.db.session import session_scope
+from gradci.services.db.waiting import waiting_by_run
+from gradci.services.reports import finished
+from gradci.services.reports.coverage import run_coverage
+from gradci.services.reports.junit import junit_chunks
+from gradci.services.settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 

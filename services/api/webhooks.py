@@ -14,10 +14,10 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from services.api.deps import SettingsDep
-from services.api.errors import errors
-from services.db.session import sessionmaker_for
-from services.github import intake, signature
+from gradci.services.api.deps import SettingsDep
+from gradci.services.api.errors import errors
+from gradci.services.db.session import sessionmaker_for
+from gradci.services.github import intake, signature
 
 router = APIRouter(tags=["github"])
 

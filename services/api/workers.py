@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.api.deps import ReadSession, SettingsDep
-from services.api.schemas import WorkerOut, from_row
-from services.db.models import utcnow
-from services.db.workers import is_online, list_workers
+from gradci.services.api.deps import ReadSession, SettingsDep
+from gradci.services.api.schemas import WorkerOut, from_row
+from gradci.services.db.models import utcnow
+from gradci.services.db.workers import is_online, list_workers
 
 router = APIRouter(prefix="/api/workers", tags=["workers"])
 

@@ -7,7 +7,7 @@ error), a finished job ignores every later delivery, a running job belongs to th
 claimed it for as long as that delivery renews its lease (a second message of the same job is then
 a duplicate and is dropped), and "was this the last job?" is answered under a lock on the run row so
 that exactly one worker finalises. Locks are always taken run first, then job, as
-``services.db.runs.request_cancel`` does, so they cannot deadlock.
+``gradci.services.db.runs.request_cancel`` does, so they cannot deadlock.
 
 Functions flush but never commit: the caller owns the transaction.
 """
@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, lazyload
 
-from scenarios.cell import FAILING
-from services.db.models import (
+from gradci.scenarios.cell import FAILING
+from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     Job,
     JobStatus,
@@ -33,9 +33,9 @@ from services.db.models import (
     Worker,
     utcnow,
 )
-from services.db.queries import cell_counts
-from services.db.upsert import dialect_insert
-from services.reports.coverage import coverage_percent
+from gradci.services.db.queries import cell_counts
+from gradci.services.db.upsert import dialect_insert
+from gradci.services.reports.coverage import coverage_percent
 
 UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
 FINISHED_RUN_VALUES = tuple(sorted(status.value for status in FINISHED_RUN_STATUSES))
@@ -68,7 +68,7 @@ def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> N
 
 
 def store_jobs(session: Session, run: Run, specs: Sequence[Any]) -> list[Job]:
-    """The run's jobs (from ``services.planner.JobSpec``), and the run marked running."""
+    """The run's jobs (from ``gradci.services.planner.JobSpec``), and the run marked running."""
     jobs = [Job(run_id=run.id, backend=spec.backend, device=spec.device, queue=spec.queue,
                 scenarios=list(spec.scenarios), status=JobStatus.queued.value, attempts=0) for spec in specs]
     session.add_all(jobs)

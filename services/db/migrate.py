@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 
-from services.db.session import engine_for
+from gradci.services.db.session import engine_for
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session
 
-from scenarios.cell import KEY_FIELDS
-from services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run, Trigger
-from services.db.pagination import Page, grouped_keyset_page, keyset_page
+from gradci.scenarios.cell import KEY_FIELDS
+from gradci.services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run, Trigger
+from gradci.services.db.pagination import Page, grouped_keyset_page, keyset_page
 
 FULL_SHA_LENGTHS = (40, 64)  # SHA-1 and SHA-256 object names
 _LIKE_ESCAPE = "\\"

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from scenarios.cell import FAILING
-from scenarios.devices import checked_devices
-from scenarios.matrix import Matrix, exact_pattern
-from services.db.models import (
+from gradci.scenarios.cell import FAILING
+from gradci.scenarios.devices import checked_devices
+from gradci.scenarios.matrix import Matrix, exact_pattern
+from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     Job,
     JobStatus,
@@ -22,8 +22,8 @@ from services.db.models import (
     Trigger,
     utcnow,
 )
-from services.db.queries import unsuccessful_cells
-from services.db.upsert import dialect_insert
+from gradci.services.db.queries import unsuccessful_cells
+from gradci.services.db.upsert import dialect_insert
 
 
 def lock_for_transaction(session: Session, key: str) -> None:

@@ -1,8 +1,8 @@
 """Jobs waiting for a device: queued on a queue that no online worker consumes, each with the reason
 in words ("waiting for a cuda worker; none online", "waiting for a cuda.sm90 worker; online:
 cuda.sm80") and since when. ``GET /api/runs/{id}``, ``gradci status`` and the dashboard show them;
-the reconciler (``worker.recovery``) has the runs of those waiting longer than GRADCI_DEVICE_WAIT
-planned again, and planning (``worker.planning``) then stores their cells as ``skip`` with the reason.
+the reconciler (``gradci.worker.recovery``) has the runs of those waiting longer than GRADCI_DEVICE_WAIT
+planned again, and planning (``gradci.worker.planning``) then stores their cells as ``skip`` with the reason.
 
 A job waits from when it was stored, or last taken by a worker (one whose worker died is queued
 again): re-sending a job that lost its message does not restart its wait.
@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from scenarios.devices import CPU
-from scenarios.requirements import memory_text
-from services.db.jobs import FINISHED_RUN_VALUES, lock_run
-from services.db.models import Job, JobStatus, Run, Worker, utcnow
-from services.db.workers import gpu_offer, online_workers, worker_queues
-from services.planner import PARKED, queue_description
+from gradci.scenarios.devices import CPU
+from gradci.scenarios.requirements import memory_text
+from gradci.services.db.jobs import FINISHED_RUN_VALUES, lock_run
+from gradci.services.db.models import Job, JobStatus, Run, Worker, utcnow
+from gradci.services.db.workers import gpu_offer, online_workers, worker_queues
+from gradci.services.planner import PARKED, queue_description
 
 
 @dataclasses.dataclass(frozen=True)

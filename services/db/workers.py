@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scenarios.requirements import DeviceOffer
-from services.db.models import Worker, utcnow
-from services.db.upsert import dialect_insert
-from services.planner import GpuWorkers
+from gradci.scenarios.requirements import DeviceOffer
+from gradci.services.db.models import Worker, utcnow
+from gradci.services.db.upsert import dialect_insert
+from gradci.services.planner import GpuWorkers
 
 
 def record_heartbeat(

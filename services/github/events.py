@@ -9,7 +9,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from services.api.repo_refs import RepoRef, is_allowed
+from gradci.services.api.repo_refs import RepoRef, is_allowed
 
 PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 DEFAULT_APPROVAL_LABEL = "gradci:run"

@@ -21,13 +21,13 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services import dispatch
-from services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
-from services.db.runs import (RunAlreadyFinished, create_run, delete_runs, get_or_create_repository,
+from gradci.services import dispatch
+from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
+from gradci.services.db.runs import (RunAlreadyFinished, create_run, delete_runs, get_or_create_repository,
                               lock_for_transaction, request_cancel)
-from services.github.events import Decision, DecisionKind, decide, payload_type_error
-from services.reports.run_report import base_run
-from services.settings import Settings
+from gradci.services.github.events import Decision, DecisionKind, decide, payload_type_error
+from gradci.services.reports.run_report import base_run
+from gradci.services.settings import Settings
 
 log = logging.getLogger(__name__)
 

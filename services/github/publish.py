@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
-from services.db.session import session_scope
-from services.github.client import GitHubClient, GitHubError
-from services.reports.markdown import MARKER, render
-from services.reports.model import RunReport
-from services.reports.run_report import report_for_run, waiting_for_base
-from services.settings import Settings, get_settings
+from gradci.services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
+from gradci.services.db.session import session_scope
+from gradci.services.github.client import GitHubClient, GitHubError
+from gradci.services.reports.markdown import MARKER, render
+from gradci.services.reports.model import RunReport
+from gradci.services.reports.run_report import report_for_run, waiting_for_base
+from gradci.services.settings import Settings, get_settings
 
 CONTEXTS = ("gradci/project", "gradci/patch")
 

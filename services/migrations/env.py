@@ -1,12 +1,12 @@
-"""Alembic environment: the URL comes from ``services.db.migrate.alembic_config``,
-and the engine from ``services.db.session`` so SQLite gets the same pragmas as the service."""
+"""Alembic environment: the URL comes from ``gradci.services.db.migrate.alembic_config``,
+and the engine from ``gradci.services.db.session`` so SQLite gets the same pragmas as the service."""
 from __future__ import annotations
 
 from alembic import context
 
-from services.db.models import Base
-from services.db.session import engine_for
-from services.db.urls import normalize_database_url
+from gradci.services.db.models import Base
+from gradci.services.db.session import engine_for
+from gradci.services.db.urls import normalize_database_url
 
 config = context.config
 target_metadata = Base.metadata

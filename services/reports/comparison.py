@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from scenarios.cell import KEY_FIELDS
-from services.db.models import Result
-from services.reports.diff import tolerance_ratio
+from gradci.scenarios.cell import KEY_FIELDS
+from gradci.services.db.models import Result
+from gradci.services.reports.diff import tolerance_ratio
 
 # A change worth listing: error ÷ tolerance doubled (or halved), time 1.5× slower (or faster).
 RATIO_FACTOR = 2.0

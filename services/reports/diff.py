@@ -15,10 +15,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from scenarios.cell import KEY_FIELDS
-from services.db.models import Result
-from services.reports.coverage import MISSING
-from services.reports.model import BRIEF_FIELDS, CellBrief
+from gradci.scenarios.cell import KEY_FIELDS
+from gradci.services.db.models import Result
+from gradci.services.reports.coverage import MISSING
+from gradci.services.reports.model import BRIEF_FIELDS, CellBrief
 
 NEAR_MISS_RATIO = 0.5
 NEAR_MISS_GROWTH = 10.0

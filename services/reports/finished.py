@@ -4,7 +4,7 @@ A run that passed or failed never changes again: its last job finished before th
 cells are final, and so are their counts per status. Counting a million cells takes the database a
 noticeable while on every runs list; remembering the counts makes it a lookup. Only the ``SIZE``
 most recently used are kept. (A finished run's report is stored in the database instead, when the
-run is finalised: ``services.reports.run_report.store_report``.)
+run is finalised: ``gradci.services.reports.run_report.store_report``.)
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from services.db import queries
-from services.db.models import Run, RunStatus
+from gradci.services.db import queries
+from gradci.services.db.models import Run, RunStatus
 
 T = TypeVar("T")
 SIZE = 64

@@ -15,8 +15,8 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.db.models import Result, Run
-from services.reports.diff import tolerance_ratio
+from gradci.services.db.models import Result, Run
+from gradci.services.reports.diff import tolerance_ratio
 
 RUNS_SHOWN = 50
 MAX_RUNS_SHOWN = 500

@@ -4,9 +4,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from services.github.client import COMMENT_BODY_LIMIT
-from services.reports.coverage import percent
-from services.reports.model import CellBrief, RunReport, StatusCounts
+from gradci.services.github.client import COMMENT_BODY_LIMIT
+from gradci.services.reports.coverage import percent
+from gradci.services.reports.model import CellBrief, RunReport, StatusCounts
 
 MARKER = "<!-- gradci:report -->"
 LIST_LIMIT = 25  # rows per list before "and N more": the comment must stay under GitHub's limit

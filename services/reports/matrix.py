@@ -16,10 +16,10 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from services.db.models import Result, Run, StoredReport
-from services.db.queries import ATTENTION_ORDER, ResultFilter, filtered_results
-from services.reports.diff import tolerance_ratio
-from services.reports.finished import Memory, is_final, recall, remember, runs_key
+from gradci.services.db.models import Result, Run, StoredReport
+from gradci.services.db.queries import ATTENTION_ORDER, ResultFilter, filtered_results
+from gradci.services.reports.diff import tolerance_ratio
+from gradci.services.reports.finished import Memory, is_final, recall, remember, runs_key
 
 T = TypeVar("T")
 ROWS_PER_PAGE = 200

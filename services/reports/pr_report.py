@@ -8,12 +8,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from services.reports.aggregates import Group, GroupTally
-from services.reports.coverage import percent
-from services.reports.diff import Changes
-from services.reports.model import (ChangeCounts, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
+from gradci.services.reports.aggregates import Group, GroupTally
+from gradci.services.reports.coverage import percent
+from gradci.services.reports.diff import Changes
+from gradci.services.reports.model import (ChangeCounts, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
                                     StatusCounts, StatusTotals)
-from services.reports.targets import Target
+from gradci.services.reports.targets import Target
 
 
 class RunFigures(NamedTuple):

@@ -4,15 +4,15 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus, StoredReport, utcnow
-from services.db.queries import cell_counts, without_jit
-from services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
-from services.reports.diff import Changes, compare
-from services.reports.finished import is_final
-from services.reports.matrix import layout_record
-from services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
-from services.reports.pr_report import RunFigures, build_report
-from services.reports.targets import parse_report_config
+from gradci.services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus, StoredReport, utcnow
+from gradci.services.db.queries import cell_counts, without_jit
+from gradci.services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
+from gradci.services.reports.diff import Changes, compare
+from gradci.services.reports.finished import is_final
+from gradci.services.reports.matrix import layout_record
+from gradci.services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
+from gradci.services.reports.pr_report import RunFigures, build_report
+from gradci.services.reports.targets import parse_report_config
 
 COMPARABLE = (RunStatus.passed.value, RunStatus.failed.value)
 

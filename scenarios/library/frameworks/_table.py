@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from scenarios.operators import OPERATOR_RECORDS
-from scenarios.scenario import Scenario
-from scenarios.library._common import derived, operator_tags, rng
+from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.library._common import derived, operator_tags, rng
 
 FAMILY = "frameworks"
 

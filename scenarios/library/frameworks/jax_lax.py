@@ -1,7 +1,7 @@
 """jax.lax: primitives, cumulative reductions, control flow, windows and convolutions, lax.linalg."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import (JVP, VJP, JACOBIAN, Row, distinct_spectrum, signed, spread,
+from gradci.scenarios.library.frameworks._table import (JVP, VJP, JACOBIAN, Row, distinct_spectrum, signed, spread,
                                                  well_conditioned)
 
 AREA = "jax.lax"

@@ -1,7 +1,7 @@
 """jax.nn: activations, the softmax family and standardize; dropout from jax.random under a fixed key."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import JVP, VJP, JACOBIAN, Row, signed
+from gradci.scenarios.library.frameworks._table import JVP, VJP, JACOBIAN, Row, signed
 
 AREA = "jax.nn"
 N = "jax.nn."

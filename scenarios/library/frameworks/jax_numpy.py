@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.library.frameworks._table import (JVP, VJP, JACOBIAN, Row, distinct_spectrum, signed, spread,
+from gradci.scenarios.library.frameworks._table import (JVP, VJP, JACOBIAN, Row, distinct_spectrum, signed, spread,
                                                  well_conditioned)
 
 AREA = "jax.numpy"

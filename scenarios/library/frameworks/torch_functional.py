@@ -1,7 +1,7 @@
 """torch.nn.functional: activations, normalisations, convolutions, pooling, resampling, losses."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SCALAR, SECOND, Row, indices,
+from gradci.scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SCALAR, SECOND, Row, indices,
                                                  lacks, signed, spread, uniform)
 
 AREA = "torch.nn.functional"

@@ -1,7 +1,7 @@
 """torch.linalg: determinants, inverses and solves, factorizations, spectra, norms, matrix functions."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SECOND, Row,
+from gradci.scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SECOND, Row,
                                                  distinct_spectrum, on_every, spread, well_conditioned)
 
 AREA = "torch.linalg"

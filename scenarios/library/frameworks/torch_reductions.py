@@ -1,7 +1,7 @@
 """Reductions, scans, sorting and strided views: torch functions whose backward gathers or scatters."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SCALAR, SECOND, Row, signed,
+from gradci.scenarios.library.frameworks._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SCALAR, SECOND, Row, signed,
                                                  spread)
 
 AREA = "torch-reductions"

@@ -1,7 +1,7 @@
 """torch.special: error functions, gamma family, Bessel functions, logits and entropies."""
 from __future__ import annotations
 
-from scenarios.library.frameworks._table import (FIRST, FULL, JVP, VJP, JACOBIAN, SCALAR, SECOND, Row, lacks,
+from gradci.scenarios.library.frameworks._table import (FIRST, FULL, JVP, VJP, JACOBIAN, SCALAR, SECOND, Row, lacks,
                                                  on_every, signed)
 
 AREA = "torch.special"

@@ -6,9 +6,9 @@ from typing import Any
 
 from rich.console import Console
 
-from gradci.client import ClientError, GradciClient, default_server, exit_code, find_token, print_summary, progress_line
-from scenarios.matrix import Matrix
-from services.settings import get_settings
+from gradci.cli.client import ClientError, GradciClient, default_server, exit_code, find_token, print_summary, progress_line
+from gradci.scenarios.matrix import Matrix
+from gradci.services.settings import get_settings
 
 EXIT_USAGE = 2
 

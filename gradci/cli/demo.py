@@ -14,16 +14,16 @@ from typing import Any
 
 from rich.console import Console
 
-from gradci.client import EXIT_OK, GradciClient, exit_code, print_summary, progress_line
-from gradci.supervisor import Supervisor
-from scenarios.matrix import Matrix
+from gradci.cli.client import EXIT_OK, GradciClient, exit_code, print_summary, progress_line
+from gradci.cli.supervisor import Supervisor
+from gradci.scenarios.matrix import Matrix
 
 
 def demo_matrices(matrix: Matrix) -> list[Matrix]:
     """The demo's runs: the one asked for when ``--scenarios`` chose; else the library in turn."""
     if matrix.scenarios is not None:
         return [matrix]
-    from scenarios.library import demo_runs  # the library's families; no framework is imported
+    from gradci.scenarios.library import demo_runs  # the library's families; no framework is imported
 
     return [dataclasses.replace(matrix, scenarios=patterns) for patterns in demo_runs()]
 

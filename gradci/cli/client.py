@@ -10,9 +10,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from scenarios.cell import FAILING, STATUSES
-from services.db.models import FINISHED_RUN_STATUSES
-from services.settings import Settings
+from gradci.scenarios.cell import FAILING, STATUSES
+from gradci.services.db.models import FINISHED_RUN_STATUSES
+from gradci.services.settings import Settings
 
 FINISHED = tuple(status.value for status in FINISHED_RUN_STATUSES)
 TOKEN_FILE = "api-token"

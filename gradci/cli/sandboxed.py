@@ -1,7 +1,7 @@
 """``gradci check``'s cells, checked in the sandboxed warm runner the service's workers use.
 
 The command line imports no scenario code and no framework itself: it lists the scenarios in the
-runner (``worker.runner``), then asks for one scenario's cells per request. The runner checks them
+runner (``gradci.worker.runner``), then asks for one scenario's cells per request. The runner checks them
 together, as the engine does in-process, so forward and reverse modes are compared and the verdicts
 are the engine's. A scenario that segfaults, hangs, exits or exhausts memory becomes error cells
 naming the signal or the timeout, and the next scenario runs in a fresh runner.
@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scenarios.cell import FIELD_NAMES, Cell
-from scenarios.devices import CPU, expand_devices
-from scenarios.matrix import Matrix, select_scenarios
-from services.settings import get_settings
-from worker.runner import CellSpec, WarmRunner
-from worker.sandbox import SandboxPolicy
+from gradci.scenarios.cell import FIELD_NAMES, Cell
+from gradci.scenarios.devices import CPU, expand_devices
+from gradci.scenarios.matrix import Matrix, select_scenarios
+from gradci.services.settings import get_settings
+from gradci.worker.runner import CellSpec, WarmRunner
+from gradci.worker.sandbox import SandboxPolicy
 
 DEFAULT_CELL_TIMEOUT_S = 300.0
 
@@ -68,7 +68,7 @@ def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
 
 def plan(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
-    ``worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
+    ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
     that is not there."""
     listing = runner.list_source(target.source, availability=True, family=target.family)
     chosen = select_scenarios(listing["scenarios"], target.matrix.scenarios, name=lambda s: s["name"])

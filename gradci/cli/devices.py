@@ -7,9 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from web.templating import memory
-from worker.devices import device_inventory
-from worker.simulated_gpus import InventoryError
+from gradci.web.templating import memory
+from gradci.worker.devices import device_inventory
+from gradci.worker.simulated_gpus import InventoryError
 
 
 def show_devices(as_json: bool) -> int:

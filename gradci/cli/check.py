@@ -1,5 +1,5 @@
 """``gradci check``: check a repository's scenarios (or the built-in library) in the sandboxed
-runner (``gradci.sandboxed``) and report, with a progress bar on a terminal's stderr."""
+runner (``gradci.cli.sandboxed``) and report, with a progress bar on a terminal's stderr."""
 from __future__ import annotations
 
 import sys
@@ -10,17 +10,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import scenarios
-from gradci.client import coverage_text
-from gradci.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, plan
-from scenarios.cell import FAILING, STATUSES, Cell
-from scenarios.devices import CPU, CUDA
-from scenarios.formats import cells_to_json, cells_to_junit
-from scenarios.matrix import Matrix
-from scenarios.project import ProjectError, load_project
-from services.reports.coverage import coverage_percent
-from worker.agreement_specs import agreement_spec
-from worker.runner import CellSpec, RunnerError, WarmRunner
+import gradci
+from gradci.cli.client import coverage_text
+from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, plan
+from gradci.scenarios.cell import FAILING, STATUSES, Cell
+from gradci.scenarios.devices import CPU, CUDA
+from gradci.scenarios.formats import cells_to_json, cells_to_junit
+from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.project import ProjectError, load_project
+from gradci.services.reports.coverage import coverage_percent
+from gradci.worker.agreement_specs import agreement_spec
+from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
 
 FORMATS = ("table", "json", "junit")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -39,8 +39,8 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
     if family is not None:
         if repo:
             raise UsageError("--family picks from the built-in library: give it without --repo")
-        if family not in scenarios.library.FAMILIES:
-            raise UsageError(f"--family must be one of {', '.join(scenarios.library.FAMILIES)}, not {family!r}")
+        if family not in gradci.library.FAMILIES:
+            raise UsageError(f"--family must be one of {', '.join(gradci.library.FAMILIES)}, not {family!r}")
     if not repo:
         return Target(None, flags, family), cell_timeout_s or DEFAULT_CELL_TIMEOUT_S
     project = load_project(repo)
@@ -60,12 +60,12 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         if repeats is None and target.source:  # the flag over gradci.toml's [check] repeats
             repeats = load_project(target.source).repeats
         for name in target.matrix.backends or []:
-            scenarios.get_backend(name)
+            gradci.get_backend(name)
         cells = _check_with_progress(target, timeout_s, err, {} if repeats is None else {"repeats": repeats})
     except (UsageError, ProjectError, RunnerError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
-    report = scenarios.Report(cells)
+    report = gradci.Report(cells)
     text = {"json": lambda: cells_to_json(report.cells), "junit": lambda: cells_to_junit(report.cells)}
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
@@ -96,7 +96,7 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
 def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
     """A scenario's cells plus, where they run on the cpu and a cuda device, the CPU–GPU agreement
-    cells of each cuda cell (``scenarios.agreement``): the engine adds them for such a matrix, and
+    cells of each cuda cell (``gradci.scenarios.agreement``): the engine adds them for such a matrix, and
     the runner answers the cells it is asked for."""
     if not any(spec.device == CPU for spec in specs):
         return specs

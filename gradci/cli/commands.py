@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from scenarios.matrix import Matrix
+from gradci.scenarios.matrix import Matrix
 
 
 def split_list(value: str | None) -> list[str] | None:
@@ -49,7 +49,7 @@ def check(
 ) -> None:
     """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
     error or xpass. With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too."""
-    from gradci.check import run_check
+    from gradci.cli.check import run_check
 
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats))
@@ -58,8 +58,8 @@ def check(
 @app.command()
 def migrate() -> None:
     """Create or upgrade the database schema (GRADCI_DATABASE_URL; default .gradci/gradci.db)."""
-    from services.db.migrate import upgrade
-    from services.settings import get_settings
+    from gradci.services.db.migrate import upgrade
+    from gradci.services.settings import get_settings
 
     settings = get_settings()
     settings.ensure_local_directories()
@@ -74,7 +74,7 @@ def worker(
     loglevel: str = typer.Option("INFO", help="Celery log level."),
 ) -> None:
     """Run a worker: checks the jobs of its device's queue and heartbeats into the workers table."""
-    from worker.start import start_worker
+    from gradci.worker.start import start_worker
 
     try:
         start_worker(device, concurrency, loglevel)
@@ -87,7 +87,7 @@ def worker(
 def devices(as_json: bool = typer.Option(False, "--json", help="JSON instead of a table.")) -> None:
     """This machine's devices (CPU and GPUs: model, capability, memory, driver, CUDA) and the devices
     torch and jax see. GRADCI_DEVICE_INVENTORY=file.json replaces the GPUs with simulated ones."""
-    from gradci.devices import show_devices
+    from gradci.cli.devices import show_devices
 
     raise typer.Exit(show_devices(as_json))
 
@@ -98,7 +98,7 @@ def api(
     port: int = typer.Option(8000, help="Port."),
 ) -> None:
     """Serve the REST API (and the dashboard) with uvicorn."""
-    from gradci.serve import serve_api
+    from gradci.cli.serve import serve_api
 
     serve_api(host, port)
 
@@ -113,7 +113,7 @@ def up(
     scenarios: Optional[str] = typer.Option(None, help="Demo: " + SCENARIOS_HELP),
 ) -> None:
     """Everything on this machine: migrations, the API and one supervised worker per device."""
-    from gradci.serve import up as serve_up
+    from gradci.cli.serve import up as serve_up
 
     matrix = matrix_of(backends=backends, dtypes=dtypes, scenarios=scenarios)
     raise typer.Exit(serve_up(port=port, demo=demo, exit_after=exit_, matrix=matrix))
@@ -136,7 +136,7 @@ def submit(
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
 ) -> None:
     """Submit a run to a gradci server."""
-    from gradci.submit import submit as submit_run
+    from gradci.cli.submit import submit as submit_run
 
     raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, wait=wait, repeats=repeats,
                                 matrix=matrix_of(backends, devices, dtypes, scenarios)))
@@ -148,7 +148,7 @@ def status(
     server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
 ) -> None:
     """Show a run's status, counts and coverage, and why any of its jobs waits for a device."""
-    from gradci.submit import status as run_status
+    from gradci.cli.submit import status as run_status
 
     raise typer.Exit(run_status(run, server=server))
 

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from services.secrecy import libc
+from gradci.services.secrecy import libc
 
 log = logging.getLogger(__name__)
 

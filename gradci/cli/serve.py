@@ -3,7 +3,7 @@
 Migrations, the API on 127.0.0.1 and one ``gradci worker`` per local device, all supervised. With
 no ``GRADCI_DATABASE_URL``/``GRADCI_BROKER_URL`` it runs embedded (SQLite database, SQLite broker
 transport) under ``.gradci/``; with them, against Postgres and Redis like a deployment would.
-``--demo`` submits the built-in suite through the API like any client and reports on it (``gradci.demo``).
+``--demo`` submits the built-in suite through the API like any client and reports on it (``gradci.cli.demo``).
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gradci.client import ClientError, GradciClient, token_file
-from gradci.demo import demo_exit_code, demo_matrices, run_demo
-from gradci.supervisor import Supervisor
-from scenarios.matrix import Matrix
-from services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
-from services.secrecy import forbid_inspection
+from gradci.cli.client import ClientError, GradciClient, token_file
+from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
+from gradci.cli.supervisor import Supervisor
+from gradci.scenarios.matrix import Matrix
+from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
+from gradci.services.secrecy import forbid_inspection
 
 READY_TIMEOUT_S = 180.0
 
@@ -33,7 +33,7 @@ def serve_api(host: str, port: int) -> None:
 
     forbid_inspection()
     # web.app adds the dashboard pages (where commit statuses link) to the REST API.
-    uvicorn.run("web.app:create_app", factory=True, host=host, port=port, log_level="info",
+    uvicorn.run("gradci.web.app:create_app", factory=True, host=host, port=port, log_level="info",
                 proxy_headers=True)
 
 
@@ -104,9 +104,9 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
 
 
 def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
-    from services.db.migrate import upgrade
-    from worker.devices import discover_devices
-    from worker.simulated_gpus import InventoryError
+    from gradci.services.db.migrate import upgrade
+    from gradci.worker.devices import discover_devices
+    from gradci.worker.simulated_gpus import InventoryError
 
     console = Console()
     forbid_inspection()
