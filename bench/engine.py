@@ -13,9 +13,9 @@ import time
 
 
 import gradci
-from gradci.scenarios.checker import resolve_backends
+from gradci.scenarios.verdict.check import resolve_backends
 from gradci.scenarios.library.nn import mlp_100k
-from gradci.scenarios.reference import ReferenceCache
+from gradci.scenarios.reference.finite_differences import ReferenceCache
 
 ROUNDS, CALLS = 7, 50
 
@@ -82,15 +82,15 @@ def against_gradcheck(scenario) -> None:
         leaves = tuple(torch.tensor(scenario.x[k], requires_grad=True) for k in names)
         assert torch.autograd.gradcheck(lambda *ls: loss(dict(zip(names, ls)), *ctx), leaves, fast_mode=True)
 
-    def gradci():
+    def ours_check():
         report = gradci.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
                                  references=ReferenceCache())  # a fresh cache: the reference is recomputed
         assert report.ok, report.failing()
 
     ours, theirs = [], []
-    gradci(), gradcheck()  # imports and first-use costs out of the measurement
+    ours_check(), gradcheck()  # imports and first-use costs out of the measurement
     for _ in range(9):
-        start = time.perf_counter(); gradci(); ours.append(time.perf_counter() - start)  # noqa: E702
+        start = time.perf_counter(); ours_check(); ours.append(time.perf_counter() - start)  # noqa: E702
         start = time.perf_counter(); gradcheck(); theirs.append(time.perf_counter() - start)  # noqa: E702
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"   gradci {o * 1e3:8.1f} ms   gradcheck {t * 1e3:8.1f} ms   ratio {o / t:5.2f}")

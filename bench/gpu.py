@@ -117,7 +117,7 @@ def gradci_check(part: Part, out: Path, timeout_s: float, *args: str) -> list[di
 
 def part_devices(part: Part, out: Path, timeout_s: float) -> None:
     """``gradci devices --json``; where the machine lacks the web stack that command's table needs,
-    the same inventory straight from ``gradci.worker.devices``."""
+    the same inventory straight from ``gradci.worker.device_discovery``."""
     start, log = time.monotonic(), out / "gpu_check.log"
     commands = ([sys.executable, "-m", "gradci", "devices", "--json"],
                 [sys.executable, "-c", "import json; from worker.devices import device_inventory; "

@@ -20,43 +20,43 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gradci.scenarios import library as library
-    from gradci.scenarios.arrays import namespace as namespace
+    from gradci.scenarios.authoring.namespace import namespace as namespace
     from gradci.scenarios.backends import Backend as Backend
     from gradci.scenarios.backends import backend_names as backend_names
     from gradci.scenarios.backends import get_backend as get_backend
-    from gradci.scenarios.cell import STATUSES as STATUSES
-    from gradci.scenarios.cell import Cell as Cell
-    from gradci.scenarios.checker import Report as Report
-    from gradci.scenarios.checker import check as check
-    from gradci.scenarios.devices import current_device as current_device
-    from gradci.scenarios.expectations import Expect as Expect
-    from gradci.scenarios.matrix import Matrix as Matrix
-    from gradci.scenarios.matrix import select_scenarios as select_scenarios
-    from gradci.scenarios.operators import OPERATORS as OPERATORS
-    from gradci.scenarios.scenario import Scenario as Scenario
-    from gradci.scenarios.scenario import Tangents as Tangents
-    from gradci.scenarios.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
-    from gradci.scenarios.tolerances import Tolerance as Tolerance
+    from gradci.scenarios.contract.cell import STATUSES as STATUSES
+    from gradci.scenarios.contract.cell import Cell as Cell
+    from gradci.scenarios.verdict.check import Report as Report
+    from gradci.scenarios.verdict.check import check as check
+    from gradci.scenarios.contract.devices import current_device as current_device
+    from gradci.scenarios.authoring.expectations import Expect as Expect
+    from gradci.scenarios.contract.matrix import Matrix as Matrix
+    from gradci.scenarios.contract.matrix import select_scenarios as select_scenarios
+    from gradci.scenarios.operators.records import OPERATORS as OPERATORS
+    from gradci.scenarios.authoring.scenario import Scenario as Scenario
+    from gradci.scenarios.authoring.scenario import Tangents as Tangents
+    from gradci.scenarios.verdict.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
+    from gradci.scenarios.verdict.tolerances import Tolerance as Tolerance
 
 # Public name -> the module that defines it (the same pairs as the block above).
 _EXPORTS = {
-    "Scenario": "gradci.scenarios.scenario",
-    "Tangents": "gradci.scenarios.scenario",
-    "Expect": "gradci.scenarios.expectations",
-    "namespace": "gradci.scenarios.arrays",
-    "check": "gradci.scenarios.checker",
-    "Report": "gradci.scenarios.checker",
-    "Cell": "gradci.scenarios.cell",
-    "STATUSES": "gradci.scenarios.cell",
-    "Tolerance": "gradci.scenarios.tolerances",
-    "DEFAULT_TOLERANCES": "gradci.scenarios.tolerances",
-    "OPERATORS": "gradci.scenarios.operators",
+    "Scenario": "gradci.scenarios.authoring.scenario",
+    "Tangents": "gradci.scenarios.authoring.scenario",
+    "Expect": "gradci.scenarios.authoring.expectations",
+    "namespace": "gradci.scenarios.authoring.namespace",
+    "check": "gradci.scenarios.verdict.check",
+    "Report": "gradci.scenarios.verdict.check",
+    "Cell": "gradci.scenarios.contract.cell",
+    "STATUSES": "gradci.scenarios.contract.cell",
+    "Tolerance": "gradci.scenarios.verdict.tolerances",
+    "DEFAULT_TOLERANCES": "gradci.scenarios.verdict.tolerances",
+    "OPERATORS": "gradci.scenarios.operators.records",
     "Backend": "gradci.scenarios.backends",
     "backend_names": "gradci.scenarios.backends",
     "get_backend": "gradci.scenarios.backends",
-    "Matrix": "gradci.scenarios.matrix",
-    "select_scenarios": "gradci.scenarios.matrix",
-    "current_device": "gradci.scenarios.devices",
+    "Matrix": "gradci.scenarios.contract.matrix",
+    "select_scenarios": "gradci.scenarios.contract.matrix",
+    "current_device": "gradci.scenarios.contract.devices",
 }
 
 __all__ = [*_EXPORTS, "library"]

@@ -1,4 +1,4 @@
-"""``gradci.scenarios.cell.Cell``'s fields as pydantic field definitions, for the records of the server
+"""``gradci.scenarios.contract.cell.Cell``'s fields as pydantic field definitions, for the records of the server
 side that hold cells (the API's stored cell, the report's changed cell): the cell's types and
 defaults, its vocabularies as enumerations — so that no record restates them by hand."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Literal, get_type_hints
 
-from gradci.scenarios.cell import FIELD_NAMES, FIELDS, VOCABULARIES, Cell, stored_values
+from gradci.scenarios.contract.cell import FIELD_NAMES, FIELDS, VOCABULARIES, Cell, stored_values
 
 
 def cell_fields(names: Iterable[str] = FIELD_NAMES, *, required: bool = False) -> dict[str, Any]:

@@ -6,7 +6,7 @@ A job's dtypes are not stored with it: both the planner and the worker derive th
 matrix and each scenario's declared dtypes with ``cell_dtypes``, the same rule ``gradci check``
 follows (a dtype the run asks for but the scenario does not declare is a ``skip`` cell).
 
-Device requirements (``gradci.scenarios.requirements``) route GPU jobs: the scenarios of a CUDA device are
+Device requirements (``gradci.scenarios.contract.requirements``) route GPU jobs: the scenarios of a CUDA device are
 grouped by the queue that can take them (``route``) before they are chunked, and a scenario whose
 every cell no device of its kind could ever run (a requirement on ``cpu``, capability 9.0 on
 ``cuda.sm80``) is left out of the jobs and planned as ``skip`` cells with the reason.
@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gradci.scenarios.devices import CPU, CUDA, validate_device
-from gradci.scenarios.matrix import Matrix, select_scenarios
-from gradci.scenarios.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
+from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
+from gradci.scenarios.contract.matrix import Matrix, select_scenarios
+from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
 from gradci.services.queues import queue_for_device
 
 
@@ -128,7 +128,7 @@ class GpuWorkers:
 
 
 def route(need: Requirements, device: str, gpus: GpuWorkers) -> str:
-    """The queue for a job of ``device`` whose scenarios need ``need`` (``gradci.scenarios.requirements.needs``).
+    """The queue for a job of ``device`` whose scenarios need ``need`` (``gradci.scenarios.contract.requirements.needs``).
 
     Without a need: the device's own queue. With one: ``cuda.smXY`` of the lowest capability whose
     workers all meet it (those online, else those seen before), leaving bigger GPUs to whoever needs

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from gradci.scenarios.devices import CPU, CUDA, validate_device
+from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
 from gradci.services.settings import Settings
 
 BROKER_TIMEOUT_S = 3.0  # a broker that does not answer within this is down: fail, don't hang

@@ -22,7 +22,7 @@ from gradci.services.db.migrate import upgrade
 from gradci.services.db.session import dispose_engine, engine_for, session_scope
 from gradci.services.settings import get_settings
 from tests.databases import admin_connection, scratch_database
-from gradci.worker.simulated_gpus import INVENTORY_VARIABLE
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")

@@ -21,7 +21,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from gradci.scenarios.matrix import exact_pattern
+from gradci.scenarios.contract.matrix import exact_pattern
 from gradci.services.api.app import create_app
 from gradci.services.db.models import Job, Run, Worker, utcnow
 from gradci.services.db.results import upsert_results

@@ -7,7 +7,8 @@
 Every import statement in the tree is read — at module level or inside a function — and so is every
 string that names one of our modules (``importlib.import_module("gradci.worker.tasks")``,
 ``"gradci.web.app:create_app"``), since a module started by name is as much a dependency as an import.
-Imports under ``if TYPE_CHECKING:`` never run: they count for the layers, not for cycles.
+Imports under ``if TYPE_CHECKING:`` count too: a cycle that only annotations close is still a
+cycle between the modules' ideas, and hiding it there is how it grew.
 """
 from __future__ import annotations
 
@@ -69,24 +70,12 @@ def _is_package(module: str) -> bool:
     return modules()[module].name == "__init__.py"
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """Ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
-    guarded = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            guarded |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
-    return guarded
-
-
-def imports_of(module: str, *, runtime_only: bool = False) -> Iterator[tuple[str, int]]:
+def imports_of(module: str) -> Iterator[tuple[str, int]]:
     """(imported name, line) for every import and module-naming string in ``module``."""
     path = modules()[module]
     tree = ast.parse(path.read_text(), str(path))
     package = module if _is_package(module) else module.rpartition(".")[0]
-    skipped = _type_checking_only(tree) if runtime_only else set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             yield from ((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -102,10 +91,10 @@ def imports_of(module: str, *, runtime_only: bool = False) -> Iterator[tuple[str
 
 
 def edges() -> dict[str, set[str]]:
-    """Which of our modules each module imports when it runs."""
+    """Which of our modules each module imports, when it runs or under ``TYPE_CHECKING``."""
     graph: dict[str, set[str]] = {name: set() for name in modules()}
     for module in modules():
-        for name, _ in imports_of(module, runtime_only=True):
+        for name, _ in imports_of(module):
             target = _resolve(name)
             if target is not None and target != module:
                 graph[module].add(target)
@@ -157,7 +146,7 @@ def test_the_checker_sees_lazy_imports_and_module_strings() -> None:
     assert "gradci.cli.check" in graph["gradci.cli.commands"]                        # inside a function
     assert "gradci.worker.tasks" in graph["gradci.worker.celery_app"]                 # TASK_MODULES, a string
     assert "gradci.web.app" in graph["gradci.cli.serve"]                           # "gradci.web.app:create_app"
-    assert "gradci.scenarios.checker" in graph["gradci"]                           # the lazy authoring API
+    assert "gradci.scenarios.verdict.check" in graph["gradci"]                           # the lazy authoring API
 
 
 def _imported_by(code: str) -> set[str]:
@@ -170,7 +159,7 @@ HEAVY = {"numpy", "scipy", "torch", "jax"}
 
 
 def test_the_cell_contract_and_the_matrix_load_no_numpy_or_framework() -> None:
-    assert _imported_by("import gradci.scenarios.cell, gradci.scenarios.matrix, gradci.scenarios.devices, "
+    assert _imported_by("import gradci.scenarios.contract.cell, gradci.scenarios.contract.matrix, gradci.scenarios.contract.devices, "
                         "gradci.scenarios, gradci") & HEAVY == set()
 
 
@@ -191,3 +180,21 @@ def test_rest_client_commands_load_no_numpy_scipy_or_framework(command: str) -> 
                 if line.startswith("import time:")}
     assert "gradci" in imported and "httpx" in imported  # the listing is real: the client was loaded
     assert imported & HEAVY == set()
+
+
+def test_the_contract_is_standard_library_only() -> None:
+    """``gradci.scenarios.contract`` is what the API process and REST clients share with the engine:
+    it may import the standard library and itself, nothing else."""
+    wrong = []
+    for module, path in modules().items():
+        if not module.startswith("gradci.scenarios.contract"):
+            continue
+        for name, line in imports_of(module):
+            top = name.split(".")[0]
+            if _resolve(name) is not None:
+                if not _resolve(name).startswith("gradci.scenarios.contract"):  # type: ignore[union-attr]
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            elif top not in sys.stdlib_module_names and top != "__future__":
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert wrong == []
+    assert any(m.startswith("gradci.scenarios.contract.") for m in modules())  # it looked at something

@@ -18,7 +18,7 @@ from sqlalchemy import delete, text
 
 from fastapi.testclient import TestClient
 
-from gradci.scenarios.cell import STATUSES
+from gradci.scenarios.contract.cell import STATUSES
 from gradci.services.db.models import Result, Run
 from gradci.services.db.queries import ATTENTION_ORDER
 from gradci.services.db.results import upsert_results

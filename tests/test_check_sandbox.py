@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import gradci
-from gradci.scenarios.project import load_project, load_scenarios
+from gradci.scenarios.authoring.project import load_project, load_scenarios
 from tests import planted
 
 GRADCI = [sys.executable, "-m", "gradci"]
@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def good(x):
@@ -113,12 +113,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_repo(tmp_path_factory.mktemp("crashy"))
 
 
-def gradci(*args: str) -> subprocess.CompletedProcess:
+def run_gradci(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*GRADCI, *args], capture_output=True, text=True, timeout=300)
 
 
 def json_check(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
-    out = gradci("check", "--repo", str(repo), "--format", "json", *args)
+    out = run_gradci("check", "--repo", str(repo), "--format", "json", *args)
     cells = {cell["scenario"]: cell for cell in json.loads(out.stdout)} if out.stdout else {}
     return out, cells
 
@@ -160,7 +160,7 @@ def test_the_correct_twin_alone_exits_zero(repo: Path) -> None:
 
 def test_verdicts_are_the_in_process_engines_forward_and_reverse_compared(repo: Path) -> None:
     backends = ["torch-rev", "torch-func-fwd"]
-    out = gradci("check", "--repo", str(repo), "--format", "json", "-k", "disagree,good",
+    out = run_gradci("check", "--repo", str(repo), "--format", "json", "-k", "disagree,good",
                  "--backends", ",".join(backends), "--dtypes", "float32")
     got = [(c["scenario"], c["backend"], c["status"], c["message"]) for c in json.loads(out.stdout)]
     chosen = [s for s in load_scenarios(load_project(repo)) if s.name in ("disagree", "good")]
@@ -172,7 +172,7 @@ def test_verdicts_are_the_in_process_engines_forward_and_reverse_compared(repo: 
 
 def test_the_built_in_library_runs_in_the_runner_with_the_engines_verdicts() -> None:
     backends = ["torch-rev", "jax-rev"]
-    out = gradci("check", "--family", "elementary", "-k", "elementary/sin*", "--backends", ",".join(backends),
+    out = run_gradci("check", "--family", "elementary", "-k", "elementary/sin*", "--backends", ",".join(backends),
                  "--format", "json")
     got = [(c["scenario"], c["backend"], c["dtype"], c["status"]) for c in json.loads(out.stdout)]
     chosen = [s for s in gradci.library.family("elementary") if s.name.startswith("elementary/sin")]
@@ -182,9 +182,9 @@ def test_the_built_in_library_runs_in_the_runner_with_the_engines_verdicts() -> 
 
 
 def test_family_must_be_a_library_family_and_not_a_repository(repo: Path) -> None:
-    wrong = gradci("check", "--family", "nope")
+    wrong = run_gradci("check", "--family", "nope")
     assert wrong.returncode == 2 and "--family must be one of" in wrong.stderr and "elementary" in wrong.stderr
-    with_repo = gradci("check", "--family", "elementary", "--repo", str(repo))
+    with_repo = run_gradci("check", "--family", "elementary", "--repo", str(repo))
     assert with_repo.returncode == 2 and "without --repo" in with_repo.stderr
 
 
@@ -193,10 +193,10 @@ def test_warnings_are_kept_with_the_cell_not_printed(repo: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert f"UserWarning: {PLANTED_WARNING}" in cells["warns"]["warnings"].splitlines()
     assert PLANTED_WARNING not in out.stderr
-    table = gradci("check", "--repo", str(repo), "-k", "warns", "-v")
+    table = run_gradci("check", "--repo", str(repo), "-k", "warns", "-v")
     assert "warnings raised in 1 of 1 cells" in table.stdout and "gradci-planted-warning" in table.stdout
     assert PLANTED_WARNING not in table.stderr
-    quiet = gradci("check", "--repo", str(repo), "-k", "warns")
+    quiet = run_gradci("check", "--repo", str(repo), "-k", "warns")
     assert "-v shows them" in quiet.stdout and "gradci-planted-warning" not in quiet.stdout
 
 
@@ -210,9 +210,9 @@ def test_cell_timeout_from_gradci_toml_and_the_flag_overriding_it(tmp_path: Path
 
 def test_a_bad_cell_timeout_is_a_usage_error(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, TOML + "[check]\ncell_timeout_s = 'long'\n")
-    out = gradci("check", "--repo", str(repo))
+    out = run_gradci("check", "--repo", str(repo))
     assert out.returncode == 2 and "[check] cell_timeout_s must be a positive number" in out.stderr
-    out = gradci("check", "--repo", str(repo), "--cell-timeout", "0")
+    out = run_gradci("check", "--repo", str(repo), "--cell-timeout", "0")
     assert out.returncode == 2 and "--cell-timeout must be a positive number" in out.stderr
 
 
@@ -252,7 +252,7 @@ def test_progress_bar_on_a_terminals_stderr_never_in_the_report(repo: Path, tmp_
 
 
 def test_no_bar_and_no_escape_codes_when_stderr_is_not_a_terminal(repo: Path, tmp_path: Path) -> None:
-    out = gradci("check", "--repo", str(repo), "-k", "good", "-o", str(tmp_path / "report.txt"))
+    out = run_gradci("check", "--repo", str(repo), "-k", "good", "-o", str(tmp_path / "report.txt"))
     assert out.returncode == 0
     assert "\x1b" not in out.stderr and "starting the runner" not in out.stderr
     assert "\x1b" not in (tmp_path / "report.txt").read_text()
@@ -264,7 +264,7 @@ def test_the_engine_keeps_each_cells_own_warnings_deduplicated_and_capped() -> N
     import numpy as np
 
     from gradci import Scenario
-    from gradci.scenarios.warning_capture import MAX_WARNING_CHARS, MAX_WARNINGS
+    from gradci.scenarios.verdict.captured_warnings import MAX_WARNING_CHARS, MAX_WARNINGS
 
     def torch_square(x):
         for index in range(MAX_WARNINGS + 2):

@@ -6,7 +6,7 @@ import numpy as np
 
 import gradci
 from gradci import Scenario
-from gradci.scenarios.cell import Cell
+from gradci.scenarios.contract.cell import Cell
 from tests import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -92,7 +92,7 @@ def test_disagreement_with_a_wrong_jvp_rule_fails_forward_only():
 
 
 def test_where_the_reference_cannot_decide_both_modes_fail_saying_so(monkeypatch):
-    from gradci.scenarios import modes
+    from gradci.scenarios.verdict import mode_agreement as modes
 
     monkeypatch.setattr(modes, "_decide", lambda *args: (None, None))
     s = Scenario("sq", "gradient", lambda x: gradci.namespace(x).sum(x * x), np.array([1.0, 2.0]))

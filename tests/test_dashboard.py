@@ -18,8 +18,8 @@ from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
-from gradci.services.reports import matrix as matrix_module
-from gradci.services.reports.matrix import ROWS_PER_PAGE
+from gradci.services.reports import run_grid as matrix_module
+from gradci.services.reports.run_grid import ROWS_PER_PAGE
 from gradci.services.reports.diff import stored_tolerance_ratio, tolerance_ratio
 from gradci.services.settings import Settings
 from gradci.web import heatmap

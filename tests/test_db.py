@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from gradci.scenarios.cell import STATUSES, InvalidCell
+from gradci.scenarios.contract.cell import STATUSES, InvalidCell
 
 from gradci.services.db import queries
 from gradci.services.db.migrate import current_revision, upgrade

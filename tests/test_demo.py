@@ -13,7 +13,7 @@ from gradci.cli.client import EXIT_FAILED, EXIT_OK, GradciClient
 from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.cli.supervisor import Supervisor
 from gradci.scenarios import library
-from gradci.scenarios.matrix import Matrix, select_scenarios
+from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
 from tests.test_integration import TOKEN, Service, project, redis_broker, service  # noqa: F401 (fixtures)

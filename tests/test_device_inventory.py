@@ -23,9 +23,9 @@ from tests.conftest import TWO_GPUS
 from tests.test_integration import service_env, spawn, stop, wait_for
 from gradci.web.app import create_app as create_dashboard
 from gradci.worker.context import WorkerContext
-from gradci.worker.devices import discover_devices, gpu_records, parse_worker_device
+from gradci.worker.device_discovery import discover_devices, gpu_records, parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
-from gradci.worker.simulated_gpus import INVENTORY_VARIABLE, InventoryError
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE, InventoryError
 
 
 

@@ -302,7 +302,7 @@ def test_fingerprint_sees_weights_held_by_framework_objects(capture):
     # makes correct code fail, or wrong code pass.
     import jax.numpy as jnp
     import torch
-    from gradci.scenarios import reference
+    from gradci.scenarios.reference import finite_differences as reference
 
     def make(seed):
         layer = _torch_layer(seed)

@@ -11,7 +11,7 @@ import torch
 
 import gradci
 from gradci import Expect, Scenario
-from gradci.scenarios.project import ProjectError, load_project, load_scenarios
+from gradci.scenarios.authoring.project import ProjectError, load_project, load_scenarios
 
 X = np.array([0.3, -0.7, 1.1])
 

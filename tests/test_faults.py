@@ -42,7 +42,7 @@ SCENARIOS_MODULE = f'''
 import time
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def slow(x):

@@ -16,10 +16,10 @@ import pytest
 
 import gradci
 from gradci import Scenario, namespace
-from gradci.scenarios.checker import available_devices, check
-from gradci.scenarios.devices import current_device
-from gradci.scenarios.repeats import repeat_spread
-from gradci.scenarios.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
+from gradci.scenarios.verdict.check import available_devices, check
+from gradci.scenarios.contract.devices import current_device
+from gradci.scenarios.verdict.repeats import repeat_spread
+from gradci.scenarios.verdict.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
 from tests import planted
 from tests.planted import X, scenario as planted_scenario, torch_elementwise
 from gradci.worker.agreement_specs import agreement_spec
@@ -153,7 +153,7 @@ def test_a_pinned_precision_applies_around_the_cell_and_is_restored(pin: str, st
 
 
 def test_tf32_cells_get_the_tf32_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradci.scenarios.frameworks.torch_adapter import TorchAdapter
+    from gradci.scenarios.adapters.torch_adapter import TorchAdapter
 
     assert tolerance_for("float32", tf32=True) == TF32_TOLERANCE
     assert TF32_TOLERANCE.rtol > DEFAULT_TOLERANCES["float32"].rtol
@@ -346,7 +346,7 @@ def test_gradci_check_on_cpu_and_a_simulated_gpu_emits_agreement_cells(two_gpus:
 
 
 def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
-    from gradci.scenarios.matrix import Matrix
+    from gradci.scenarios.contract.matrix import Matrix
     from gradci.worker.execute import engine_options
     from gradci.worker.sources import RunRef, Source
 
@@ -362,8 +362,8 @@ def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
 
 def test_repeats_must_be_a_whole_number(tmp_path: Path) -> None:
     from gradci.cli.check import EXIT_USAGE, run_check
-    from gradci.scenarios.matrix import Matrix
-    from gradci.scenarios.project import ProjectError, load_project
+    from gradci.scenarios.contract.matrix import Matrix
+    from gradci.scenarios.authoring.project import ProjectError, load_project
 
     assert run_check(None, Matrix(), "json", None, repeats=0) == EXIT_USAGE
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 1.5\n')
@@ -445,7 +445,7 @@ def test_the_table_names_cells_that_are_not_reproducible() -> None:
     from rich.console import Console
 
     from gradci.cli.check import render_table
-    from gradci.scenarios.cell import Cell
+    from gradci.scenarios.contract.cell import Cell
 
     def cell(spread):
         return Cell(scenario="s", operator="gradient", framework="torch", backend="torch-rev", mode="reverse",

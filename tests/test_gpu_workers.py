@@ -27,10 +27,10 @@ from tests.service_processes import alive, command_line, descendants, make_repos
 from tests.conftest import TWO_GPUS
 from tests.test_integration import assert_each_cell_once, free_port, results_of, service_env, spawn, stop, wait_for
 from gradci.worker.context import WorkerContext
-from gradci.worker.devices import parse_worker_device
+from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.runner import CellSpec, WarmRunner, close_shared_runner
-from gradci.worker.simulated_gpus import INVENTORY_VARIABLE
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
 
 CELL_TIMEOUT_S = 60.0
 
@@ -39,7 +39,7 @@ FAULTY_SCENARIOS = '''
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def smooth(x):
@@ -257,7 +257,7 @@ def test_the_memory_ceiling_is_a_setting_workers_pass_to_their_runner(monkeypatc
         close_shared_runner()
     # gradci check's runner too.
     from gradci.cli.sandboxed import Target, local_runner
-    from gradci.scenarios.matrix import Matrix
+    from gradci.scenarios.contract.matrix import Matrix
     from gradci.services.settings import get_settings
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -315,7 +315,7 @@ SMOOTH_REPO = {"gradci.toml": '[scenarios]\nmodules = ["smooth_scenarios"]\n',
                "smooth_scenarios.py": textwrap.dedent('''
                    import numpy as np
                    from gradci import Scenario
-                   from gradci.scenarios.arrays import namespace
+                   from gradci.scenarios.authoring.namespace import namespace
 
                    def smooth(x):
                        xp = namespace(x)

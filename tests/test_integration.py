@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def poly(x):

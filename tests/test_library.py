@@ -92,7 +92,7 @@ def test_torch_and_jax_losses_agree_at_float64(layer):
     # "Identical weights": one parameter draw, both frameworks, the same loss to rounding.
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    from gradci.scenarios.frameworks import get_framework
+    from gradci.scenarios.adapters import get_framework
 
     s = layer_scenario(layer)
     values, shapes = {}, {}
@@ -141,7 +141,7 @@ def test_closures_cast_captured_data_like_the_input(library, by_name, framework)
     # Captured numpy float64 constants must follow x into float32: otherwise torch raises on mixed
     # dtypes and jax silently promotes the result to float64.
     pytest.importorskip(framework)
-    from gradci.scenarios.frameworks import get_framework
+    from gradci.scenarios.adapters import get_framework
 
     adapter = get_framework(framework)
     closures = [s for s in library if "variant:closure" in s.tags and s.implementation(framework)]
@@ -180,7 +180,7 @@ def test_derived_functions_keep_fingerprints_tied_to_their_code(library):
     # the source and what the closure captured (xp.sin and xp.cos share one lambda, not one name).
     import hashlib
 
-    from gradci.scenarios.scenario import _hash_code, _source_of
+    from gradci.scenarios.authoring.scenario import _hash_code, _source_of
 
     def code_hash(fn):
         digest = hashlib.sha256()

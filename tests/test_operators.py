@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import gradci
-from gradci.scenarios import cell, operators
+from gradci.scenarios.contract import cell
+from gradci.scenarios.operators import records as operators
 from gradci import Scenario, namespace
-from gradci.scenarios.operators import OPERATOR_RECORDS, Operator
-from gradci.scenarios.reference import compute_references
+from gradci.scenarios.operators.records import OPERATOR_RECORDS, Operator
+from gradci.scenarios.reference.finite_differences import compute_references
 
 # One backend of each kind of definition: functional reverse and forward (jitted and not),
 # torch.autograd, and finite differences.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradci.scenarios.matrix import Matrix, exact_pattern, select_scenarios
+from gradci.scenarios.contract.matrix import Matrix, exact_pattern, select_scenarios
 from gradci.services.planner import PlanError, ScenarioInfo, chunked, job_cells, plan_run, resolve_matrix
 from gradci.services.queues import queue_for_device
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from gradci import Scenario
-from gradci.scenarios.reference import ReferenceCache, compute_references
-from gradci.scenarios.stencil_batch import BATCHING_ENV, batched_function
+from gradci.scenarios.reference.finite_differences import ReferenceCache, compute_references
+from gradci.scenarios.reference.stencils import BATCHING_ENV, batched_function
 
 X = np.array([0.3, -0.7, 1.2, 0.5])
 

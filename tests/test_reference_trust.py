@@ -8,9 +8,9 @@ import numpy as np
 
 import gradci
 from gradci import Scenario
-from gradci.scenarios.compare import compare_arrays
-from gradci.scenarios.reference import compute_references
-from gradci.scenarios.tolerances import tolerance_for
+from gradci.scenarios.verdict.against_reference import compare_arrays
+from gradci.scenarios.reference.finite_differences import compute_references
+from gradci.scenarios.verdict.tolerances import tolerance_for
 from tests.planted import wrong_by
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]

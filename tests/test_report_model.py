@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from gradci.scenarios.cell import STATUSES
+from gradci.scenarios.contract.cell import STATUSES
 from gradci.services.api.app import create_app
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository

@@ -24,8 +24,8 @@ from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from gradci.cli.commands import app as cli
-from gradci.scenarios.matrix import Matrix
-from gradci.scenarios.requirements import DeviceOffer, Requirements, needs, requirements_of, unmet
+from gradci.scenarios.contract.matrix import Matrix
+from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, needs, requirements_of, unmet
 from gradci.services.api.app import create_app
 from gradci.services.db.jobs import store_jobs
 from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, Worker, utcnow
@@ -38,7 +38,7 @@ from tests.service_processes import make_repository, running_service
 from tests.conftest import TWO_GPUS
 from tests.test_integration import TOKEN, Service, jobs_of, results_of, spawn, stop, wait_for
 from gradci.worker.context import WorkerContext
-from gradci.worker.devices import parse_worker_device
+from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 
 H100 = DeviceOffer("cuda", "90", TWO_GPUS[0]["memory_total"], "NVIDIA H100 80GB HBM3")

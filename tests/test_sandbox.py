@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 MARK = {mark_start!r} + {mark_end!r}  # split: this file itself holds no secret
 SERVICE_FILES = {service_files!r}

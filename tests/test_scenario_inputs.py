@@ -8,11 +8,11 @@ import pytest
 
 import gradci
 from gradci import Scenario, namespace
-from gradci.scenarios.blocks import block_matrix, matrix_blocks
-from gradci.scenarios.compare import compare_to_reference
-from gradci.scenarios.frameworks import get_framework
-from gradci.scenarios.reference import compute_references
-from gradci.scenarios.tolerances import tolerance_for
+from gradci.scenarios.operators.blocks import block_matrix, matrix_blocks
+from gradci.scenarios.verdict.against_reference import compare_to_reference
+from gradci.scenarios.adapters import get_framework
+from gradci.scenarios.reference.finite_differences import compute_references
+from gradci.scenarios.verdict.tolerances import tolerance_for
 from tests import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]

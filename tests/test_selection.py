@@ -8,9 +8,9 @@ import pytest
 
 from gradci.cli.check import gather
 from gradci.cli.commands import matrix_of
-from gradci.cli.sandboxed import local_runner, plan
+from gradci.cli.sandboxed import local_jobs, local_runner
 from gradci.scenarios import library
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.schemas import RunCreate
 from gradci.services.planner import ScenarioInfo, plan_run
 
@@ -27,7 +27,7 @@ def checked_by_cli(repo: str | None, flags: Matrix) -> list[str]:
     """The scenarios `gradci check` checks: listed and selected through its runner."""
     target, timeout_s = gather(repo, flags, None, None)
     with local_runner(target, timeout_s) as runner:
-        return [specs[0].scenario for specs in plan(runner, target) if specs]
+        return [specs[0].scenario for specs in local_jobs(runner, target) if specs]
 
 
 def by_check(patterns: str) -> list[str]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gradci.scenarios.frameworks import xla_flags
-from gradci.scenarios.frameworks.xla_flags import CPU_ONLY_FLAGS, NO_GPU_FLAGS, apply_fast_compile_flags, known_to_xla
+from gradci.scenarios.adapters import xla_flags
+from gradci.scenarios.adapters.xla_flags import CPU_ONLY_FLAGS, NO_GPU_FLAGS, apply_fast_compile_flags, known_to_xla
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +38,7 @@ def test_only_flags_the_installed_xla_has_are_given() -> None:
 
 DUMP_ONE_PROGRAM = textwrap.dedent("""
     import sys
-    from gradci.scenarios.frameworks import get_framework
+    from gradci.scenarios.adapters import get_framework
     get_framework("jax")  # what every jax cell does first
     import jax.numpy as jnp
     jnp.tanh(jnp.ones(3)).block_until_ready()

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
-from gradci.services.reports.comparison import RATIO_FACTOR, TIME_FACTOR, changed_cells
+from gradci.services.reports.run_comparison import RATIO_FACTOR, TIME_FACTOR, changed_cells
 from gradci.web.run_page import run_or_404
 from gradci.web.templating import templates
 

@@ -1,4 +1,4 @@
-"""How the dashboard shows a device record (``gradci.worker.devices.device_record``: what a job's cells were
+"""How the dashboard shows a device record (``gradci.worker.device_discovery.device_record``: what a job's cells were
 computed on, as the job stores it and a worker's heartbeat carries it in ``versions["device"]``):
 the facts a person asks for, in words and in their order. A record may be missing (jobs of older
 runs, a worker that never beat) or hold only some keys (a CPU has no driver): what is not there is
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gradci.scenarios import requirements
+from gradci.scenarios.contract import requirements
 from gradci.web.templating import memory
 
 FRAMEWORK_ORDER = ("torch", "jax", "jaxlib")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradci.services.reports.matrix import Column, MatrixCell, MatrixPage, family_of
+from gradci.services.reports.run_grid import Column, MatrixCell, MatrixPage, family_of
 from gradci.web.status_style import BAND_COLOURS, ICONS, labelled
 
 BANDS = tuple(BAND_COLOURS)  # a status's band: its index here

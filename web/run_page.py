@@ -20,7 +20,7 @@ from gradci.services.db.models import FINISHED_RUN_STATUSES, CellStatus, JobStat
 from gradci.services.db.waiting import waiting_jobs
 from gradci.services.reports import finished
 from gradci.services.reports.coverage import percent, run_coverage
-from gradci.services.reports.matrix import MatrixPage, cell_progress, filter_choices, matrix_page
+from gradci.services.reports.run_grid import MatrixPage, cell_progress, filter_choices, matrix_page
 from gradci.services.reports.run_report import report_for_run
 from gradci.services.reports.targets import TargetConfigError
 from gradci.web import heatmap

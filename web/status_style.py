@@ -2,7 +2,7 @@
 colour), and the two colours its heatmap band runs between (little to much of the tolerance used)."""
 from __future__ import annotations
 
-from gradci.scenarios.cell import STATUSES
+from gradci.scenarios.contract.cell import STATUSES
 
 ICONS = {"pass": "✔", "fail": "✘", "error": "⚠", "skip": "–", "xfail": "○", "xpass": "‼"}
 # Each status's band of the heatmap's colour scale, as (position in the band, colour) stops, pale to

@@ -1,11 +1,11 @@
-"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it (``gradci.scenarios.agreement``):
+"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it (``gradci.scenarios.verdict.device_agreement``):
 the engine checks a device named ``<gpu>-vs-cpu`` by comparing that GPU's results with the CPU's,
 and the runner answers exactly the cells its request lists."""
 from __future__ import annotations
 
 import dataclasses
 
-from gradci.scenarios.devices import agreement_device
+from gradci.scenarios.contract.devices import agreement_device
 from gradci.worker.runner import CellSpec
 
 

@@ -10,10 +10,10 @@ import os
 import socket
 from pathlib import Path
 
-from gradci.scenarios.devices import CPU
+from gradci.scenarios.contract.devices import CPU
 from gradci.services.settings import Settings, get_settings
 from gradci.worker.checkout import Checkouts
-from gradci.worker.devices import LocalDevice, device_record
+from gradci.worker.device_discovery import LocalDevice, device_record
 from gradci.worker.runner import TORCH_MEMORY_FRACTION_VARIABLE, WarmRunner, shared_runner
 from gradci.worker.sandbox import SandboxPolicy
 

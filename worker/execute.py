@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.utils.functional import retry_over_time
 
-from gradci.scenarios.devices import CPU
-from gradci.scenarios.project import ProjectError, load_project
+from gradci.scenarios.contract.devices import CPU
+from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
                               run_backends, stored_cell_keys, unfinished_jobs)

@@ -21,7 +21,7 @@ from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.settings import Settings
 from gradci.worker.context import WorkerContext, current
-from gradci.worker.devices import package_versions
+from gradci.worker.device_discovery import package_versions
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gradci.scenarios.simulated_gpus import inline_inventory
+from gradci.scenarios.contract.simulated_gpus import inline_inventory
 from gradci.worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
 from gradci.worker.runner_output import OutputDrain
 from gradci.worker.sandbox import SandboxPolicy

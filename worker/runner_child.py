@@ -15,7 +15,7 @@ never corrupt the protocol. Requests:
   compared); the warnings raised outside any cell (computing the reference) are added to each.
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
   the peers' cells are checked too, for the comparison only, and not returned
-  (``gradci.scenarios.checker.check_scenario``). ``"options"``: further keyword arguments of
+  (``gradci.scenarios.verdict.check.check_scenario``). ``"options"``: further keyword arguments of
   ``check_scenario`` (the run's engine options, such as repeats).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
@@ -103,7 +103,7 @@ def _load(root: str | None, family: str | None) -> tuple[list[Any], dict[str, An
         from gradci.scenarios import library
 
         return (library.default() if family is None else library.family(family)), {}
-    from gradci.scenarios.project import load_project, load_scenarios
+    from gradci.scenarios.authoring.project import load_project, load_scenarios
 
     project = load_project(root)
     return load_scenarios(project), project.matrix.to_mapping()
@@ -121,7 +121,7 @@ def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
     backends = [{"name": b.name, "framework": b.framework, "mode": b.mode} for b in registry().values()]
     reply = {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
     if request.get("availability"):
-        from gradci.scenarios.checker import available_devices
+        from gradci.scenarios.verdict.check import available_devices
 
         # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
         for backend, entry in zip(registry().values(), backends):
@@ -190,9 +190,9 @@ class AnnouncingBackend:
 
 def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
     from gradci.scenarios.backends import get_backend
-    from gradci.scenarios.checker import check_scenario
-    from gradci.scenarios.reference import shared_cache
-    from gradci.scenarios.warning_capture import captured_warnings, merged
+    from gradci.scenarios.verdict.check import check_scenario
+    from gradci.scenarios.reference.finite_differences import shared_cache
+    from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
 
     source = cache.get(request.get("source"), request.get("family"))
     scenario = source.scenarios.get(request["scenario"])

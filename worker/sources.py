@@ -9,7 +9,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.db.models import Run
 from gradci.services.planner import ScenarioInfo
 from gradci.worker.runner import WarmRunner

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import socket
 
-from gradci.scenarios.devices import CPU
+from gradci.scenarios.contract.devices import CPU
 from gradci.services.secrecy import forbid_inspection
 from gradci.worker import context, shutdown
 from gradci.worker.celery_app import create_worker_app
-from gradci.worker.devices import parse_worker_device
+from gradci.worker.device_discovery import parse_worker_device
 
 DEFAULT_MAX_CPU_CONCURRENCY = 4  # each pool process keeps a runner with jax and torch loaded
 

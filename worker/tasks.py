@@ -1,4 +1,4 @@
-"""The Celery tasks: thin shells over ``gradci.worker.planning``, ``gradci.worker.execute``,
+"""The Celery tasks: thin shells over ``gradci.worker.plan_run``, ``gradci.worker.execute``,
 ``gradci.services.db.jobs.finalize_run`` and ``gradci.services.github.publish``, so that each can be run and
 tested without a broker; and the chores the elected worker does after its heartbeats.
 
@@ -25,7 +25,7 @@ from gradci.services.reports.run_report import store_report
 from gradci.services.reports.targets import TargetConfigError
 from gradci.worker.context import current
 from gradci.worker.execute import JobExecution
-from gradci.worker.planning import plan
+from gradci.worker.plan_run import plan_jobs
 from gradci.worker.recovery import Reconciler, Senders
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def send_publish(run_id: int) -> None:
 def plan_run(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
     """Check out the run's commit, list its scenarios, store its jobs and queue them (or, sent again,
     end the wait of jobs that waited for a device too long)."""
-    plan(run_id, current(), send_job, send_finalize)
+    plan_jobs(run_id, current(), send_job, send_finalize)
 
 
 @shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)

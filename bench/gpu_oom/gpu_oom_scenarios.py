@@ -2,7 +2,7 @@
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.arrays import namespace
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def squares(x):

@@ -12,12 +12,12 @@ from rich.table import Table
 
 import gradci
 from gradci.cli.client import coverage_text
-from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, plan
-from gradci.scenarios.cell import FAILING, STATUSES, Cell
-from gradci.scenarios.devices import CPU, CUDA
-from gradci.scenarios.formats import cells_to_json, cells_to_junit
-from gradci.scenarios.matrix import Matrix
-from gradci.scenarios.project import ProjectError, load_project
+from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, local_jobs
+from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
+from gradci.scenarios.contract.devices import CPU, CUDA
+from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
+from gradci.scenarios.contract.matrix import Matrix
+from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.services.reports.coverage import coverage_percent
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
@@ -86,7 +86,7 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
         task = progress.add_task("starting the runner", total=None)
-        planned = [with_agreement(specs) for specs in plan(runner, target)]
+        planned = [with_agreement(specs) for specs in local_jobs(runner, target)]
         if not planned:
             raise UsageError("no scenario matches")
         progress.update(task, total=len(planned))
@@ -96,7 +96,7 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
 def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
     """A scenario's cells plus, where they run on the cpu and a cuda device, the CPU–GPU agreement
-    cells of each cuda cell (``gradci.scenarios.agreement``): the engine adds them for such a matrix, and
+    cells of each cuda cell (``gradci.scenarios.verdict.device_agreement``): the engine adds them for such a matrix, and
     the runner answers the cells it is asked for."""
     if not any(spec.device == CPU for spec in specs):
         return specs

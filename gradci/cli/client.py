@@ -10,7 +10,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from gradci.scenarios.cell import FAILING, STATUSES
+from gradci.scenarios.contract.cell import FAILING, STATUSES
 from gradci.services.db.models import FINISHED_RUN_STATUSES
 from gradci.services.settings import Settings
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 
 
 def split_list(value: str | None) -> list[str] | None:
@@ -87,7 +87,7 @@ def worker(
 def devices(as_json: bool = typer.Option(False, "--json", help="JSON instead of a table.")) -> None:
     """This machine's devices (CPU and GPUs: model, capability, memory, driver, CUDA) and the devices
     torch and jax see. GRADCI_DEVICE_INVENTORY=file.json replaces the GPUs with simulated ones."""
-    from gradci.cli.devices import show_devices
+    from gradci.cli.device_listing import show_devices
 
     raise typer.Exit(show_devices(as_json))
 

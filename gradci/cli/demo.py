@@ -16,7 +16,7 @@ from rich.console import Console
 
 from gradci.cli.client import EXIT_OK, GradciClient, exit_code, print_summary, progress_line
 from gradci.cli.supervisor import Supervisor
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 
 
 def demo_matrices(matrix: Matrix) -> list[Matrix]:

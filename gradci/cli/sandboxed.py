@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gradci.scenarios.cell import FIELD_NAMES, Cell
-from gradci.scenarios.devices import CPU, expand_devices
-from gradci.scenarios.matrix import Matrix, select_scenarios
+from gradci.scenarios.contract.cell import FIELD_NAMES, Cell
+from gradci.scenarios.contract.devices import CPU, expand_devices
+from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.services.settings import get_settings
 from gradci.worker.runner import CellSpec, WarmRunner
 from gradci.worker.sandbox import SandboxPolicy
@@ -66,7 +66,7 @@ def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
         runner.close()
 
 
-def plan(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
+def local_jobs(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
     ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
     that is not there."""

@@ -20,7 +20,7 @@ from rich.console import Console
 from gradci.cli.client import ClientError, GradciClient, token_file
 from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.cli.supervisor import Supervisor
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
 from gradci.services.secrecy import forbid_inspection
 
@@ -105,8 +105,8 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
 
 def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
     from gradci.services.db.migrate import upgrade
-    from gradci.worker.devices import discover_devices
-    from gradci.worker.simulated_gpus import InventoryError
+    from gradci.worker.device_discovery import discover_devices
+    from gradci.scenarios.contract.simulated_gpus import InventoryError
 
     console = Console()
     forbid_inspection()

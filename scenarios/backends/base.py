@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from gradci.scenarios.cell import FRAMEWORKS, MODES
+from gradci.scenarios.contract.cell import FRAMEWORKS, MODES
 
 
 class CellSkipped(Exception):

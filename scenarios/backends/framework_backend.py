@@ -6,11 +6,11 @@ from typing import Any, Callable
 import optree
 
 from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
-from gradci.scenarios.devices import CPU, execution_device
-from gradci.scenarios.frameworks import FrameworkUnavailable, get_framework
-from gradci.scenarios.frameworks.adapter import arrays_apart
-from gradci.scenarios.operators import OPERATOR_RECORDS
-from gradci.scenarios.scenario import Tangents, map_tangents
+from gradci.scenarios.contract.devices import CPU, execution_device
+from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
+from gradci.scenarios.adapters.adapter import arrays_apart
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.authoring.scenario import Tangents, map_tangents
 
 
 # Forward mode builds some operators (``Operator.per_input_in_forward``) from one JVP per input

@@ -4,12 +4,13 @@ from __future__ import annotations
 import functools
 
 from gradci.scenarios.backends.framework_backend import FrameworkBackend, block_until_ready
-from gradci.scenarios.backends.functional import Transforms, apply_operator
+from gradci.scenarios.backends.functional import apply_operator
+from gradci.scenarios.operators.vocabulary import Transforms
 
 
 @functools.cache
 def jax_transforms() -> Transforms:
-    from gradci.scenarios.frameworks import get_framework
+    from gradci.scenarios.adapters import get_framework
 
     get_framework("jax")  # enables x64 before anything else touches jax
     import jax

@@ -7,8 +7,9 @@ from typing import Any, Callable
 import optree
 
 from gradci.scenarios.backends.framework_backend import FrameworkBackend
-from gradci.scenarios.backends.functional import Transforms, apply_operator
-from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.backends.functional import apply_operator
+from gradci.scenarios.operators.vocabulary import Transforms
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 
 def _torch_ravel(tree: Any):
@@ -100,7 +101,7 @@ class Autograd:
         self._functional = functional
 
     def jacobian(self, f: Callable, x: Any, create_graph: bool = False) -> Any:
-        """jax.jacrev's blocks (``gradci.scenarios.blocks``): torch answers a tuple per output leaf of a
+        """jax.jacrev's blocks (``gradci.scenarios.operators.blocks``): torch answers a tuple per output leaf of a
         tuple per input leaf, or one of the two tuples where the output is a lone tensor."""
         g = _OfLeaves(f, x)
         rows = self._functional.jacobian(g, g.leaves, create_graph=create_graph)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from gradci.scenarios.scenario import Scenario
-from gradci.scenarios.library import control, delicate, elementary, frameworks, linalg, nn, pytrees
+from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees
+from gradci.scenarios.library import conformance as frameworks
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
 

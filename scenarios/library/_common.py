@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 
 def rng(key: str) -> np.random.Generator:
@@ -80,7 +80,7 @@ def draw_like(tree: Any, generator: np.random.Generator) -> Any:
 
 def evaluate(scenario) -> Any:
     """f(x, *contexts) in float64 through the implementation the engine takes references from."""
-    from gradci.scenarios.numpy_function import float64_callable
+    from gradci.scenarios.reference.flat_function import float64_callable
 
     out = float64_callable(scenario)(scenario.x, *scenario.contexts)
     return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), out, none_is_leaf=True)

@@ -10,8 +10,8 @@ from typing import Callable
 
 import numpy as np
 
-from gradci.scenarios.arrays import namespace
-from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.authoring.namespace import namespace
+from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library._common import derived, operator_tags, rng, scenario_name
 
 FAMILY = "elementary"

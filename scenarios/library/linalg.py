@@ -11,8 +11,8 @@ from __future__ import annotations
 import array_api_compat
 import numpy as np
 
-from gradci.scenarios.arrays import namespace
-from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.authoring.namespace import namespace
+from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library._common import eye_like, operator_tags, rng, scenario_name
 
 FAMILY = "linalg"

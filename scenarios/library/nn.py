@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from gradci.scenarios.arrays import namespace
-from gradci.scenarios.scenario import Scenario
+from gradci.scenarios.authoring.namespace import namespace
+from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library._common import derived, rng, scenario_name
 from gradci.scenarios.library.nn_layers import LAYERS, MLP_100K, Layer
 

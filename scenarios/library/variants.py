@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Mapping
 
-from gradci.scenarios.scenario import Scenario, Tangents
-from gradci.scenarios.operators import OPERATOR_RECORDS
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.library._common import derived, draw_like, like, rng, tangent_structure
 
 BATCH = 3

@@ -7,7 +7,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from gradci.scenarios.matrix import Matrix
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.repo_refs import REPO_PATTERN, parse_repo_ref
 from gradci.services.cell_fields import cell_fields
 from gradci.services.reports.model import StatusCounts

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, lazyload
 
-from gradci.scenarios.cell import FAILING
+from gradci.scenarios.contract.cell import FAILING
 from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     Job,

@@ -25,9 +25,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from gradci.scenarios.cell import FIELDS as CELL_FIELDS
-from gradci.scenarios.cell import KEY_FIELDS as CELL_KEY_FIELDS
-from gradci.scenarios.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, TEXT_FIELDS, VOCABULARIES,
+from gradci.scenarios.contract.cell import FIELDS as CELL_FIELDS
+from gradci.scenarios.contract.cell import KEY_FIELDS as CELL_KEY_FIELDS
+from gradci.scenarios.contract.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, TEXT_FIELDS, VOCABULARIES,
                            status_attribute, stored_values)
 
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
@@ -120,7 +120,7 @@ CELL_STRING_WIDTHS = {**KEY_LENGTHS, "status": 16, "operator": 32, "framework": 
 
 
 def cell_vocabulary_checks() -> list[CheckConstraint]:
-    """The results table's constraints, from ``gradci.scenarios.cell.VOCABULARIES``: the database refuses
+    """The results table's constraints, from ``gradci.scenarios.contract.cell.VOCABULARIES``: the database refuses
     what the engine could never produce (an errored cell may leave some fields empty, as ingestion
     allows). Changing a vocabulary needs a migration (0003 shows how)."""
     return [status_check(field, stored_values(field)) for field in VOCABULARIES]
@@ -210,7 +210,7 @@ class Job(Base):
 
 
 def cell_column(name: str) -> Any:
-    """The column that stores one ``gradci.scenarios.cell.Cell`` field: its numbers as nullable floats or
+    """The column that stores one ``gradci.scenarios.contract.cell.Cell`` field: its numbers as nullable floats or
     integers, its key fields as strings of the contract's widths, its message and warnings as text."""
     if name in FLOAT_FIELDS:
         return mapped_column(Float, nullable=True)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.cell import KEY_FIELDS
+from gradci.scenarios.contract.cell import KEY_FIELDS
 from gradci.services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run, Trigger
 from gradci.services.db.pagination import Page, grouped_keyset_page, keyset_page
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.cell import FIELD_NAMES as CELL_FIELDS
-from gradci.scenarios.cell import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS as CELL_KEY
-from gradci.scenarios.cell import TEXT_FIELDS, UNKNOWN_WHEN_ERRORED, validate_cell
+from gradci.scenarios.contract.cell import FIELD_NAMES as CELL_FIELDS
+from gradci.scenarios.contract.cell import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS as CELL_KEY
+from gradci.scenarios.contract.cell import TEXT_FIELDS, UNKNOWN_WHEN_ERRORED, validate_cell
 from gradci.services.db.models import Result, utcnow
 from gradci.services.db.upsert import dialect_insert
 
@@ -32,9 +32,9 @@ def _finite_or_none(value: Any) -> float | None:
 
 
 def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str, Any]:
-    """One results row from a ``gradci.scenarios.cell.Cell`` or a mapping of its fields (as a runner
+    """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields (as a runner
     streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored. A cell the
-    engine could never produce raises ``gradci.scenarios.cell.InvalidCell`` saying which field is wrong."""
+    engine could never produce raises ``gradci.scenarios.contract.cell.InvalidCell`` saying which field is wrong."""
     fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
     validate_cell(fields)
     row = {name: fields.get(name) for name in CELL_FIELDS}

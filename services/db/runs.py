@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.cell import FAILING
-from gradci.scenarios.devices import checked_devices
-from gradci.scenarios.matrix import Matrix, exact_pattern
+from gradci.scenarios.contract.cell import FAILING
+from gradci.scenarios.contract.devices import checked_devices
+from gradci.scenarios.contract.matrix import Matrix, exact_pattern
 from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     Job,

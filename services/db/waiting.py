@@ -2,7 +2,7 @@
 in words ("waiting for a cuda worker; none online", "waiting for a cuda.sm90 worker; online:
 cuda.sm80") and since when. ``GET /api/runs/{id}``, ``gradci status`` and the dashboard show them;
 the reconciler (``gradci.worker.recovery``) has the runs of those waiting longer than GRADCI_DEVICE_WAIT
-planned again, and planning (``gradci.worker.planning``) then stores their cells as ``skip`` with the reason.
+planned again, and planning (``gradci.worker.plan_run``) then stores their cells as ``skip`` with the reason.
 
 A job waits from when it was stored, or last taken by a worker (one whose worker died is queued
 again): re-sending a job that lost its message does not restart its wait.
@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.devices import CPU
-from gradci.scenarios.requirements import memory_text
+from gradci.scenarios.contract.devices import CPU
+from gradci.scenarios.contract.requirements import memory_text
 from gradci.services.db.jobs import FINISHED_RUN_VALUES, lock_run
 from gradci.services.db.models import Job, JobStatus, Run, Worker, utcnow
 from gradci.services.db.workers import gpu_offer, online_workers, worker_queues

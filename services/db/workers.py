@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.requirements import DeviceOffer
+from gradci.scenarios.contract.requirements import DeviceOffer
 from gradci.services.db.models import Worker, utcnow
 from gradci.services.db.upsert import dialect_insert
 from gradci.services.planner import GpuWorkers

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from gradci.scenarios.cell import COUNTED, STATUSES
+from gradci.scenarios.contract.cell import COUNTED, STATUSES
 
 # Counted cells that did not pass: the ones that cost coverage (a group's "missing" cells).
 MISSING = tuple(status for status in COUNTED if status != "pass")

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from gradci.scenarios.cell import KEY_FIELDS
+from gradci.scenarios.contract.cell import KEY_FIELDS
 from gradci.services.db.models import Result
 from gradci.services.reports.coverage import MISSING
 from gradci.services.reports.model import BRIEF_FIELDS, CellBrief

@@ -24,7 +24,7 @@ FINAL = frozenset({RunStatus.passed.value, RunStatus.failed.value})  # runs whos
 
 
 
-class Memory:
+class RecentlyUsed:
     """The ``size`` values most recently used, by key, shared by the threads of this process."""
 
     def __init__(self, size: int) -> None:
@@ -48,7 +48,7 @@ class Memory:
         return value
 
 
-_finished = Memory(SIZE)
+_finished = RecentlyUsed(SIZE)
 recall, remember = _finished.recall, _finished.remember
 
 

@@ -2,7 +2,7 @@
 testcases are written as the database hands them over through a server-side cursor, a batch at a
 time — the document of a million cells is never in memory, on either side.
 
-The testcases are ``gradci.scenarios.formats``' own (the same markup ``gradci check --format junit`` writes);
+The testcases are ``gradci.scenarios.contract.formats``' own (the same markup ``gradci check --format junit`` writes);
 only the document around them is written here, since its counters must precede the cases they count.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from xml.sax.saxutils import quoteattr
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.formats import JUNIT_COUNTERS, JUNIT_OUTCOMES, junit_testcase, xml_text
+from gradci.scenarios.contract.formats import JUNIT_COUNTERS, JUNIT_OUTCOMES, junit_testcase, xml_text
 from gradci.services.db.models import Result
 from gradci.services.db.queries import without_jit
 
@@ -56,7 +56,7 @@ def _suites(session: Session, run_id: int) -> tuple[dict[tuple[str, str, str], _
 
 
 def _testcases(suite_name: str, rows: list[Any]) -> str:
-    """The testcases of ``rows`` as ``gradci.scenarios.formats`` writes them, serialised in one call."""
+    """The testcases of ``rows`` as ``gradci.scenarios.contract.formats`` writes them, serialised in one call."""
     parent = ET.Element(_WRAPPER)
     for row in rows:
         junit_testcase(parent, suite_name, row)

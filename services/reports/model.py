@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from gradci.scenarios.cell import STATUSES, status_attribute
+from gradci.scenarios.contract.cell import STATUSES, status_attribute
 from gradci.services.cell_fields import cell_fields
 from gradci.services.reports.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
 
@@ -31,7 +31,7 @@ class Record(BaseModel):
 class StatusCounts(Record):
     """Cells per status, every status present (zeros included). The JSON keys are the status names;
     ``pass`` is a Python keyword, so its attribute is ``pass_``. A test holds the fields to
-    ``gradci.scenarios.cell.STATUSES``."""
+    ``gradci.scenarios.contract.cell.STATUSES``."""
 
     model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
 

@@ -1,5 +1,5 @@
 """0003 (after 0002, 2026-11-30): the database refuses cells the engine could never produce —
-check constraints on the results' operator, framework, mode and dtype, from ``gradci.scenarios.cell``'s
+check constraints on the results' operator, framework, mode and dtype, from ``gradci.scenarios.contract.cell``'s
 vocabularies. Rows already stored outside a vocabulary (written before ingestion validated cells)
 are removed first: they were never results of a real check."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""0006 (after 0005): the warnings a cell's computation raised (``gradci.scenarios.cell.Cell.warnings``)."""
+"""0006 (after 0005): the warnings a cell's computation raised (``gradci.scenarios.contract.cell.Cell.warnings``)."""
 from __future__ import annotations
 
 import sqlalchemy as sa

@@ -1,0 +1,50 @@
+"""What every framework adapter shares: its name and its table of dtypes; how non-float arrays and
+Python values among the arguments are told apart."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager
+
+import optree
+from array_api_compat import is_jax_array, is_torch_array
+
+# numpy dtype kinds of the non-float arrays a function indexes, masks or counts with (bool, signed and
+# unsigned integers): adapters hand them over as the framework's arrays of the same dtype; any other
+# non-float array (strings, objects) stays numpy.
+INDEXING_KINDS = "biu"
+
+
+class FrameworkAdapter:
+    name: str = ""
+    dtypes: dict[str, Any] = {}  # gradci's dtype name → the framework's dtype
+
+    def dtype_unavailable(self, device: str, dtype: str) -> str | None:
+        if dtype not in self.dtypes:
+            return f"{self.name} has no dtype {dtype}"
+        return None
+
+    # Precision beyond the dtype (``gradci.scenarios.authoring.precision``): what the framework's switches say now,
+    # a pin applied around a cell, and whether float32 products on ``device`` run in TF32.
+    def precision_text(self) -> str:
+        return ""
+
+    def pinned_precision(self, setting: str | None) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def tf32_active(self, device: str, dtype: str) -> bool:
+        return False
+
+
+def arrays_apart(tree: Any) -> tuple[list, Callable[[list], Any]]:
+    """(the torch or jax arrays among the leaves of ``tree``, ``tree`` rebuilt with others in their places).
+
+    Only the arrays go through a compiler (``jax.jit`` traces its arguments): a count, a flag, a
+    string or None stays the Python value the function was given, as a constant of the computation."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    is_array = [is_torch_array(leaf) or is_jax_array(leaf) for leaf in leaves]
+
+    def rebuild(arrays: list) -> Any:
+        given = iter(arrays)
+        return optree.tree_unflatten(spec, [next(given) if array else leaf for leaf, array in zip(leaves, is_array)])
+
+    return [leaf for leaf, array in zip(leaves, is_array) if array], rebuild

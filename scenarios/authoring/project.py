@@ -1,0 +1,138 @@
+"""A repository's gradci.toml: which modules hold its scenarios and the default matrix.
+
+```toml
+[scenarios]
+modules = ["pkg.grad_scenarios"]      # importable from the repository root; each has scenarios(),
+                                       # or "pkg.grad_scenarios:my_scenarios" names the function
+
+[matrix]                               # optional; command-line flags and run requests override it
+backends = ["torch-rev", "jax-rev"]
+devices = ["cpu", "cuda"]
+dtypes = ["float64", "float32"]
+scenarios = ["nn/*"]                   # selection patterns (scenarios.matrix: glob, or a plain word as a substring)
+
+[check]                                # optional; gradci check's own settings
+cell_timeout_s = 300                   # per cell, in the sandboxed runner (--cell-timeout overrides it)
+repeats = 3                            # each derivative 3 times, to see it is bitwise reproducible
+                                       # (gradci check and the service's runs; --repeats overrides it)
+```
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import types
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from gradci.scenarios.contract.matrix import Matrix, MatrixError
+from gradci.scenarios.authoring.scenario import Scenario
+
+CONFIG_NAME = "gradci.toml"
+
+
+class ProjectError(Exception):
+    """A broken gradci.toml or scenario module: reported in one line, never as a traceback."""
+
+
+@dataclasses.dataclass
+class Project:
+    root: Path | None
+    modules: list[str]
+    matrix: Matrix
+    config: dict[str, Any]
+    cell_timeout_s: float | None = None  # [check] cell_timeout_s: gradci check's, unless its flag says otherwise
+    repeats: int | None = None  # [check] repeats: over every scenario's own (scenarios.repeats)
+
+
+def read_config(root: str | Path) -> dict[str, Any]:
+    """The repository's gradci.toml as data (plain TOML: no code runs)."""
+    path = Path(root) / CONFIG_NAME
+    if not path.is_file():
+        raise ProjectError(f"{path}: not found")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProjectError(f"{path}: invalid TOML: {exc}") from None
+
+
+def load_project(root: str | Path) -> Project:
+    root = Path(root).resolve()
+    path = root / CONFIG_NAME
+    config = read_config(root)
+    scenarios_table = config.get("scenarios", {})
+    modules = scenarios_table.get("modules") if isinstance(scenarios_table, dict) else None
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
+        raise ProjectError(f"{path}: [scenarios] modules must be a non-empty list of module names")
+    try:
+        matrix = Matrix.from_mapping(config.get("matrix", {}))
+    except MatrixError as exc:
+        raise ProjectError(f"{path}: [matrix]: {exc}") from None
+    return Project(root=root, modules=modules, matrix=matrix, config=config,
+                   cell_timeout_s=_cell_timeout(config, path), repeats=_repeats(config, path))
+
+
+def _cell_timeout(config: dict[str, Any], path: Path) -> float | None:
+    table = config.get("check", {})
+    value = table.get("cell_timeout_s") if isinstance(table, dict) else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ProjectError(f"{path}: [check] cell_timeout_s must be a positive number of seconds, not {value!r}")
+    return value
+
+
+def _repeats(config: dict[str, Any], path: Path) -> int | None:
+    table = config.get("check", {})
+    value = table.get("repeats") if isinstance(table, dict) else None
+    if value is not None and (type(value) is not int or value < 1):
+        raise ProjectError(f"{path}: [check] repeats must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+DEFAULT_FACTORY = "scenarios"
+
+
+def load_scenarios(project: Project) -> list[Scenario]:
+    """Import each module from the repository root and collect its scenarios: a module named
+    "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
+    root = str(project.root)
+    sys.path.insert(0, root)
+    try:
+        found: list[Scenario] = []
+        for entry in project.modules:
+            found.extend(_scenarios_of(entry))
+    finally:
+        if sys.path and sys.path[0] == root:
+            sys.path.pop(0)
+    names = [s.name for s in found]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ProjectError(f"duplicate scenario names: {', '.join(duplicates[:5])}")
+    return found
+
+
+def _scenarios_of(entry: str) -> list[Scenario]:
+    name, _, function = entry.partition(":")
+    function = function or DEFAULT_FACTORY
+    if not name or not all(part.isidentifier() for part in [*name.split("."), function]):
+        raise ProjectError(f"{CONFIG_NAME}: [scenarios] modules entry {entry!r} is not \"package.module\" "
+                           f"or \"package.module:function\"")
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # any import-time failure of user code
+        raise ProjectError(f"cannot import scenario module {name!r}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, function, None)
+    if not callable(factory) or isinstance(factory, types.ModuleType):
+        given = "nothing" if factory is None else f"a {type(factory).__name__}"
+        raise ProjectError(f"scenario module {name!r}: {function} is {given}; expected a function returning "
+                           f"a list of scenarios.Scenario")
+    try:
+        made = list(factory())
+    except Exception as exc:
+        raise ProjectError(f"{name}.{function}() failed: {type(exc).__name__}: {exc}") from None
+    bad = [type(s).__name__ for s in made if not isinstance(s, Scenario)]
+    if bad:
+        raise ProjectError(f"{name}.{function}() returned a {bad[0]} among its scenarios; expected only "
+                           f"scenarios.Scenario")
+    return made

@@ -1,0 +1,306 @@
+"""The declarative record of one derivative check: what to differentiate, where, and how strictly."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import optree
+
+from gradci.scenarios.authoring import wrt as positional
+from gradci.scenarios.contract.cell import FRAMEWORKS
+from gradci.scenarios.authoring.expectations import expectations
+from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
+from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
+from gradci.scenarios.authoring.precision import precision_setting
+from gradci.scenarios.contract.requirements import requirements_of
+
+
+
+class Tangents(tuple):
+    """Several tangents (or cotangents) for one scenario: the operator is applied to each.
+
+    Mirrors DifferentiationInterface's batched tangents; a result is a tuple of one result per tangent.
+    """
+
+    __slots__ = ()
+
+
+def map_tangents(fn: Callable[[Any], Any], tangent: Any) -> Any:
+    """Apply ``fn`` to a tangent, or to each of a batch of them; None stays None."""
+    if tangent is None:
+        return None
+    if isinstance(tangent, Tangents):
+        return Tangents(fn(t) for t in tangent)
+    return fn(tangent)
+
+
+@dataclasses.dataclass(eq=False)
+class Scenario:
+    """One function, one operator, one input point.
+
+    ``f`` is either one callable written against the array-API namespace of its input
+    (numpy, torch and jax all run it) or a dict ``{"numpy"|"torch"|"jax": callable}`` with
+    the same signature ``f(x, *contexts)`` in every framework.
+
+    ``x``, ``tangent`` and ``contexts`` may hold numpy arrays, torch tensors, jax arrays, Python
+    numbers, and tuples, lists and dicts of them (``gradci.scenarios.authoring.inputs``); all are kept as numpy, once.
+    x and tangents must be floating point. In contexts only floating-point leaves are cast to each
+    cell's dtype; integers, booleans, index arrays (handed to f as the framework's integer arrays),
+    strings and None reach f unchanged.
+
+    ``jacobian`` and ``hessian`` of pytrees follow ``jax.jacrev``'s block convention
+    (``gradci.scenarios.operators.blocks``): the Jacobian is a pytree like f(x) whose leaves are pytrees like x, block
+    [y_i][x_j] of shape ``y_i.shape + x_j.shape``; the Hessian is x-structure over x-structure, block
+    [x_i][x_j] of shape ``x_i.shape + x_j.shape``. For a single array x that is the one array of shape
+    ``f(x).shape + x.shape`` (``x.shape * 2``).
+
+    ``wrt`` differentiates a function of several positional arguments with respect to some of them
+    (``gradci.scenarios.authoring.wrt``): with ``x=(a, b, c)`` and ``wrt=(0, 2)`` (a tuple of positions) the scenario
+    checks ``f(a, b, c, *contexts)`` as a function of the tuple ``(a, c)``, b held fixed like a
+    context; ``wrt=1`` (one position) as a function of b alone, the result shaped like b. It is applied
+    at construction: afterwards ``x`` holds the differentiated arguments (a tangent is given like
+    them), the held ones follow the contexts, and ``f`` puts every argument back in its place. A
+    callable ``reference`` is then called with every argument too: ``reference(a, b, c, *contexts)``,
+    or ``reference(a, b, c, tangent, *contexts)``.
+
+    ``state`` names contexts (by position) that ``f`` updates in place, such as a batch norm's
+    running statistics: each evaluation gets a fresh copy of their declared value, so the derivative
+    is checked at the declared point and the update is not mistaken for a bug.
+
+    ``xfail`` and ``skip`` declare cells known to fail, or not to be run, by backend, device and dtype
+    patterns, with the reason (and for ``xfail`` optionally the exception expected): see
+    ``gradci.scenarios.authoring.expectations``.
+
+    ``requirements`` (``{"min_memory": "16GB", "min_capability": "80"}``) sends the scenario's CUDA
+    cells only to devices that offer them (``gradci.scenarios.contract.requirements``); ``precision`` pins the
+    arithmetic its cells run with (``gradci.scenarios.authoring.precision``); ``repeats=N`` computes each derivative N
+    times and records whether the results were bitwise identical (``Cell.repeat_spread``).
+
+    ``reference`` replaces the finite-difference reference where differencing cannot be accurate
+    enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
+    *contexts)`` for operators that take a tangent or cotangent — that computes it in numpy.
+    """
+
+    name: str
+    operator: str
+    f: Callable | Mapping[str, Callable]
+    x: Any
+    tangent: Any = None
+    contexts: tuple = ()
+    reference: Any = None
+    rtol: float | None = None
+    atol: float | None = None
+    compare: Callable | None = None
+    dtypes: tuple[str, ...] = ("float64", "float32")
+    xfail: Any = ()      # scenarios.expectations: which cells are known to fail, and why
+    skip: Any = ()       # ... and which are not run at all
+    tags: tuple[str, ...] = ()
+    state: tuple[int, ...] = ()
+    # The device side (scenarios.requirements, scenarios.precision): what a GPU must offer to run
+    # the cells, the arithmetic precision they pin (None: the frameworks' defaults, recorded), and how
+    # many times each cell's derivative is computed to see whether it is bitwise reproducible.
+    requirements: Any = None
+    precision: str | None = None
+    repeats: int = 1
+    wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
+
+    def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
+        if self.operator not in OPERATOR_RECORDS:
+            raise ScenarioInputError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
+                                     f"expected one of {', '.join(OPERATOR_RECORDS)}")
+        self._check_implementations()
+        if not isinstance(self.contexts, (tuple, list)):
+            raise ScenarioInputError(f"scenario {self.name!r}: contexts must be a tuple of f's arguments after x; "
+                                     f"got {describe(self.contexts)}")
+        self.contexts = tuple(held_fixed(c) for c in self.contexts)
+        self.dtypes = tuple(self.dtypes)
+        self.tags = tuple(self.tags)
+        self.state = tuple(self.state)
+        self.xfail = expectations(self.xfail, "xfail", self.name)
+        self.skip = expectations(self.skip, "skip", self.name)
+        self.requirements = requirements_of(self.requirements, self.name)
+        self.precision = precision_setting(self.precision, self.name)
+        if type(self.repeats) is not int or self.repeats < 1:
+            raise ScenarioInputError(f"scenario {self.name!r}: repeats must be a whole number of at least 1 "
+                                     f"(2 or more checks bitwise reproducibility); got {self.repeats!r}")
+        wrong = [i for i in self.state if not (isinstance(i, int) and 0 <= i < len(self.contexts))]
+        if wrong:
+            raise ScenarioInputError(f"scenario {self.name!r}: state={self.state} names contexts by position; "
+                                     f"{wrong} is not one of 0..{len(self.contexts) - 1}")
+        if wrt is not None:
+            self._hold_fixed_all_but(wrt)
+        self.x = operator_input(self.operator, self.x, self.name)
+        like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
+        needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
+        self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
+
+    def _check_implementations(self) -> None:
+        implementations = self.f if isinstance(self.f, Mapping) else {None: self.f}
+        unknown = sorted(set(implementations) - {None, *FRAMEWORKS})
+        if unknown:
+            raise ScenarioInputError(f"scenario {self.name!r}: f has unknown framework keys {unknown}; "
+                                     f"expected some of {', '.join(FRAMEWORKS)}")
+        for key, fn in implementations.items():
+            if not callable(fn):
+                where = "f" if key is None else f"f[{key!r}]"
+                raise TypeError(f"scenario {self.name!r}: {where} must be a callable (or f a dict of callables "
+                                f"by framework); got {describe(fn)}")
+
+    def _hold_fixed_all_but(self, wrt: int | tuple[int, ...]) -> None:
+        """Apply ``wrt`` (see ``gradci.scenarios.authoring.wrt``): x becomes the differentiated arguments, the held ones
+        follow the contexts, f and a callable reference take them back in their places."""
+        positions = positional.chosen_positions(wrt, self.x, self.name)
+        count = len(self.x)
+        self.x, held = positional.split(wrt, self.x, positions)
+        self.contexts += tuple(held_fixed(arg) for arg in held)
+
+        def regroup(fn):
+            return positional.regrouped(fn, wrt, positions, count)
+
+        self.f = ({key: regroup(fn) for key, fn in self.f.items()} if isinstance(self.f, Mapping)
+                  else regroup(self.f))
+        if callable(self.reference):
+            self.reference = regroup(self.reference)
+
+    def implementation(self, framework: str) -> Callable | None:
+        """The callable for ``framework``, or None when the scenario gives none."""
+        if isinstance(self.f, Mapping):
+            return self.f.get(framework)
+        return self.f
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that decides the reference: code, inputs, operator.
+
+        Computed once: a scenario is a record, not to be changed after it is made (hashing a large
+        parameter pytree and reading source files is not free)."""
+        return self._once("_fingerprint", self._compute_fingerprint)
+
+    def _compute_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        digest.update(f"{self.name}\0{self.operator}\0".encode())
+        self._hash_implementations(digest)
+        if callable(self.reference):
+            _hash_code(digest, self.reference)
+        for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
+            _hash_tree(digest, part)
+        return digest.hexdigest()[:20]
+
+    def function_fingerprint(self) -> str:
+        """A hash of what decides f's value at a given point: its code, contexts, state and x's
+        structure, not the operator, the point or the name. Scenarios sharing it (one function under
+        several operators) can share f's evaluations. Computed once, as ``fingerprint``."""
+        return self._once("_function_fingerprint", self._compute_function_fingerprint)
+
+    def _once(self, key: str, compute: Callable[[], str]) -> str:
+        if key not in self.__dict__:
+            self.__dict__[key] = compute()
+        return self.__dict__[key]
+
+    def _compute_function_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        self._hash_implementations(digest)
+        leaves, spec = optree.tree_flatten(self.x, none_is_leaf=True)
+        digest.update(f"{spec}{[np.shape(leaf) for leaf in leaves]}{self.state}".encode())
+        _hash_tree(digest, self.contexts)
+        return digest.hexdigest()[:20]
+
+    def _hash_implementations(self, digest) -> None:
+        implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
+        for key, fn in sorted(implementations, key=lambda kv: kv[0]):
+            digest.update(key.encode())
+            _hash_code(digest, fn)
+
+
+def _hash_tree(digest, tree: Any) -> None:
+    """Hash a pytree's structure and its leaves (arrays by shape and content)."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    digest.update(str(spec).encode())
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray):
+            # float64 (every x, every float context) by shape alone, as before index arrays existed
+            kind = "" if leaf.dtype == np.float64 else str(leaf.dtype)
+            digest.update(f"{kind}{leaf.shape}".encode())
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        else:
+            digest.update(repr(leaf).encode())
+
+
+def _hash_code(digest, obj: Any, depth: int = 0) -> None:
+    """Hash what decides a function's values: its source, its defaults and what its closure captured
+    (arrays by content, nested functions recursively), so that a closure over changed data, or over
+    another function, changes the fingerprint."""
+    if depth > 4:
+        return
+    if isinstance(obj, np.ndarray):
+        digest.update(f"{obj.dtype}{obj.shape}".encode())
+        digest.update(np.ascontiguousarray(obj).tobytes())
+    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        digest.update(repr(obj).encode())
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _hash_code(digest, item, depth + 1)
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=repr):
+            digest.update(repr(key).encode())
+            _hash_code(digest, obj[key], depth + 1)
+    elif isinstance(obj, functools.partial):
+        for part in (obj.func, obj.args, obj.keywords):
+            _hash_code(digest, part, depth + 1)
+    elif inspect.isclass(obj):
+        digest.update(_source_of(obj).encode())
+    elif inspect.ismodule(obj):  # numpy, torch...: their version is the environment's business
+        digest.update(obj.__name__.encode())
+    elif _is_framework_array(obj):  # a torch tensor or jax array captured by a closure: by content
+        _hash_code(digest, _as_numpy(obj), depth)
+    elif _is_torch_module(obj):  # its weights decide its values
+        digest.update(f"{type(obj).__qualname__}{obj!r}".encode())
+        for name, tensor in obj.state_dict().items():
+            digest.update(name.encode())
+            _hash_code(digest, tensor, depth)
+    elif inspect.ismethod(obj):  # a bound method: the code and the object it is bound to
+        _hash_code(digest, obj.__func__, depth + 1)
+        _hash_code(digest, obj.__self__, depth + 1)
+    elif callable(obj) and not hasattr(obj, "__dict__") or inspect.isroutine(obj):
+        digest.update(_source_of(obj).encode())
+        for part in (getattr(obj, "__defaults__", None), getattr(obj, "__kwdefaults__", None)):
+            _hash_code(digest, part, depth + 1)
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                _hash_code(digest, cell.cell_contents, depth + 1)
+            except ValueError:  # an empty cell (a name not bound yet)
+                pass
+    else:  # any other object: its type and attributes, which may hold weights or settings
+        digest.update(type(obj).__qualname__.encode())
+        if callable(obj):
+            digest.update(_source_of(type(obj)).encode())
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            _hash_code(digest, attributes, depth + 1)
+
+
+def _is_framework_array(obj: Any) -> bool:
+    module = type(obj).__module__
+    return hasattr(obj, "__array__") and (module.startswith("torch") or module.startswith("jax"))
+
+
+def _is_torch_module(obj: Any) -> bool:
+    return any(kind.__name__ == "Module" and kind.__module__ == "torch.nn.modules.module"
+               for kind in type(obj).__mro__)
+
+
+def _as_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "detach"):  # torch: off the autograd graph and the device first
+        array = array.detach().cpu()
+    return np.asarray(array)
+
+
+def _source_of(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return getattr(fn, "__qualname__", repr(type(fn)))

@@ -1,0 +1,3 @@
+"""The derivative operators: one record each (``records``), the vocabularies the records are
+written against (``vocabulary``), and the block convention of matrix results (``blocks``).
+"""

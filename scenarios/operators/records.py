@@ -1,0 +1,260 @@
+"""The derivative operators gradci checks: one ``Operator`` record each, in ``OPERATOR_RECORDS``.
+
+A record says what the operator expects and returns and how every kind of backend computes it, so
+that adding an operator is one record plus its functions (and its name in ``gradci.scenarios.contract.cell.OPERATORS``,
+the vocabulary the store and the API share). Conventions follow DifferentiationInterface.
+
+Each record's functions are written against a vocabulary its backends hand in
+(``gradci.scenarios.operators.vocabulary``), never against a framework or a consumer's internals, so
+this module imports no framework:
+
+- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``Transforms`` (jax or torch.func). ``reverse`` builds the operator from vector-Jacobian products and ``forward``
+  from Jacobian-vector products, so a bug in a custom vjp rule shows in reverse cells and one in a
+  jvp rule in forward cells.
+- ``autograd(A, f, x, t)``: ``A`` is ``Autograd`` (torch.autograd).
+- ``finite_differences(B, t)``: ``B`` is ``FiniteDifferences``; the float64 reference, and the ``fd``
+  backend's cross-check with other settings.
+
+``t`` is the tangent (like x) or cotangent (like f(x)) where the operator takes one, else None.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+import optree
+
+from gradci.scenarios.operators.blocks import matrix_blocks
+from gradci.scenarios.contract.cell import OPERATORS
+from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.authoring.inputs import describe, differentiable
+from gradci.scenarios.operators.vocabulary import Autograd, FiniteDifferences, Transforms
+from gradci.scenarios.reference.data import Reference
+
+__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "operator_input"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    name: str
+    input: str       # "scalar" (0-d array), "array" (one array, not a pytree) or "pytree" (array or pytree)
+    output: str      # what f(x) must be: "scalar" or "any" (an array or a pytree)
+    result: str      # the result's shape, in words
+    reverse: Callable[..., Any]
+    forward: Callable[..., Any]
+    autograd: Callable[..., Any]
+    finite_differences: Callable[..., "Reference"]
+    order: int = 1
+    takes_tangent: bool = False         # t is like x
+    takes_cotangent: bool = False       # t is like f(x)
+    # Forward mode needs one JVP per input element (vectorised, so memory grows with the input).
+    per_input_in_forward: bool = False
+    returns_value: bool = False         # the result is (f(x), the derivative)
+    # The result is a matrix, rows like f(x) (or x), columns like x: for pytrees, jax.jacrev's blocks
+    # (a pytree like the rows whose leaves are pytrees like x; block [i][j] of shape row_i.shape + x_j.shape).
+    matrix_result: bool = False
+
+    @property
+    def takes_tangent_or_cotangent(self) -> bool:
+        return self.takes_tangent or self.takes_cotangent
+
+
+# -- functional (jax, torch.func) definitions that are more than one transform ----------------------
+def _rev_jvp(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    # J·t as the transpose of the (linear) vjp: differentiate ct -> Jᵀct, a vjp of a vjp.
+    y, pullback = T.vjp(f, x)
+    return T.vjp(lambda ct: pullback(ct)[0], T.zeros_like(y))[1](t)[0]
+
+
+def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+    # Jᵀct from a forward-mode Jacobian of the flattened function: one jvp per input element.
+    flat_x, unravel_x = T.ravel(x)
+    flat_ct, _ = T.ravel(ct)
+
+    def flat_f(v):
+        return T.ravel(f(unravel_x(v)))[0]
+
+    jacobian = T.jacfwd(flat_f)(flat_x)
+    # f may compute in a wider dtype than x (a float64 constant): J is then float64, ct float32.
+    return unravel_x(T.cast_like(flat_ct, jacobian) @ jacobian)
+
+
+def _rev_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+    y, pullback = T.vjp(f, x)
+    return pullback(T.cast_like(ct, y))[0]  # the cotangent in f(x)'s dtype, which f may have widened
+
+
+def _fwd_value_and_grad(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    def value_twice(z):  # once differentiated, once carried out as the value: one evaluation
+        value = f(z)
+        return value, value
+
+    gradient, value = T.jacfwd(value_twice, has_aux=True)(x)
+    return value, gradient
+
+
+def _fwd_derivative(T: Transforms, f: Callable, x: Any, t: Any = None) -> Any:
+    return T.jvp(f, (x,), (T.ones_like(x),))[1]
+
+
+def _fwd_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    return _fwd_derivative(T, lambda z: _fwd_derivative(T, f, z), x)
+
+
+def _rev_twice(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+    return T.jacrev(T.jacrev(f))(x)
+
+
+# -- torch.autograd -------------------------------------------------------------------------------
+def _autograd_second_derivative(A: Autograd, f: Callable, x: Any, t: Any) -> Any:
+    return A.jacobian(lambda z: A.jacobian(f, z, create_graph=True), x)
+
+
+def _autograd_value_and_gradient(A: Autograd, f: Callable, x: Any, t: Any) -> Any:
+    value = f(x)
+    return value.detach(), A.grad(value, x)
+
+
+# -- finite-difference references -------------------------------------------------------------------
+def _fd_derivative(B: FiniteDifferences, t: Any) -> Reference:
+    jac, err = B.jacobian_matrix()
+    return B.full(B.like_y(jac[:, 0]), B.like_y(err[:, 0]))
+
+
+def _fd_second_derivative(B: FiniteDifferences, t: Any) -> Reference:
+    # One 1×1 Hessian per output element: f is a function of one number.
+    pairs = [B.hessian_matrix(output=i) for i in range(B.output_size)]
+    return B.full(B.like_y(np.array([h[0, 0] for h, _ in pairs])),
+                  B.like_y(np.array([e[0, 0] for _, e in pairs])))
+
+
+def _fd_gradient(B: FiniteDifferences, t: Any) -> Reference:
+    # Probes compare u·∇f: the weight on the (scalar) output is 1.
+    return B.full_or_probes(1, lambda: np.ones(1), matrix=False,
+                            full=lambda jac, err: (B.like_x(jac[0]), B.like_x(err[0])))
+
+
+def _fd_jacobian(B: FiniteDifferences, t: Any) -> Reference:
+    def blocks(matrix):
+        return matrix_blocks(matrix, B.value, B.x)
+
+    return B.full_or_probes(1, lambda: B.unit_direction(B.output_size), matrix=True,
+                            full=lambda jac, err: (blocks(jac), blocks(err)))
+
+
+def _fd_jvp(B: FiniteDifferences, t: Any) -> Reference:
+    d, err = B.directional(B.flat(t))
+    return B.full(B.like_y(d), B.like_y(err))
+
+
+def _fd_vjp(B: FiniteDifferences, ct: Any) -> Reference:
+    cotangent = B.flat(ct)
+    return B.full_or_probes(1, lambda: cotangent, matrix=False, full=lambda jac, err: (
+        B.like_x(cotangent @ jac), B.like_x(np.abs(cotangent) @ err)))
+
+
+def _fd_hvp(B: FiniteDifferences, t: Any) -> Reference:
+    flat_t = B.flat(t)
+    return B.full_or_probes(2, lambda: flat_t, matrix=False, full=lambda hess, err: (
+        B.like_x(hess @ flat_t), B.like_x(np.abs(err) @ np.abs(flat_t))))
+
+
+def _fd_hessian(B: FiniteDifferences, t: Any) -> Reference:
+    def blocks(matrix):
+        return matrix_blocks(matrix, B.x, B.x)
+
+    return B.full_or_probes(2, lambda: B.unit_direction(B.input_size), matrix=True,
+                            full=lambda hess, err: (blocks(hess), blocks(err)))
+
+
+_RECORDS = (
+    Operator(
+        "derivative", input="scalar", output="any", result="like f(x)",
+        reverse=lambda T, f, x, t: T.jacrev(f)(x),
+        forward=_fwd_derivative,
+        autograd=lambda A, f, x, t: A.jacobian(f, x),
+        finite_differences=_fd_derivative),
+    Operator(
+        "second_derivative", input="scalar", output="any", result="like f(x)", order=2,
+        reverse=_rev_twice,
+        forward=_fwd_second_derivative,
+        autograd=_autograd_second_derivative,
+        finite_differences=_fd_second_derivative),
+    Operator(
+        "gradient", input="pytree", output="scalar", result="like x", per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.grad(f)(x),
+        forward=lambda T, f, x, t: T.jacfwd(f)(x),
+        autograd=lambda A, f, x, t: A.grad(f(x), x),
+        finite_differences=_fd_gradient),
+    Operator(
+        "value_and_gradient", input="pytree", output="scalar", result="(f(x), like x)",
+        per_input_in_forward=True, returns_value=True,
+        reverse=lambda T, f, x, t: T.value_and_grad(f)(x),
+        forward=_fwd_value_and_grad,
+        autograd=_autograd_value_and_gradient,
+        finite_differences=_fd_gradient),
+    Operator(
+        "jacobian", input="pytree", output="any", result="f(x).shape + x.shape (per block for pytrees)",
+        per_input_in_forward=True, matrix_result=True,
+        reverse=lambda T, f, x, t: T.jacrev(f)(x),
+        forward=lambda T, f, x, t: T.jacfwd(f)(x),
+        autograd=lambda A, f, x, t: A.jacobian(f, x),
+        finite_differences=_fd_jacobian),
+    Operator(
+        "jvp", input="pytree", output="any", result="like f(x)", takes_tangent=True,
+        reverse=_rev_jvp,
+        forward=lambda T, f, x, t: T.jvp(f, (x,), (t,))[1],
+        autograd=lambda A, f, x, t: A.jvp(f, x, t),
+        finite_differences=_fd_jvp),
+    Operator(
+        "vjp", input="pytree", output="any", result="like x", takes_cotangent=True, per_input_in_forward=True,
+        reverse=_rev_vjp,
+        forward=_fwd_vjp,
+        autograd=lambda A, f, x, t: A.vjp(f, x, t),
+        finite_differences=_fd_vjp),
+    Operator(
+        "hvp", input="pytree", output="scalar", result="like x", order=2, takes_tangent=True,
+        per_input_in_forward=True,
+        reverse=lambda T, f, x, t: T.vjp(T.grad(f), x)[1](t)[0],   # H is symmetric: Hᵀt = Ht
+        forward=lambda T, f, x, t: T.jvp(T.jacfwd(f), (x,), (t,))[1],
+        autograd=lambda A, f, x, t: A.hvp(f, x, t),
+        finite_differences=_fd_hvp),
+    Operator(
+        "hessian", input="pytree", output="scalar", result="x.shape + x.shape (per block for pytrees)", order=2,
+        per_input_in_forward=True, matrix_result=True,
+        reverse=_rev_twice,
+        forward=lambda T, f, x, t: T.jacfwd(T.jacfwd(f))(x),
+        autograd=lambda A, f, x, t: A.hessian(f, x),
+        finite_differences=_fd_hessian),
+)
+
+OPERATOR_RECORDS: dict[str, Operator] = {op.name: op for op in _RECORDS}
+# The stored vocabulary and the definitions must name the same operators, in the same order.
+assert tuple(OPERATOR_RECORDS) == OPERATORS, (tuple(OPERATOR_RECORDS), OPERATORS)
+
+
+_INPUT_KINDS = {
+    "scalar": "a scalar (a float or a 0-d float array)",
+    "array": "a float array",
+    "pytree": "a float array or a pytree of float arrays",
+}
+
+
+def operator_input(operator: str, x: Any, name: str) -> Any:
+    """x as float64 arrays, or a one-line error where the operator is not defined for it: at
+    construction time rather than mid-run."""
+    kind = OPERATOR_RECORDS[operator].input
+    needs = f"{operator} needs x to be {_INPUT_KINDS[kind]}"
+    x = differentiable(x, "x", needs, name)
+    if kind == "scalar" and not (isinstance(x, np.ndarray) and x.ndim == 0):
+        raise ScenarioInputError(f"scenario {name!r}: {needs}; got {_structure(x)}")
+    if kind == "array" and not isinstance(x, np.ndarray):
+        raise ScenarioInputError(f"scenario {name!r}: {needs}, not a pytree; got {_structure(x)}")
+    return x
+
+
+def _structure(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return describe(x)
+    return f"a {type(x).__name__} of {len(optree.tree_leaves(x, none_is_leaf=True))} arrays"

@@ -1,0 +1,3 @@
+"""Float64 references: finite differences with Richardson extrapolation and error estimates
+(scipy.differentiate), their stencils and shared evaluations, analytic references, the cache.
+"""

@@ -1,0 +1,412 @@
+"""Float64 references: Richardson-extrapolated finite differences (scipy.differentiate) with their
+error estimates, or the scenario's analytic reference.
+
+Small inputs get the full operator result. Large ones (a network's parameters) get random
+directional probes: u·R (or w·R·u for matrices) against the finite difference of f along u, so a
+reference costs O(1) function evaluations in the parameter count. The function's values at the
+stencil points come from ``gradci.scenarios.reference.stencils`` (batched where f allows, shared between the
+scenarios of one function).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+import optree
+from scipy import differentiate
+
+from gradci.scenarios.reference.data import Probe, Reference, ReferenceUnavailable
+from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
+from gradci.scenarios.reference.flat_function import FlatFunction, ravel
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.reference.stencils import StencilEvaluator
+from gradci.scenarios.verdict.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
+
+# Above these many input elements, first-order operators are checked through probes...
+FULL_FIRST_ORDER_LIMIT = 16
+# ...and second-order ones (a finite-difference Hessian costs O(m²) evaluations) sooner.
+FULL_SECOND_ORDER_LIMIT = 4
+# One random direction exposes any wrong derivative with probability 1, as gradcheck's fast mode
+# relies on; what a probe dilutes (an error in a few of many elements), the elementwise agreement of
+# forward and reverse modes catches. Each probe costs about a dozen function evaluations.
+PROBES = 1
+# scipy.differentiate starts from this step and shrinks it; retried smaller where f is not finite
+# (a domain edge within the step: log or sqrt at x = 1e-7 needs a step below 1e-7).
+INITIAL_STEPS = (0.5, 0.05, 5e-3, 5e-4, 5e-5, 5e-6, 5e-7, 5e-8, 5e-9)
+
+
+@dataclasses.dataclass
+class FDSettings:
+    """How finite differences are taken. The `fd` backend uses different ones to cross-check."""
+
+    order: int = 8
+    initial_steps: tuple[float, ...] = INITIAL_STEPS
+    maxiter: int = 10
+    # Probes on large inputs, where each evaluation is expensive: order 6 converges in 9 evaluations
+    # on a 100k-parameter MLP (error estimate 5e-11) where order 4 takes 11 and order 8 more.
+    probe_order: int = 6
+    # scipy.differentiate's stopping rule; None: its default (relative error sqrt(eps)).
+    tolerances: dict | None = None
+    # Steps relative to x's magnitude (differences taken in z = x / |x|): at x ~ 1e4 a step of 0.5 is
+    # lost in rounding, at x ~ 1e-6 it leaves the domain.
+    relative_steps: bool = False
+
+    def for_probes(self) -> "FDSettings":
+        return dataclasses.replace(self, order=self.probe_order)
+
+
+# When a reference's error estimate is too large to decide a cell, it is computed again with these,
+# in turn (smaller first steps, more iterations, another order, iterating to rounding level), and
+# each element keeps its most accurate value.
+REFINEMENTS = (
+    FDSettings(relative_steps=True),
+    FDSettings(order=8, probe_order=8, initial_steps=INITIAL_STEPS[1:], maxiter=16,
+               tolerances={"atol": 0.0, "rtol": 1e-12}),
+)
+
+
+# Central stencils first; where f is not finite for any step (x at a domain edge), forward, then
+# backward ones, which never cross the edge.
+STEP_DIRECTIONS = (0, 1, -1)
+
+
+def _richardson(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSettings, size: int,
+                directions=STEP_DIRECTIONS):
+    """Run a scipy.differentiate routine as ``compute(initial_steps, step_directions)``, one of each
+    per element of its ``size`` input elements, retrying smaller initial steps, then one-sided
+    stencils, for the elements whose derivatives were not finite (a domain edge within the step),
+    while the others keep their central stencils. A non-finite result is never a reference: a NaN
+    there would let a NaN derivative pass."""
+    attempts = [(direction, step) for direction in directions for step in settings.initial_steps]
+    attempt = np.zeros(size, dtype=int)
+    while True:
+        # Stencil points may leave f's domain (the retries exist for that): numpy's warnings about it
+        # are ours, not the user's.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            result = compute(np.array([attempts[i][1] for i in attempt]),
+                             np.array([attempts[i][0] for i in attempt]))
+        values = result.ddf if hasattr(result, "ddf") else result.df
+        # The input element is the last axis of scipy's results.
+        finite = (np.isfinite(values) & (np.asarray(result.status) != -3)).reshape(-1, size).all(axis=0)
+        if finite.all():
+            return result
+        attempt[~finite] += 1
+        if attempt.max() >= len(attempts):
+            raise ReferenceUnavailable("finite differences found no finite derivative at x (a singularity "
+                                       "or a domain edge); give the scenario an analytic reference")
+
+
+def _scipy_options(settings: FDSettings) -> dict:
+    return dict(order=settings.order, maxiter=settings.maxiter, tolerances=settings.tolerances)
+
+
+def _jacobian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
+    """Full Jacobian (n, m) at ``point`` of a function of many points (rows (k, m) → (k, n)), and its
+    error estimate."""
+    res = _richardson(lambda steps, directions: differentiate.jacobian(
+        _Composed(rows_fn), point, initial_step=steps, step_direction=directions, **_scipy_options(settings)),
+        settings, point.size)
+    return np.atleast_2d(res.df), np.atleast_2d(res.error)
+
+
+class _Composed:
+    """A function of many points, rows (k, d) → values (k, p) or (k,) for a scalar, in scipy's
+    calling convention: points (d, ...) → values (p, ...) or (...)."""
+
+    def __init__(self, rows_fn: Callable[[np.ndarray], np.ndarray]):
+        self._rows_fn = rows_fn
+
+    def __call__(self, points: np.ndarray) -> np.ndarray:
+        d, batch = points.shape[0], points.shape[1:]
+        values = np.asarray(self._rows_fn(points.reshape(d, -1).T), dtype=np.float64)
+        return values.T.reshape(values.shape[1:] + batch)
+
+
+def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings):
+    """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
+    (value (n,), error (n,))."""
+    res = _richardson(lambda steps, directions: differentiate.jacobian(
+        _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions,
+        **_scipy_options(settings)), settings, 1)
+    return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
+
+
+def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
+    """Hessian (m, m) at ``point`` of a scalar function of many points (rows (k, m) → (k,)), and its
+    error estimate (central stencils only, one step for all: scipy's hessian takes no step direction)."""
+    res = _richardson(lambda steps, directions: differentiate.hessian(
+        _Composed(rows_fn), point, initial_step=float(steps[0]), **_scipy_options(settings)),
+        settings, 1, directions=(0,))
+    return res.ddf, res.error
+
+
+def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np.ndarray]:
+    directions = rng.standard_normal((count, size))
+    return list(directions / np.linalg.norm(directions, axis=1, keepdims=True))
+
+
+class ReferenceBuilder:
+    """Computes the reference of one scenario, for one (co)tangent: the finite-difference vocabulary
+    the operator records' ``finite_differences`` functions are written in."""
+
+    def __init__(self, scenario: Scenario, settings: FDSettings,
+                 along: list[tuple[np.ndarray, np.ndarray | None]] | None = None,
+                 memo: EvaluationMemo | None = None):
+        """``along``: probe these directions (u, and w for matrix results or None) instead of random
+        ones, whatever the input's size: how a disagreement between two modes is decided. ``memo``:
+        f's evaluations shared with the other scenarios of the same function."""
+        self.scenario = scenario
+        self.settings = settings
+        self.along = along
+        self.g = memo.flat_function(scenario) if memo is not None else FlatFunction(scenario)
+        # f at many flat points at once (rows → rows): what every difference below is taken of.
+        self.evaluate = StencilEvaluator(self.g, scenario, memo)
+        seed = int(scenario.fingerprint()[:8], 16)
+        self.rng = np.random.default_rng(seed)
+        # Differences are taken in z = x / scale (per element for full results, one number for
+        # probes) and scaled back: a derivative in x is the one in z divided by the scale.
+        magnitude = np.abs(self.g.v0)
+        relative = settings.relative_steps and np.any(magnitude > 0)
+        self.scale = np.where(magnitude > 0, magnitude, 1.0) if relative else np.ones_like(self.g.v0)
+        self.probe_scale = float(np.sqrt(np.mean(magnitude ** 2))) if relative else 1.0
+
+    # -- what the operator records read (gradci.scenarios.operators.vocabulary.FiniteDifferences) -----
+    @property
+    def input_size(self) -> int:
+        return self.g.v0.size
+
+    @property
+    def output_size(self) -> int:
+        return self.g.y0.size
+
+    @property
+    def x(self) -> Any:
+        return self.scenario.x
+
+    @property
+    def value(self) -> Any:
+        return self.g.value
+
+    def probes_needed(self, order: int) -> bool:
+        """Whether an operator of this order is too costly here for a full finite-difference result."""
+        if self.along is not None:
+            return True
+        return self.input_size > (FULL_FIRST_ORDER_LIMIT if order == 1 else FULL_SECOND_ORDER_LIMIT)
+
+    def _directions(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        if self.along is not None:
+            return self.along
+        return [(u, None) for u in _unit_directions(self.rng, self.input_size, PROBES)]
+
+    def full_or_probes(self, order: int, weights: Callable[[], np.ndarray], matrix: bool,
+                       full: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]]) -> Reference:
+        """A result made from the order's full matrix (J, or the Hessian of a scalar f) and its error
+        by ``full(matrix, error) -> (result, error)``; past the order's size limit, probes of it with
+        ``weights`` and ``matrix`` as the probe methods take them."""
+        if self.probes_needed(order):
+            probe = self.first_order_probes if order == 1 else self.second_order_probes
+            return Reference(self.g.value, probes=probe(weights, matrix))
+        result, error = full(*(self.jacobian_matrix() if order == 1 else self.hessian_matrix()))
+        return self.full(result, error)
+
+    def full(self, result: Any, error: Any) -> Reference:
+        return Reference(self.g.value, result, error)
+
+    # -- full results -------------------------------------------------------------------------
+    def jacobian_matrix(self):
+        jac, err = _jacobian(lambda z: self.evaluate(z * self.scale), self.g.v0 / self.scale, self.settings)
+        return jac / self.scale, err / self.scale
+
+    def hessian_matrix(self, output: int = 0):
+        """The Hessian of one element of f's (flat) output."""
+        hess, err = _hessian(lambda z: self.evaluate(z * self.scale)[:, output], self.g.v0 / self.scale,
+                             self.settings)
+        outer = np.outer(self.scale, self.scale)
+        return hess / outer, err / outer
+
+    def directional(self, flat_t: np.ndarray):
+        """d/ds f(x + s·t) at 0, flat, and its error estimate."""
+        c = self.probe_scale
+        d, err = _directional(lambda s: self.evaluate(self.g.v0 + s * c * flat_t), self.settings)
+        return d / c, err / c
+
+    def like_x(self, flat: np.ndarray) -> Any:
+        return self.g.unravel_input(flat)
+
+    def like_y(self, flat: np.ndarray) -> Any:
+        return self.g.unravel_output(flat)
+
+    @staticmethod
+    def flat(tree: Any) -> np.ndarray:
+        return ravel(tree)[0]
+
+    def unit_direction(self, size: int) -> np.ndarray:
+        return _unit_directions(self.rng, size, 1)[0]
+
+    # -- probes ---------------------------------------------------------------------------------
+    def first_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
+        """w·J·u for random unit u by directional differences; w is random for a Jacobian (kept in
+        the probe), the cotangent for a vjp, 1 for a gradient (results like x: compared as u·R)."""
+        probes = []
+        for u, given_w in self._directions():
+            w = given_w if given_w is not None else weights()
+            c = self.probe_scale
+            value, error = _directional(lambda s, u=u, w=w: (self.evaluate(self.g.v0 + s * c * u) @ w)[:, None],
+                                        self.settings.for_probes())
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0] / c), error=float(error[0] / c)))
+        return probes
+
+    def second_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
+        """w·H·u as the mixed partial ∂²/∂a∂b f(v0 + a·w + b·u); w is the tangent for an hvp."""
+        probes = []
+        for u, given_w in self._directions():
+            w = given_w if given_w is not None else weights()
+            c = self.probe_scale
+            hess, err = _hessian(lambda ab, u=u, w=w: self.evaluate(
+                self.g.v0 + c * (ab[:, :1] * w + ab[:, 1:] * u))[:, 0], np.zeros(2), self.settings.for_probes())
+            probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1] / c ** 2),
+                                error=float(err[0, 1] / c ** 2)))
+        return probes
+
+
+def _analytic(scenario: Scenario, value: Any, tangent: Any) -> list[Reference]:
+    """The scenario's own reference: its result, a list of them (one per batched tangent), or a
+    function of the point (and the tangent, for operators that take one) giving it, which also
+    serves every tangent a variant draws."""
+    def one(expected):
+        expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
+        if OPERATOR_RECORDS[scenario.operator].returns_value:
+            value_part, expected = expected
+        zeros = optree.tree_map(np.zeros_like, expected)
+        return Reference(value, expected, zeros, method="analytic")
+
+    tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
+    if callable(scenario.reference):
+        with_tangent = OPERATOR_RECORDS[scenario.operator].takes_tangent_or_cotangent
+        return [one(scenario.reference(scenario.x, *((t,) if with_tangent else ()), *scenario.contexts))
+                for t in tangents]
+    if isinstance(scenario.tangent, Tangents):
+        return [one(r) for r in scenario.reference]
+    return [one(scenario.reference)]
+
+
+def default_tangent(scenario: Scenario, value: Any) -> Any:
+    """A fixed-seed tangent (like x) or cotangent (like f(x)) when the scenario gives none."""
+    if scenario.tangent is not None:
+        return scenario.tangent
+    record = OPERATOR_RECORDS[scenario.operator]
+    if record.takes_tangent:
+        like = scenario.x
+    elif record.takes_cotangent:
+        like = value
+    else:
+        return None
+    rng = np.random.default_rng(int(scenario.fingerprint()[8:16], 16))
+    return optree.tree_map(lambda leaf: rng.standard_normal(np.shape(leaf)), like)
+
+
+def compute_references(scenario: Scenario, settings: FDSettings | None = None,
+                       memo: EvaluationMemo | None = None) -> tuple[Any, list[Reference]]:
+    """(the tangent used, one Reference per tangent), each refined where its error estimate cannot
+    decide the scenario's strictest tolerance; f's evaluations shared through ``memo`` if given."""
+    builder = ReferenceBuilder(scenario, settings or FDSettings(), memo=memo)
+    tangent = default_tangent(scenario, builder.g.value)
+    if scenario.reference is not None:
+        return tangent, _analytic(scenario, builder.g.value, tangent)
+    tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
+    recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
+    required = strictest([tolerance_for(dtype, scenario.rtol, scenario.atol) for dtype in scenario.dtypes])
+    references = []
+    for t in tangents:
+        reference = _with_failure(builder, lambda: recipe(builder, t))
+        for refined_settings in REFINEMENTS:
+            if decides(reference, required):
+                break
+            refined = ReferenceBuilder(scenario, refined_settings, memo=memo)
+            reference = most_accurate(reference, _with_failure(refined, lambda: recipe(refined, t)))
+        references.append(reference)
+    return tangent, references
+
+
+def _with_failure(builder: ReferenceBuilder, compute: Callable[[], Reference]) -> Reference:
+    """``compute()``, its ReferenceUnavailable saying what f raised at the stencil points, if it did."""
+    try:
+        return compute()
+    except ReferenceUnavailable as exc:
+        if builder.g.failure is None:
+            raise
+        failure = builder.g.failure
+        raise ReferenceUnavailable(f"{exc} (f raised at stencil points: {type(failure).__name__}: "
+                                   f"{str(failure).strip()[:200]})") from None
+
+
+def _flat_leaves(tree: Any) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
+                           for leaf in optree.tree_leaves(tree, none_is_leaf=True)] or [np.zeros(0)])
+
+
+def decides(reference: Reference, tol: Tolerance) -> bool:
+    """Whether the reference's error estimate is small enough, everywhere, to decide a result at ``tol``
+    (the comparison's own test, ``gradci.scenarios.verdict.tolerances.undecided``)."""
+    if reference.is_full:
+        values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
+        scale = reliable_scale(values, errors, tol)
+        return not np.any(undecided(errors, tol, np.abs(values), scale))
+    return all(not undecided(np.array(p.error), tol, np.array(abs(p.value)), reliable_scale(
+        np.array([p.value]), np.array([p.error]), tol)) for p in reference.probes)
+
+
+def describe(references: list[Reference]) -> tuple[str, float | None]:
+    """How a cell's references were made, for people ("finite differences, full"; "finite
+    differences, 12 probes"; "analytic"), and their largest error estimate (None: none was given)."""
+    if not references:
+        return "", None
+    first = references[0]
+    shape = "full" if first.is_full else f"{sum(len(ref.probes) for ref in references)} probes"
+    errors = [_flat_leaves(ref.full_error) if ref.is_full else np.array([p.error for p in ref.probes])
+              for ref in references if first.method != "analytic"]
+    finite = [float(np.max(e[np.isfinite(e)])) for e in errors if np.any(np.isfinite(e))]
+    return f"{first.method}, {shape}" if first.method != "analytic" else "analytic", max(finite, default=None)
+
+
+def most_accurate(a: Reference, b: Reference) -> Reference:
+    """Element by element (probe by probe), the value with the smaller error estimate."""
+    if a.is_full:
+        def pick(error_a, error_b, from_a, from_b):
+            return np.where(np.asarray(error_b) < np.asarray(error_a), from_b, from_a)
+
+        errors = (a.full_error, b.full_error)
+        return dataclasses.replace(a, full=optree.tree_map(pick, *errors, a.full, b.full),
+                                   full_error=optree.tree_map(pick, *errors, *errors))
+    probes = [pb if pb.error < pa.error else pa for pa, pb in zip(a.probes, b.probes)]
+    return dataclasses.replace(a, probes=probes)
+
+
+class ReferenceCache:
+    """References by scenario fingerprint: computed once however many backends, devices and dtypes;
+    f's evaluations shared by the scenarios of one function (``share_evaluations``)."""
+
+    def __init__(self, maxsize: int = 4096, share_evaluations: bool = True):
+        self._entries: OrderedDict[str, tuple[Any, list[Reference]]] = OrderedDict()
+        self._maxsize = maxsize
+        self.memo = EvaluationMemo() if share_evaluations else None
+
+    def get(self, scenario: Scenario) -> tuple[Any, list[Reference]]:
+        key = scenario.fingerprint()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        entry = compute_references(scenario, memo=self.memo)
+        self._entries[key] = entry
+        if len(self._entries) > self._maxsize:
+            self._entries.popitem(last=False)
+        return entry
+
+
+@functools.cache
+def shared_cache() -> ReferenceCache:
+    return ReferenceCache()

@@ -1,0 +1,123 @@
+"""The scenario's function as a float64 numpy function of one flat vector: what finite differences need."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import optree
+
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.authoring.scenario import Scenario
+
+
+def ravel(tree: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """Flatten a pytree of arrays into one float64 vector, with the inverse."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    arrays = [np.asarray(leaf, dtype=np.float64) for leaf in leaves]
+    shapes = [a.shape for a in arrays]
+    sizes = [a.size for a in arrays]
+    flat = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+    splits = np.cumsum(sizes)[:-1]
+
+    def unravel(vector: np.ndarray) -> Any:
+        parts = np.split(np.asarray(vector), splits)
+        return optree.tree_unflatten(spec, [p.reshape(s) for p, s in zip(parts, shapes)])
+
+    return flat, unravel
+
+
+def owned_copy(tree: Any) -> Any:
+    """Every numpy array of ``tree`` as a C-contiguous copy nobody else holds.
+
+    A function may write into its arguments, or read raw storage (``as_strided``) past a view's
+    edges; given views of a stencil's points or the scenario's own arrays, it would then change them
+    or read its neighbours' values."""
+    return optree.tree_map(lambda leaf: np.array(leaf, order="C", copy=True) if isinstance(leaf, np.ndarray)
+                           else leaf, tree, none_is_leaf=True)
+
+
+def float64_callable(scenario: Scenario) -> Callable:
+    """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU;
+    every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
+
+    Prefer the numpy (or framework-neutral) implementation; fall back to torch, then jax, on the CPU in
+    float64, so that every framework is held to the same reference.
+    """
+    framework = reference_framework(scenario)
+    fn = scenario.implementation(framework)
+    if framework == "numpy":
+        return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
+    from gradci.scenarios.adapters import get_framework
+
+    fw = get_framework(framework)
+
+    def through_framework(x, *contexts):
+        args = [fw.to_framework(tree, "float64", "cpu") for tree in (x, *contexts)]
+        return fw.to_numpy(fn(*args))
+
+    return through_framework
+
+
+def reference_framework(scenario: Scenario) -> str:
+    """The framework whose implementation computes references: numpy (or a framework-neutral f)
+    first, then torch, then jax."""
+    for framework in ("numpy", "torch", "jax"):
+        if scenario.implementation(framework) is not None:
+            return framework
+    raise ValueError(f"scenario {scenario.name!r} has no implementation to compute a reference with")
+
+
+class FlatFunction:
+    """g(v) = ravel(f(unravel(v), *contexts)) with the output's structure remembered.
+
+    f(x) itself must succeed; at any other point an exception counts as a value outside f's domain:
+    NaN, which makes finite differences take smaller or one-sided steps (torch's binary cross-entropy
+    raises for inputs outside [0, 1] where log would return NaN)."""
+
+    def __init__(self, scenario: Scenario):
+        self._fn = float64_callable(scenario)
+        self._contexts = scenario.contexts
+        self.v0, self.unravel_input = ravel(scenario.x)
+        self.value = self._call_tree(scenario.x)
+        self.y0, self.unravel_output = ravel(self.value)
+        self.check_output(scenario.operator)
+        self.evaluations = 0
+        self.failure: Exception | None = None  # the last exception at a stencil point, for the message
+
+    def check_output(self, operator: str) -> None:
+        """Raise ScenarioOutputError when f(x) is not what ``operator`` differentiates (one
+        FlatFunction may serve the scenarios of several operators)."""
+        _check_output(operator, self.value, self.y0)
+
+    def _call_tree(self, x: Any) -> Any:
+        out = self._fn(x, *self._contexts)
+        return optree.tree_map(_float_array, out, none_is_leaf=True)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        self.evaluations += 1
+        try:
+            return ravel(self._call_tree(self.unravel_input(v)))[0]
+        except Exception as exc:  # noqa: BLE001 - any exception: the point is outside f's domain
+            self.failure = exc
+            return np.full(self.y0.size, np.nan)
+
+
+class ScenarioOutputError(ValueError):
+    """f(x) is not what the scenario's operator differentiates: every backend's cell is an error."""
+
+
+def _float_array(leaf: Any) -> np.ndarray:
+    try:
+        return np.asarray(leaf, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ScenarioOutputError(f"f must return numbers, an array or a pytree of arrays; it returned "
+                                  f"{type(leaf).__name__} {str(leaf)[:60]!r}") from None
+
+
+def _check_output(operator: str, value: Any, flat: np.ndarray) -> None:
+    if not np.all(np.isfinite(flat)):
+        raise ScenarioOutputError(f"f(x) is not finite at the scenario's point (NaN or Inf at element "
+                                  f"{int(np.argmin(np.isfinite(flat)))} of {flat.size}): no derivative to check there")
+    if OPERATOR_RECORDS[operator].output == "scalar" and flat.size != 1:
+        shape = np.shape(value) if isinstance(value, np.ndarray) else f"a pytree of {flat.size} numbers"
+        raise ScenarioOutputError(f"{operator} needs f(x) to be a scalar; it returned shape {shape}")

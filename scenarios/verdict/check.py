@@ -1,0 +1,372 @@
+"""`gradci.scenarios.check`: expand scenarios × backends × devices × dtypes into cells and check each."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import time
+from collections import Counter
+from typing import Any, Callable, Iterable, Sequence
+
+
+from gradci.scenarios.verdict.device_agreement import compare_with_cpu
+from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
+from gradci.scenarios.contract.cell import FAILING, Cell
+from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
+from gradci.scenarios.authoring.expectations import first_applying
+from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
+from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
+from gradci.scenarios.verdict.mode_agreement import check_modes_agree
+from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
+from gradci.scenarios.contract.simulated_gpus import simulated_gpus
+from gradci.scenarios.verdict.tolerances import Tolerance, agreement_tolerance, tolerance_for
+from gradci.scenarios.verdict.captured_warnings import captured_warnings
+
+# Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
+TIMING_REPEATS = 3
+TIMING_BUDGET_S = 0.05
+MESSAGE_LIMIT = 500
+
+
+@dataclasses.dataclass
+class Report:
+    cells: list[Cell]
+
+    def counts(self) -> Counter:
+        return Counter(cell.status for cell in self.cells)
+
+    @property
+    def ok(self) -> bool:
+        """No cell is fail, error or xpass."""
+        return not any(cell.status in FAILING for cell in self.cells)
+
+    def failing(self) -> list[Cell]:
+        return [cell for cell in self.cells if cell.status in FAILING]
+
+
+def available_devices() -> list[str]:
+    """cpu, plus every CUDA device torch can see; with a simulated inventory (GRADCI_DEVICE_INVENTORY)
+    its GPUs instead, which compute on the CPU."""
+    devices = ["cpu"]
+    gpus = simulated_gpus()
+    if gpus is not None:
+        return devices + [f"cuda:{i}" for i in range(len(gpus))]
+    try:
+        import torch
+
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return devices
+
+
+def resolve_backends(names: Sequence[str] | None) -> list[Backend]:
+    """None: every registered backend whose framework is installed."""
+    if names is None:
+        return [b for b in registry().values() if b.unavailable() is None]
+    return [get_backend(name) for name in names]
+
+
+def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
+          devices: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
+          progress: Callable[[Cell], None] | None = None,
+          references: ReferenceCache | None = None, repeats: int | None = None) -> Report:
+    """Check every cell; None for backends, devices or dtypes means all available (dtypes: each
+    scenario's own). Devices with both cpu and cuda ones add CPU–GPU agreement cells; ``repeats``
+    overrides each scenario's own."""
+    chosen = resolve_backends(backends)
+    devices = list(devices) if devices is not None else available_devices()
+    references = references or shared_cache()
+    cells: list[Cell] = []
+    for scenario in scenarios:
+        cells.extend(check_scenario(scenario, chosen, devices, dtypes, references, progress, repeats=repeats))
+    return Report(cells)
+
+
+def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
+                   dtypes: Sequence[str] | None, references: ReferenceCache,
+                   progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
+                   repeats: int | None = None) -> list[Cell]:
+    """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
+    cells are computed only to compare the forward and reverse modes with (the service checks one
+    backend a job) and are not returned; see ``_peer_cells``.
+
+    CPU–GPU agreement cells (``gradci.scenarios.verdict.device_agreement``) come for each cuda device where ``devices`` has
+    cpu too, or names the comparison itself (``cuda:0-vs-cpu``: the CPU results are then computed for
+    the comparison only, as a service job on a GPU does). ``repeats``: how many times each
+    derivative is computed to see whether it is reproducible (None: the scenario's ``repeats``)."""
+    computed = [device for device in devices if compared_device(device) is None]
+    repeats = scenario.repeats if repeats is None else repeats
+    cells, results, raised = [], {}, {}
+    reference = None  # computed for the first cell that runs: an all-skipped scenario never evaluates f
+    for device in computed:
+        for dtype in (dtypes if dtypes is not None else scenario.dtypes):
+            for backend in backends:
+                cell = _new_cell(scenario, backend, device, dtype)
+                if not _declined(cell, scenario):
+                    if (reference := reference or _reference(scenario, references)).error:
+                        cell.status, cell.message = "error", reference.error
+                        raised[cell.key] = reference.exception
+                    else:
+                        results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
+                                                     raised=raised, repeats=repeats)
+                cells.append(cell)
+    compared = cells + _peer_cells(scenario, peers, cells, results, reference)
+    check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
+    for cell in cells:
+        _apply_xfail(cell, scenario, raised.get(cell.key))
+    targets = _agreement_targets(devices, computed)
+    cells += _agreement_cells(scenario, backends, targets, dtypes, cells, results, reference)
+    for cell in cells:
+        if progress:
+            progress(cell)
+    return cells
+
+
+def _declined(cell: Cell, scenario: Scenario) -> bool:
+    """Whether the scenario itself rules the cell out (a declared skip, a dtype it does not declare);
+    the cell then says why."""
+    skip = first_applying(scenario.skip, cell.backend, cell.device, cell.dtype)
+    if skip:
+        cell.message = f"skipped: {skip.reason}"[:MESSAGE_LIMIT]
+    elif cell.dtype not in scenario.dtypes:
+        cell.message = f"the scenario does not declare {cell.dtype}"
+    return bool(skip) or cell.dtype not in scenario.dtypes
+
+
+def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[str]:
+    """The cuda devices whose results are compared with the CPU's: those named as comparisons among
+    ``devices``, and the cuda ones ``computed`` beside the cpu."""
+    named = [device for device in map(compared_device, devices) if device is not None]
+    implied = [device for device in computed if device.startswith(CUDA)] if CPU in computed else []
+    return list(dict.fromkeys([*named, *implied]))
+
+
+def _agreement_cells(scenario: Scenario, backends: list[Backend], targets: list[str], dtypes: Sequence[str] | None,
+                     cells: list[Cell], results: dict, reference: _Reference | None) -> list[Cell]:
+    """One cell per cuda device × dtype × backend of ``targets``: the GPU result against the CPU result
+    of the same backend and dtype, computed here where the check has none (not returned as a cell)."""
+    by_key = {cell.key: cell for cell in cells}
+    out = []
+    for device in targets:
+        for dtype in (dtypes if dtypes is not None else scenario.dtypes):
+            for backend in backends:
+                gpu = by_key.get((scenario.name, backend.name, device, dtype))
+                cell = _new_cell(scenario, backend, agreement_device(device), dtype)
+                if gpu is None or results.get(gpu.key) is None:
+                    why = gpu.status if gpu else "not checked"
+                    cell.message = f"no {device} result to compare with the cpu ({why})"
+                else:
+                    cpu = _cpu_result(scenario, backend, dtype, results, reference)
+                    _fill_agreement(cell, gpu, results[gpu.key], cpu, backend, scenario)
+                out.append(cell)
+    return out
+
+
+def _cpu_result(scenario: Scenario, backend: Backend, dtype: str, results: dict, reference: _Reference) -> Any:
+    """The CPU result of ``backend`` and ``dtype``: the check's own cell's, else computed now."""
+    key = (scenario.name, backend.name, CPU, dtype)
+    if key not in results:
+        results[key] = run_cell(_new_cell(scenario, backend, CPU, dtype), scenario, backend, reference.tangent,
+                                reference.refs)
+    return results[key]
+
+
+def _fill_agreement(cell: Cell, gpu: Cell, gpu_result: Any, cpu_result: Any, backend: Backend,
+                    scenario: Scenario) -> None:
+    cell.precision, cell.reference = gpu.precision, f"{backend.name} on the cpu, {cell.dtype}"
+    if cpu_result is None:
+        cell.message = "the cpu cell of this backend and dtype has no result to compare with"
+        return
+    tol = agreement_tolerance(cell.dtype, tf32=_ran_in_tf32(gpu, backend, scenario))
+    agreement = compare_with_cpu(gpu_result, cpu_result, tol)
+    cell.status = "pass" if agreement.ok else "fail"
+    cell.rtol, cell.atol = tol.rtol, tol.atol
+    cell.max_abs_err, cell.max_rel_err, cell.message = agreement.max_abs_err, agreement.max_rel_err, agreement.message
+
+
+def _ran_in_tf32(gpu: Cell, backend: Backend, scenario: Scenario) -> bool:
+    """Whether the GPU cell's float32 products ran in TF32 (the switches are as they were then)."""
+    adapter = getattr(backend, "adapter", None)
+    if adapter is None:
+        return False
+    with _pinned(adapter, scenario.precision):
+        return adapter.tf32_active(gpu.device, gpu.dtype)
+
+
+def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell], results: dict,
+                reference: _Reference | None) -> list[Cell]:
+    """The peers' cells that a passing cell of the same framework, device and dtype is compared with,
+    where the reference is made of probes: only there can a wrong element pass against it, and only
+    the other mode's result finds it (a full reference is compared element by element)."""
+    if not peers or reference is None or reference.error or all(ref.is_full for ref in reference.refs):
+        return []
+    passed = dict.fromkeys((cell.framework, cell.device, cell.dtype) for cell in cells if cell.status == "pass")
+    extra = []
+    for backend in peers:
+        for framework, device, dtype in passed:
+            if backend.framework == framework:
+                cell = _new_cell(scenario, backend, device, dtype)
+                results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs)
+                extra.append(cell)
+    return extra
+
+
+@dataclasses.dataclass
+class _Reference:
+    tangent: Any = None
+    refs: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+def _reference(scenario: Scenario, references: ReferenceCache) -> _Reference:
+    try:
+        return _Reference(*references.get(scenario))
+    except Exception as exc:  # a broken scenario is an error cell, never a crashed run
+        return _Reference(error=f"reference failed: {_describe(exc)}", exception=exc)
+
+
+def _new_cell(scenario: Scenario, backend: Backend, device: str, dtype: str) -> Cell:
+    return Cell(scenario=scenario.name, operator=scenario.operator, framework=backend.framework,
+                backend=backend.name, mode=backend.mode, device=device, dtype=dtype, status="skip")
+
+
+def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
+    return backend.unavailable() or backend.device_unavailable(device) or backend.dtype_unavailable(device, dtype)
+
+
+def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
+             raised: dict | None = None, repeats: int = 1) -> Any:
+    """Fill in ``cell``; return the backend's numpy result (None when there is none). An exception
+    the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type).
+    ``repeats`` > 1 computes the derivative that many times and records their spread."""
+    reason = _unavailable(backend, cell.device, cell.dtype)
+    if reason:
+        cell.status, cell.message = "skip", reason
+        return None
+    adapter = getattr(backend, "adapter", None)
+    cell.reference, cell.reference_error = describe(refs)
+    try:
+        with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
+            tol = _precision_and_tolerance(cell, scenario, adapter)
+            prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
+            before = snapshot(prepared.inputs)
+            result = _timed_calls(cell, backend, prepared)
+            numpy_result = prepared.to_numpy(result)
+            if repeats > 1:
+                others = [prepared.to_numpy(prepared.call()) for _ in range(repeats - 1)]
+                cell.repeat_spread = repeat_spread(numpy_result, others)
+            changed = mutation(before, snapshot(prepared.inputs))
+            note = _wider_dtype_note(prepared, cell.dtype)  # evaluates f: under the pin, on its device
+    except CellSkipped as exc:
+        cell.status, cell.message = "skip", str(exc)
+        return None
+    except Exception as exc:  # the backend could not differentiate it: truthfully an error
+        cell.status, cell.message = in_place_culprit(exc) or ("error", _describe(exc))
+        if raised is not None:
+            raised[cell.key] = exc
+        return None
+    finally:
+        cell.warnings = caught.text()
+    if prepared.error_estimate is not None:
+        refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
+    comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
+    cell.status = comparison.status
+    cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
+    cell.atol = comparison.atol or cell.atol
+    message = comparison.message if cell.status == "fail" else comparison.unreliable
+    if changed:  # the culprit first: the comparison of a mutated computation says little
+        cell.status, message = changed[0], "; ".join(filter(None, (changed[1], comparison.message)))
+    notes = (message, spread_message(cell.repeat_spread or 0.0, repeats), note)
+    cell.message = "; ".join(filter(None, notes))[:MESSAGE_LIMIT]
+    return numpy_result
+
+
+def _pinned(adapter, setting: str | None):
+    return adapter.pinned_precision(setting) if adapter else contextlib.nullcontext()
+
+
+def _precision_and_tolerance(cell: Cell, scenario: Scenario, adapter) -> Tolerance:
+    """Record the precision the frameworks run the cell with (read inside the scenario's pin), and
+    the tolerance that goes with it: TF32's for float32 where TF32 is on, on a real GPU."""
+    text = adapter.precision_text() if adapter else ""
+    if simulated(cell.device):  # the arithmetic is the CPU's, whatever the switches say
+        text = f"{text}; simulated {cell.device} (ran on the cpu)".lstrip("; ")
+    cell.precision = text
+    tf32 = bool(adapter) and adapter.tf32_active(cell.device, cell.dtype)
+    tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol, tf32=tf32)
+    cell.rtol, cell.atol = tol.rtol, tol.atol
+    return tol
+
+
+def _wider_dtype_note(prepared, dtype: str) -> str:
+    """A note when f answers in float64 for inputs of a narrower dtype: the cell then checks float64
+    arithmetic, not the dtype it is named for."""
+    if dtype == "float64" or prepared.value_dtypes is None:
+        return ""
+    try:
+        wider = prepared.value_dtypes() - {dtype}
+    except Exception:  # noqa: BLE001 - only a note; the cell's verdict stands
+        return ""
+    if "float64" not in wider:
+        return ""
+    return (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
+            f"this cell checks float64 arithmetic")
+
+
+def _widened(reference, own_error: Any):
+    """The reference with a backend's own error estimate attached."""
+    return dataclasses.replace(reference, backend_error=own_error)
+
+
+def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:
+    batched = isinstance(tangent, Tangents)
+    results = list(result) if batched else [result]
+    if len(results) != len(refs):
+        return Comparison(ok=False, message=f"{len(results)} results for {len(refs)} tangents")
+    total = Comparison(ok=True)
+    for one, ref in zip(results, refs):
+        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare,
+                                                 x=scenario.x))
+    return total
+
+
+def _timed_calls(cell: Cell, backend: Backend, prepared) -> Any:
+    adapter = getattr(backend, "adapter", None)
+    if adapter:
+        adapter.reset_peak_memory(cell.device)
+    start = time.perf_counter()
+    result = prepared.call()
+    cell.first_call_ms = (time.perf_counter() - start) * 1e3
+    durations: list[float] = []
+    budget_end = time.perf_counter() + TIMING_BUDGET_S
+    while len(durations) < TIMING_REPEATS and (not durations or time.perf_counter() < budget_end):
+        start = time.perf_counter()
+        result = prepared.call()
+        durations.append(time.perf_counter() - start)
+    cell.time_ms = statistics.median(durations) * 1e3
+    if adapter:
+        cell.peak_memory_bytes = adapter.peak_memory(cell.device)
+    return result
+
+
+def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None) -> None:
+    expected = first_applying(scenario.xfail, cell.backend, cell.device, cell.dtype)
+    if expected is None:
+        return
+    if cell.status in ("fail", "error"):
+        if expected.met_by(exception if cell.status == "error" else None):
+            cell.status, cell.message = "xfail", f"{expected.reason} ({cell.message})"
+        else:  # a failure, but not the declared one: still a failure, saying what was expected
+            cell.message = f"{cell.message} (an xfail expects {expected.describe_raises()}: {expected.reason})"
+    elif cell.status == "pass":
+        cell.status, cell.message = "xpass", f"expected to fail: {expected.reason}"
+    cell.message = cell.message[:MESSAGE_LIMIT]
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:MESSAGE_LIMIT]

@@ -1,0 +1,170 @@
+"""``plan_run``'s work: from a queued run to stored jobs on their device queues.
+
+Idempotent: a redelivered plan finds the run's jobs already stored and only re-sends those still
+waiting (a duplicate message is harmless: ``claim_job`` drops deliveries of finished jobs).
+A run that cannot be planned — unknown commit, broken gradci.toml, scenario module that fails to
+import, no matching scenario, no cell that any device could run — ends as ``error`` with the reason
+as its message.
+
+GPU jobs are routed by the scenarios' requirements over the GPUs the workers table knows
+(``gradci.services.planner.route``); cells no device of the run could ever run are stored as ``skip`` with
+the reason when the jobs are. A plan delivered again for a run whose jobs exist ends the wait of
+those that waited for a device longer than GRADCI_DEVICE_WAIT (the reconciler sends it): their
+cells are stored as ``skip`` with the reason they waited, and the job is done.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gradci.scenarios.contract.cell import Cell
+from gradci.scenarios.contract.devices import CPU, CUDA
+from gradci.scenarios.authoring.project import ProjectError, read_config
+from gradci.services import planner
+from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
+from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
+from gradci.services.db.results import upsert_results
+from gradci.services.db.runs import mark_run_error
+from gradci.services.db.session import session_scope
+from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
+from gradci.services.db.workers import gpu_workers, online_counts_by_device
+from gradci.worker.checkout import CheckoutError
+from gradci.worker.context import WorkerContext
+from gradci.worker.runner import RunnerError
+from gradci.worker.sources import RunRef, Source, load_source
+
+log = logging.getLogger(__name__)
+
+SendJob = Callable[[int, str], None]  # (job id, queue)
+SendFinalize = Callable[[int], None]
+
+
+def default_devices(online: dict[str, int]) -> list[str]:
+    """Without a devices axis: the CPU, plus "cuda" when a GPU worker is online."""
+    return [CPU] + ([CUDA] if any(device.startswith(CUDA) for device in online) else [])
+
+
+def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob, send_finalize: SendFinalize | None = None) -> None:
+    """Without ``send_finalize``, a run whose last job's wait ended here is finalised by the reconciler."""
+    settings = context.settings
+    database = settings.database_url
+    with session_scope(database) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            log.warning("plan_run: run %s does not exist", run_id)
+            return
+        if run.status in FINISHED_RUN_STATUSES or run.cancel_requested:
+            return
+        jobs = jobs_of_run(session, run_id)
+        waiting = [(job.id, job.queue) for job in jobs if job.status == JobStatus.queued.value]
+        ref = RunRef.of(run)
+        if jobs:  # planned already: only the jobs waiting for a device too long are this delivery's business
+            overdue = waiting_jobs(session, within_s=settings.worker_online_s, run_ids=[run_id],
+                                   waited_s=settings.device_wait)
+        else:  # the workers the plan's devices and routing follow
+            online = online_counts_by_device(session, within_s=settings.worker_online_s)
+            gpus = gpu_workers(session, within_s=settings.worker_online_s)
+    if jobs:
+        ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
+        _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
+        return
+    try:
+        source = load_source(ref, context.checkouts(), context.runner())
+        if not source.requested(ref.matrix).backends:
+            # "Every available backend": only now pay for importing every framework to find them.
+            source = load_source(ref, context.checkouts(), context.runner(), availability=True)
+        the_plan = planner.plan_run(
+            source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
+            available_backends=source.available_backends, known_backends=list(source.backends),
+            default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
+        )
+    except (CheckoutError, RunnerError, planner.PlanError) as exc:
+        _fail(database, run_id, str(exc))
+        return
+    except Exception as exc:  # a bug or an outage: the run must still end, with the reason
+        log.exception("plan_run %s failed", run_id)
+        _fail(database, run_id, f"planning failed: {type(exc).__name__}: {exc}")
+        return
+    _send_all(_store(database, run_id, source, the_plan), send_job)
+
+
+def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -> list[tuple[int, str]]:
+    with session_scope(database) as session:
+        run = lock_run(session, run_id)
+        # Cancelled while we planned, or planned by a concurrent delivery: nothing to add.
+        if run is None or run.cancel_requested or run.status in FINISHED_RUN_STATUSES or jobs_of_run(session, run_id):
+            return []
+        if source.sha and run.head_sha != source.sha:
+            run.head_sha = source.sha  # a ref resolved now: every job checks this exact commit
+        record_catalog(session, run_id, source.scenarios)
+        run.config = repository_config(source.root)
+        jobs = store_jobs(session, run, the_plan.jobs)
+        skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends
+                   for cell in skip_cells(source, backend, skip.device, [(skip.scenario, d) for d in skip.dtypes],
+                                          skip.reason)]
+        upsert_results(session, run_id, skipped)
+        log.info("run %s: %d cells in %d jobs, %d skipped", run_id, the_plan.cell_count, len(jobs), len(skipped))
+        return [(job.id, job.queue) for job in jobs]
+
+
+def skip_cells(source: Source, backend: str, device: str, cells: Iterable[tuple[str, str]],
+               reason: str) -> list[dict[str, Any]]:
+    """``skip`` cells of (scenario, dtype) pairs that no worker will check, with the reason."""
+    kind = source.backends.get(backend, {})
+    return [Cell(scenario=name, operator=source.by_name[name].operator, framework=kind.get("framework", ""),
+                 backend=backend, mode=kind.get("mode", ""), device=device, dtype=dtype, status="skip",
+                 message=reason[:500]).to_dict() | {"fingerprint": source.by_name[name].fingerprint}
+            for name, dtype in cells if name in source.by_name]
+
+
+def _end_waits(ref: RunRef, overdue: Sequence[WaitingJob], context: WorkerContext,
+               send_finalize: SendFinalize | None) -> set[int]:
+    """The jobs that waited for a device too long: their cells ``skip`` with why, the job done.
+    Returns the ids of those it ended (a worker may have claimed one meanwhile)."""
+    try:
+        source = load_source(ref, context.checkouts(), context.runner())
+    except (CheckoutError, RunnerError) as exc:  # the reconciler sends the plan again after its grace
+        log.warning("run %s: cannot end the wait of its jobs: %s", ref.id, exc)
+        return set()
+    declared = {info.name: info.dtypes for info in source.scenarios}
+    dtypes = source.requested(ref.matrix).dtypes
+    ended, last = set(), False
+    for waiting in overdue:
+        message = f"{waiting.reason} (gave up after {context.settings.device_wait:g} s)"
+        with session_scope(context.settings.database_url) as session:
+            job = claim_overdue(session, waiting.job_id, within_s=context.settings.worker_online_s,
+                                wait_s=context.settings.device_wait)
+            if job is None:
+                continue
+            cells = planner.job_cells(job.scenarios, declared, dtypes)
+            upsert_results(session, ref.id, skip_cells(source, job.backend, job.device, cells, message), job_id=job.id)
+            last = finish_job(session, job.id, JobStatus.done.value, message)
+        log.warning("job %s of run %s: %s", waiting.job_id, ref.id, message)
+        ended.add(waiting.job_id)
+    if last and send_finalize is not None:
+        send_finalize(ref.id)
+    return ended
+
+
+def repository_config(root: str | None) -> dict:
+    """The checkout's gradci.toml as data (report targets live there); plain TOML, no code runs."""
+    if root is None:
+        return {}
+    try:
+        return read_config(root)
+    except ProjectError:
+        return {}  # the runner already refused a broken file; nothing more to keep
+
+
+def _fail(database: str, run_id: int, message: str) -> None:
+    log.warning("run %s cannot be planned: %s", run_id, message)
+    with session_scope(database) as session:
+        run = lock_run(session, run_id)
+        if run is not None and run.status not in FINISHED_RUN_STATUSES:
+            mark_run_error(session, run, message[:2000])
+
+
+def _send_all(jobs: list[tuple[int, str]], send_job: SendJob) -> None:
+    for job_id, queue in jobs:
+        send_job(job_id, queue)
