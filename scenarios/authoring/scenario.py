@@ -2,23 +2,27 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import inspect
-from typing import Any, Callable, Mapping
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import optree
 
 from gradci.scenarios.authoring import wrt as positional
-from gradci.scenarios.contract.cell import FRAMEWORKS
 from gradci.scenarios.authoring.expectations import expectations
-from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.authoring.fingerprints import fingerprint_of
 from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
-from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 from gradci.scenarios.authoring.precision import precision_setting
+from gradci.scenarios.contract.cell import FRAMEWORKS
+from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
+from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 
+
+# Keys of scenarios whose function could not be fingerprinted whole: one each, never shared.
+_UNSHARED = itertools.count()
 
 
 class Tangents(tuple):
@@ -182,13 +186,33 @@ class Scenario:
 
     def _compute_fingerprint(self) -> str:
         digest = hashlib.sha256()
-        digest.update(f"{self.name}\0{self.operator}\0".encode())
-        self._hash_implementations(digest)
+        digest.update(f"{self.name}\0{self.operator}\0{self._code_fingerprint()}".encode())
         if callable(self.reference):
-            _hash_code(digest, self.reference)
+            digest.update(fingerprint_of(self.reference)[0].encode())
         for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
             _hash_tree(digest, part)
         return digest.hexdigest()[:20]
+
+    def cache_key(self) -> str:
+        """The key under which this scenario's reference is shared: its fingerprint, or, where the
+        fingerprint could not read everything its function reads, a key of its own."""
+        return self.fingerprint() if self._code_fully_read() else f"{self.fingerprint()}/{self._unshared_token()}"
+
+    def _code_fingerprint(self) -> str:
+        return self._read_code()[0]
+
+    def _code_fully_read(self) -> bool:
+        return self._read_code()[1]
+
+    def _read_code(self) -> tuple[str, bool]:
+        """(digest, complete) of everything the implementations read (``fingerprints``), once."""
+        if "_code_read" not in self.__dict__:
+            implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
+            self.__dict__["_code_read"] = fingerprint_of(sorted(implementations, key=lambda kv: kv[0]))
+        return self.__dict__["_code_read"]
+
+    def _unshared_token(self) -> str:
+        return self._once("_token", lambda: f"unshared-{next(_UNSHARED)}")
 
     def function_fingerprint(self) -> str:
         """A hash of what decides f's value at a given point: its code, contexts, state and x's
@@ -203,17 +227,14 @@ class Scenario:
 
     def _compute_function_fingerprint(self) -> str:
         digest = hashlib.sha256()
-        self._hash_implementations(digest)
+        digest.update(self._code_fingerprint().encode())
+        if not self._code_fully_read():  # f read something that could not be hashed: never shared
+            digest.update(self._unshared_token().encode())
         leaves, spec = optree.tree_flatten(self.x, none_is_leaf=True)
         digest.update(f"{spec}{[np.shape(leaf) for leaf in leaves]}{self.state}".encode())
         _hash_tree(digest, self.contexts)
         return digest.hexdigest()[:20]
 
-    def _hash_implementations(self, digest) -> None:
-        implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
-        for key, fn in sorted(implementations, key=lambda kv: kv[0]):
-            digest.update(key.encode())
-            _hash_code(digest, fn)
 
 
 def _hash_tree(digest, tree: Any) -> None:
@@ -228,79 +249,3 @@ def _hash_tree(digest, tree: Any) -> None:
             digest.update(np.ascontiguousarray(leaf).tobytes())
         else:
             digest.update(repr(leaf).encode())
-
-
-def _hash_code(digest, obj: Any, depth: int = 0) -> None:
-    """Hash what decides a function's values: its source, its defaults and what its closure captured
-    (arrays by content, nested functions recursively), so that a closure over changed data, or over
-    another function, changes the fingerprint."""
-    if depth > 4:
-        return
-    if isinstance(obj, np.ndarray):
-        digest.update(f"{obj.dtype}{obj.shape}".encode())
-        digest.update(np.ascontiguousarray(obj).tobytes())
-    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
-        digest.update(repr(obj).encode())
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            _hash_code(digest, item, depth + 1)
-    elif isinstance(obj, dict):
-        for key in sorted(obj, key=repr):
-            digest.update(repr(key).encode())
-            _hash_code(digest, obj[key], depth + 1)
-    elif isinstance(obj, functools.partial):
-        for part in (obj.func, obj.args, obj.keywords):
-            _hash_code(digest, part, depth + 1)
-    elif inspect.isclass(obj):
-        digest.update(_source_of(obj).encode())
-    elif inspect.ismodule(obj):  # numpy, torch...: their version is the environment's business
-        digest.update(obj.__name__.encode())
-    elif _is_framework_array(obj):  # a torch tensor or jax array captured by a closure: by content
-        _hash_code(digest, _as_numpy(obj), depth)
-    elif _is_torch_module(obj):  # its weights decide its values
-        digest.update(f"{type(obj).__qualname__}{obj!r}".encode())
-        for name, tensor in obj.state_dict().items():
-            digest.update(name.encode())
-            _hash_code(digest, tensor, depth)
-    elif inspect.ismethod(obj):  # a bound method: the code and the object it is bound to
-        _hash_code(digest, obj.__func__, depth + 1)
-        _hash_code(digest, obj.__self__, depth + 1)
-    elif callable(obj) and not hasattr(obj, "__dict__") or inspect.isroutine(obj):
-        digest.update(_source_of(obj).encode())
-        for part in (getattr(obj, "__defaults__", None), getattr(obj, "__kwdefaults__", None)):
-            _hash_code(digest, part, depth + 1)
-        for cell in getattr(obj, "__closure__", None) or ():
-            try:
-                _hash_code(digest, cell.cell_contents, depth + 1)
-            except ValueError:  # an empty cell (a name not bound yet)
-                pass
-    else:  # any other object: its type and attributes, which may hold weights or settings
-        digest.update(type(obj).__qualname__.encode())
-        if callable(obj):
-            digest.update(_source_of(type(obj)).encode())
-        attributes = getattr(obj, "__dict__", None)
-        if isinstance(attributes, dict):
-            _hash_code(digest, attributes, depth + 1)
-
-
-def _is_framework_array(obj: Any) -> bool:
-    module = type(obj).__module__
-    return hasattr(obj, "__array__") and (module.startswith("torch") or module.startswith("jax"))
-
-
-def _is_torch_module(obj: Any) -> bool:
-    return any(kind.__name__ == "Module" and kind.__module__ == "torch.nn.modules.module"
-               for kind in type(obj).__mro__)
-
-
-def _as_numpy(array: Any) -> np.ndarray:
-    if hasattr(array, "detach"):  # torch: off the autograd graph and the device first
-        array = array.detach().cpu()
-    return np.asarray(array)
-
-
-def _source_of(fn: Callable) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return getattr(fn, "__qualname__", repr(type(fn)))

@@ -12,17 +12,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
 from scipy import differentiate
 
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.data import Probe, Reference, ReferenceUnavailable
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.flat_function import FlatFunction, ravel
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
-from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.reference.stencils import StencilEvaluator
 from gradci.scenarios.verdict.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 
@@ -55,7 +56,7 @@ class FDSettings:
     # lost in rounding, at x ~ 1e-6 it leaves the domain.
     relative_steps: bool = False
 
-    def for_probes(self) -> "FDSettings":
+    def for_probes(self) -> FDSettings:
         return dataclasses.replace(self, order=self.probe_order)
 
 
@@ -396,7 +397,7 @@ class ReferenceCache:
         self.memo = EvaluationMemo() if share_evaluations else None
 
     def get(self, scenario: Scenario) -> tuple[Any, list[Reference]]:
-        key = scenario.fingerprint()
+        key = scenario.cache_key()
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]

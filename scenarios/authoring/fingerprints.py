@@ -1,0 +1,293 @@
+"""Fingerprints of what a scenario's function reads, at any depth.
+
+A fingerprint decides whether two scenarios may share a reference (the cache) and f's evaluations
+(the memo): two closures with the same source over different weights must never share one, or a
+correct backend fails against the other scenario's gradient. So everything a function reads is
+hashed: its code, defaults, closure, the globals its code names, and whatever those hold —
+containers, objects' attributes, bound methods' objects, framework modules' parameters, tensors by
+content — followed to any depth, each object once (a reference back to one already hashed is
+hashed as that reference, so cycles end).
+
+What cannot be read (an object of a C type with no attributes to look at: an open file, a lock, a
+foreign handle) makes the hash *incomplete*: it is still stable, but the scenario's function is
+then never shared through the memo or the cache (``Scenario.cache_key``).
+
+One handler per kind of object (``functools.singledispatch``); framework types are recognised by
+their module, so that hashing imports no framework.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import inspect
+import random
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
+_FRAMEWORKS = ("torch", "jax", "jaxlib", "numpy", "optree")
+_ENVIRONMENT = frozenset(sys.stdlib_module_names) | {"builtins", *_FRAMEWORKS}
+_TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # a namedtuple's field accessor
+
+
+class Hasher:
+    """One fingerprint being computed: the digest, the objects already hashed, and whether
+    everything read could be hashed."""
+
+    def __init__(self, digest: Any | None = None) -> None:
+        self.digest = digest if digest is not None else hashlib.sha256()
+        self.complete = True
+        self._seen: dict[int, int] = {}
+        self._alive: list[Any] = []  # keeps hashed objects alive, so that their ids stay theirs
+
+    def text(self, value: str) -> None:
+        self.digest.update(value.encode())
+        self.digest.update(b"\0")
+
+    def add(self, obj: Any) -> None:
+        if isinstance(obj, _ATOMS):
+            self.text(f"{type(obj).__name__}:{obj!r}")
+            return
+        if id(obj) in self._seen:
+            self.text(f"<again {self._seen[id(obj)]}>")
+            return
+        self._seen[id(obj)] = len(self._seen)
+        self._alive.append(obj)
+        try:
+            _hash(obj, self)
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - a property that raises, a repr that fails: what it held is unknown
+            self.unreadable(obj)
+
+    def unreadable(self, obj: Any) -> None:
+        self.complete = False
+        self.text(f"<unreadable {type(obj).__module__}.{type(obj).__qualname__}>")
+
+
+def fingerprint_of(*objects: Any) -> tuple[str, bool]:
+    """(hex digest, complete) of ``objects`` together."""
+    hasher = Hasher()
+    try:
+        for obj in objects:
+            hasher.add(obj)
+    except RecursionError:  # a structure deeper than Python's stack: read up to there
+        hasher.complete = False
+    return hasher.digest.hexdigest(), hasher.complete
+
+
+@functools.singledispatch
+def _hash(obj: Any, h: Hasher) -> None:
+    """Objects of any other type: framework arrays and modules by content, then any object by its
+    type and its attributes (``__dict__`` and ``__slots__``), which may hold weights or settings."""
+    kind = type(obj)
+    module = kind.__module__ or ""
+    framework = module.split(".")[0] in _FRAMEWORKS
+    if framework and hasattr(obj, "__array__") and not isinstance(obj, type):
+        _hash_array(_as_numpy(obj), h)  # a torch tensor (a Parameter too) or a jax array: by content
+        return
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None:  # jax.jit, custom_vjp, functools.wraps: the function they wrap, then their rules
+        h.text(f"wrapper {module}.{kind.__qualname__}")
+        h.add(wrapped)
+    state = _attributes(obj)
+    if state is None:
+        if framework:  # a dtype, a device, a framework function: named by what it prints
+            h.text(f"{module}.{kind.__qualname__}:{obj!r}")
+            return
+        if wrapped is not None:
+            return
+        if callable(obj):  # a builtin function, a ufunc, a C-implemented callable: named by its module
+            h.text(f"callable {getattr(obj, '__module__', module)}.{getattr(obj, '__qualname__', repr(obj))}")
+            return
+        h.unreadable(obj)
+        return
+    h.text(f"object {module}.{kind.__qualname__}")
+    h.add(kind)
+    h.add(state)
+
+
+def _attributes(obj: Any) -> dict[str, Any] | None:
+    """An object's attributes (``__slots__`` and ``__dict__``) as one dict, or None where it has none."""
+    found: dict[str, Any] = {}
+    for kind in type(obj).__mro__:
+        slots = getattr(kind, "__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                found[slot] = getattr(obj, slot)
+    attributes = getattr(obj, "__dict__", None)
+    if isinstance(attributes, dict):
+        found.update(attributes)
+    elif not found:
+        return None
+    return found
+
+
+def _hash_array(array: np.ndarray, h: Hasher) -> None:
+    h.text(f"array {array.dtype}{array.shape}")
+    h.digest.update(np.ascontiguousarray(array).tobytes())
+
+
+@_hash.register
+def _(obj: np.ndarray, h: Hasher) -> None:
+    _hash_array(obj, h)
+
+
+@_hash.register
+def _(obj: np.generic, h: Hasher) -> None:
+    h.text(f"numpy scalar {obj.dtype}:{obj!r}")
+
+
+@_hash.register(list)
+@_hash.register(tuple)
+def _(obj: list | tuple, h: Hasher) -> None:
+    h.text(f"{type(obj).__qualname__}[{len(obj)}]")
+    for item in obj:
+        h.add(item)
+
+
+@_hash.register(set)
+@_hash.register(frozenset)
+def _(obj: set | frozenset, h: Hasher) -> None:
+    h.text(f"{type(obj).__qualname__}[{len(obj)}]")
+    for item in sorted(obj, key=repr):
+        h.add(item)
+
+
+@_hash.register(dict)
+@_hash.register(types.MappingProxyType)
+def _(obj: dict | types.MappingProxyType, h: Hasher) -> None:
+    h.text(f"{type(obj).__qualname__}[{len(obj)}]")
+    for key in sorted(obj, key=repr):
+        h.add(key)
+        h.add(obj[key])
+
+
+@_hash.register
+def _(obj: functools.partial, h: Hasher) -> None:
+    h.text("partial")
+    for part in (obj.func, obj.args, obj.keywords):
+        h.add(part)
+
+
+@_hash.register
+def _(obj: types.ModuleType, h: Hasher) -> None:
+    # numpy, torch...: their version is the environment's business, not the scenario's
+    h.text(f"module {obj.__name__}")
+
+
+@_hash.register
+def _(obj: types.MethodType, h: Hasher) -> None:
+    h.text("method")
+    h.add(obj.__func__)
+    h.add(obj.__self__)
+
+
+@_hash.register
+def _(obj: types.FunctionType, h: Hasher) -> None:
+    h.text(f"function {obj.__qualname__}")
+    h.text(_source_of(obj))
+    _hash_code_object(obj.__code__, h)
+    h.add(obj.__defaults__)
+    h.add(obj.__kwdefaults__)
+    for cell in obj.__closure__ or ():
+        try:
+            h.add(cell.cell_contents)
+        except ValueError:  # an empty cell (a name not bound yet)
+            h.text("<empty cell>")
+    for name in sorted(_global_names(obj.__code__)):
+        if name in obj.__globals__:
+            h.text(f"global {name}")
+            h.add(obj.__globals__[name])
+
+
+@_hash.register
+def _(obj: type, h: Hasher) -> None:
+    h.text(f"class {obj.__module__}.{obj.__qualname__}")
+    if obj.__module__.split(".")[0] in _ENVIRONMENT:
+        return  # the environment's classes (Python's, the frameworks'): named, not read
+    h.text(_source_of(obj))
+    for name, value in sorted(vars(obj).items()):
+        if not name.startswith(("__", "_abc_")):
+            h.text(f"attribute {name}")
+            h.add(value)
+
+
+@_hash.register(staticmethod)
+@_hash.register(classmethod)
+def _(obj: staticmethod | classmethod, h: Hasher) -> None:
+    h.text(type(obj).__name__)
+    h.add(obj.__func__)
+
+
+@_hash.register
+def _(obj: property, h: Hasher) -> None:
+    h.text("property")
+    for accessor in (obj.fget, obj.fset, obj.fdel):
+        h.add(accessor)
+
+
+@_hash.register(types.MemberDescriptorType)
+@_hash.register(types.GetSetDescriptorType)
+@_hash.register(types.WrapperDescriptorType)
+@_hash.register(types.MethodDescriptorType)
+@_hash.register(_TUPLE_FIELD)
+def _(obj: Any, h: Hasher) -> None:
+    # A slot or a C method: its value is read off the object.
+    h.text(f"descriptor {getattr(obj, '__qualname__', repr(obj))}")
+
+
+@_hash.register
+def _(obj: random.Random, h: Hasher) -> None:
+    h.text("random generator")
+    h.add(obj.getstate())
+
+
+@_hash.register
+def _(obj: np.random.RandomState, h: Hasher) -> None:
+    h.text("numpy random state")
+    h.add(obj.get_state(legacy=False))
+
+
+@_hash.register
+def _(obj: np.random.Generator, h: Hasher) -> None:
+    h.text("numpy generator")
+    h.add(obj.bit_generator.state)
+
+
+def _hash_code_object(code: types.CodeType, h: Hasher) -> None:
+    """The compiled code and its constants: what the source misses (a function made by exec, or
+    code whose file changed after import)."""
+    h.digest.update(code.co_code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _hash_code_object(const, h)
+        else:
+            h.text(repr(const))
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global (and builtin) names a function's code, nested functions included, may read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _as_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "detach"):  # torch: off the autograd graph and the device first
+        array = array.detach().cpu()
+    return np.asarray(array)
+
+
+def _source_of(obj: Callable | type) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return getattr(obj, "__qualname__", repr(type(obj)))

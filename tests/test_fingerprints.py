@@ -1,0 +1,113 @@
+"""A fingerprint covers everything a scenario's function reads, at any depth: two scenarios that
+differ only deep inside what their function reads never share a reference or f's evaluations, and
+a function whose state cannot be read is never shared at all."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import gradci
+from gradci import Scenario
+from gradci.scenarios.authoring.fingerprints import fingerprint_of
+from gradci.scenarios.reference.finite_differences import ReferenceCache
+
+
+class Box:
+    def __init__(self, content):
+        self.content = content
+
+
+class Layer:
+    __slots__ = ("weights",)
+
+    def __init__(self, weights):
+        self.weights = weights
+
+
+class Model:
+    def __init__(self, layers):
+        self.layers = layers  # a list of layer objects, as plain-Python models hold them
+
+    def __call__(self, x):
+        xp = gradci.namespace(x)
+        for layer in self.layers:
+            # model → list → Layer (slots) → dict → Box → Box → the array: six levels down
+            w = layer.weights["scale"].content.content
+            x = xp.tanh(x * xp.asarray(w, dtype=x.dtype))
+        return xp.sum(x ** 2)
+
+
+def deep_model(seed: int) -> Model:
+    rng = np.random.default_rng(seed)
+    return Model([Layer({"scale": Box(Box(rng.uniform(0.5, 1.5, 3)))}) for _ in range(2)])
+
+
+def scenario_of(model: Model) -> Scenario:
+    # One factory, one name: only the weights, six levels deep, tell the two scenarios apart.
+    return Scenario("factory/deep", "gradient", lambda x: model(x), np.array([0.3, -0.2, 0.7]))
+
+
+def test_weights_six_levels_deep_change_the_fingerprint():
+    a, b, a_again = scenario_of(deep_model(0)), scenario_of(deep_model(1)), scenario_of(deep_model(0))
+    assert a.fingerprint() != b.fingerprint()
+    assert a.function_fingerprint() != b.function_fingerprint()
+    assert a.fingerprint() == a_again.fingerprint()  # stable: equal contents, equal fingerprints
+
+
+def test_twins_sharing_one_cache_are_each_checked_against_their_own_reference():
+    shared = ReferenceCache()
+    for seed in (0, 1):
+        report = gradci.check([scenario_of(deep_model(seed))], backends=["torch-rev", "jax-rev"], devices=["cpu"],
+                              dtypes=["float64"], references=shared)
+        assert report.ok, report.failing()
+
+
+def test_a_global_the_function_reads_is_part_of_it():
+    namespace: dict = {"np": np, "WEIGHT": np.array([1.0, 2.0])}
+    exec("def f(x):\n    return np.sum(WEIGHT * x)", namespace)
+    before = fingerprint_of(namespace["f"])
+    namespace["WEIGHT"] = np.array([1.0, 3.0])
+    assert fingerprint_of(namespace["f"]) != before
+
+
+def test_cycles_end_and_equal_cycles_hash_equal():
+    def ring(value):
+        first = Box(None)
+        first.content = [Box(np.array([value])), first]
+        return first
+    assert fingerprint_of(ring(1.0)) == fingerprint_of(ring(1.0))
+    assert fingerprint_of(ring(1.0))[0] != fingerprint_of(ring(2.0))[0]
+
+
+def test_what_cannot_be_read_is_never_shared():
+    lock = threading.Lock()  # a C object with no attributes: what it holds is unknown
+    digest, complete = fingerprint_of(lock)
+    assert not complete
+
+    def f(x, lock=lock):
+        return (x ** 2).sum()
+    one, two = (Scenario("opaque", "gradient", f, np.array([1.0, 2.0])) for _ in range(2))
+    assert one.fingerprint() == two.fingerprint()      # stable, so reports can still compare runs
+    assert one.cache_key() != two.cache_key()          # but never shared through the cache
+    assert one.function_fingerprint() != two.function_fingerprint()  # nor through the memo
+
+
+@pytest.mark.parametrize("capture", ["torch module", "equinox-like object", "jitted function"])
+def test_framework_objects_are_read_by_content(capture):
+    torch = pytest.importorskip("torch")
+    import jax
+    import jax.numpy as jnp
+
+    def make(seed):
+        torch.manual_seed(seed)
+        if capture == "torch module":
+            return torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+        if capture == "equinox-like object":
+            return Box({"w": jnp.asarray(np.random.default_rng(seed).normal(size=3))})
+        w = jnp.asarray(np.random.default_rng(seed).normal(size=3))
+        return jax.jit(lambda x: jnp.sum(w * x))
+    assert fingerprint_of(make(0)) != fingerprint_of(make(1))
+    assert fingerprint_of(make(0)) == fingerprint_of(make(0))
+    assert fingerprint_of(make(0))[1]  # completely read
