@@ -9,12 +9,13 @@ from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
 from gradci.scenarios.backends.fd import fd_backends
 from gradci.scenarios.backends.jax_backends import jax_backends
 from gradci.scenarios.backends.torch_backends import torch_backends
+from gradci.scenarios.backends.torch_dual import TorchDualBackend
 
 ENTRY_POINT_GROUP = "gradci.backends"
 
 
 def _builtin() -> list[Backend]:
-    return [*jax_backends(), *torch_backends(), *fd_backends()]
+    return [*jax_backends(), *torch_backends(), TorchDualBackend(), *fd_backends()]
 
 
 def _from_entry_points() -> list[Backend]:

@@ -1,18 +1,20 @@
-"""torch-rev (torch.autograd), torch-func-rev and torch-func-fwd (torch.func)."""
+"""torch-rev (torch.autograd), torch-func-rev and torch-func-fwd (torch.func); torch-fwd (dual numbers)
+is ``torch_dual``."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optree
 
 from gradci.scenarios.backends.framework_backend import FrameworkBackend
 from gradci.scenarios.backends.functional import apply_operator
-from gradci.scenarios.operators.vocabulary import Transforms
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.operators.vocabulary import Transforms
 
 
-def _torch_ravel(tree: Any):
+def torch_ravel(tree: Any):
     import torch
 
     leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
@@ -43,7 +45,7 @@ def torch_func_transforms() -> Transforms:
         # jacfwd runs f under vmap, which refuses random ops by default: "same" draws one sample for
         # every tangent of the batch, as f's single evaluation in reverse mode and the reference do.
         jacfwd=functools.partial(tf.jacfwd, randomness="same"),
-        jvp=tf.jvp, vjp=tf.vjp, ravel=_torch_ravel,
+        jvp=tf.jvp, vjp=tf.vjp, ravel=torch_ravel,
         ones_like=lambda tree: optree.tree_map(torch.ones_like, tree),
         zeros_like=lambda tree: optree.tree_map(torch.zeros_like, tree),
         cast_like=lambda tree, like: optree.tree_map(lambda a, b: a.to(b.dtype), tree, like),
@@ -108,8 +110,23 @@ class Autograd:
         return _blocks(g.out_spec, g.in_spec, (rows,) if g.out_spec.is_leaf() else rows)
 
     def hessian(self, f: Callable, x: Any) -> Any:
-        g = _OfLeaves(f, x)
-        return _blocks(g.in_spec, g.in_spec, self._functional.hessian(g, g.leaves))
+        """Row by row, grad of grad: the gradient with ``create_graph=True``, then one backward pass
+        through it per element of x — what a Newton step or a gradient penalty runs."""
+        import torch
+
+        leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
+        gradient = self._gradient_with_graph(f, x, leaves)
+        flat = torch.cat([g.reshape(-1) for g in gradient])
+        rows = [torch.autograd.grad(flat[i], leaves, retain_graph=True, allow_unused=True, materialize_grads=True)
+                for i in range(flat.numel())]
+        blocks = []
+        start = 0
+        for i, leaf in enumerate(leaves):
+            count = leaf.numel()
+            blocks.append(tuple(torch.stack([row[j] for row in rows[start:start + count]]).reshape(leaf.shape + other.shape)
+                                .detach() for j, other in enumerate(leaves)))
+            start += count
+        return _blocks(spec, spec, tuple(blocks))
 
     def grad(self, value: Any, x: Any) -> Any:
         """d value / d x by a backward pass from ``value``, computed from x's leaves (requires_grad)."""
@@ -128,8 +145,21 @@ class Autograd:
         return _detached_tree(g.in_spec, self._functional.vjp(g, g.leaves, _tensor_or_tuple(ct))[1])
 
     def hvp(self, f: Callable, x: Any, t: Any) -> Any:
-        g = _OfLeaves(f, x)
-        return _detached_tree(g.in_spec, self._functional.hvp(g, g.leaves, tuple(optree.tree_leaves(t)))[1])
+        """H·t as grad of grad: the gradient with ``create_graph=True``, then the gradient of its dot
+        product with t. (``torch.autograd.functional.hvp`` takes another path, a double-backward
+        trick through a vector-Hessian product, which can hide a NaN this one shows.)"""
+        import torch
+
+        leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
+        gradient = self._gradient_with_graph(f, x, leaves)
+        product = sum(torch.sum(g * v) for g, v in zip(gradient, optree.tree_leaves(t)))
+        return _detached_tree(spec, torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True))
+
+    @staticmethod
+    def _gradient_with_graph(f: Callable, x: Any, leaves: list) -> tuple:
+        import torch
+
+        return torch.autograd.grad(f(x), leaves, create_graph=True, allow_unused=True, materialize_grads=True)
 
 
 @functools.cache
