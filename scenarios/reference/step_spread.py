@@ -1,0 +1,143 @@
+"""Whether finite differences can decide at all: the reference's value at several fixed steps.
+
+A smooth f gives the same derivative at every step from 1e-2 to 1e-5 (a fourth-order stencil's
+truncation and rounding errors are far below any tolerance there), so estimates that wander with the
+step mean f is noisy at that scale — an iterative solver's tolerance, a random sample, a jagged
+approximation — and Richardson's own error estimate, taken from the last steps it tried, can be
+confidently wrong. A cell that fails against such a reference has no verdict: it is an error that
+says so (``gradci.scenarios.verdict.check``), never a fail.
+
+Computed only for cells that would fail, once per scenario.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import optree
+
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.reference.data import Reference
+from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
+from gradci.scenarios.reference.flat_function import FlatFunction
+
+STEPS = (1e-2, 1e-3, 1e-4, 1e-5)
+REPRODUCIBLE_ULPS = 64
+_RECENT = 64  # spreads kept, by scenario: the cells of one scenario that fail share one
+
+
+@dataclasses.dataclass
+class StepSpread:
+    """Per tangent, the reference's spread over ``STEPS`` (a pytree like the full result, or one
+    number per probe), the estimates at each step of its most wandering element, and whether two
+    evaluations of f at x agreed."""
+
+    spreads: list[Any]
+    coarse: list[Any]        # the estimates at the two largest steps, and how far apart they are
+    coarse_gap: list[Any]
+    worst: float
+    worst_index: int
+    worst_estimates: list[float]
+    reproducible: bool
+    irreproducible_by: float = 0.0
+
+    def widened(self, references: list[Reference]) -> list[Reference]:
+        """The references with their error estimates widened by the spread."""
+        out = []
+        for reference, spread in zip(references, self.spreads):
+            if reference.is_full:
+                error = optree.tree_map(lambda e, s: np.asarray(e) + np.asarray(s), reference.full_error, spread)
+                out.append(dataclasses.replace(reference, full_error=error))
+            else:
+                probes = [dataclasses.replace(p, error=p.error + float(s)) for p, s in zip(reference.probes, spread)]
+                out.append(dataclasses.replace(reference, probes=probes))
+        return out
+
+    def coarse_references(self, references: list[Reference]) -> list[Reference]:
+        """The references as the two largest steps give them: their mean, uncertain by their gap plus
+        the original's error estimate. Noise below those steps does not reach them."""
+        out = []
+        for reference, value, gap in zip(references, self.coarse, self.coarse_gap):
+            if reference.is_full:
+                error = optree.tree_map(lambda e, g: np.asarray(e) + np.asarray(g), reference.full_error, gap)
+                out.append(dataclasses.replace(reference, full=value, full_error=error))
+            else:
+                probes = [dataclasses.replace(p, value=float(v), error=p.error + float(g))
+                          for p, v, g in zip(reference.probes, value, gap)]
+                out.append(dataclasses.replace(reference, probes=probes))
+        return out
+
+    def message(self) -> str:
+        if not self.reproducible:
+            return (f"f is not reproducible: two evaluations at x differ by {self.irreproducible_by:.2g}: "
+                    "finite differences cannot decide; make f deterministic or give an analytic reference")
+        noise = self.worst * STEPS[-1]
+        estimates = ", ".join(f"{v:.4g}" for v in self.worst_estimates)
+        return (f"f is noisy at about {noise:.1g} near x (result element {self.worst_index}: the derivative is "
+                f"{estimates} at steps {STEPS[0]:g} to {STEPS[-1]:g}): finite differences cannot decide; "
+                "give an analytic reference or a smoother point")
+
+
+def _values(reference: Reference) -> np.ndarray:
+    if reference.is_full:
+        return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
+                               for leaf in optree.tree_leaves(reference.full, none_is_leaf=True)] or [np.zeros(0)])
+    return np.array([p.value for p in reference.probes], dtype=np.float64)
+
+
+_computed: OrderedDict[str, StepSpread] = OrderedDict()
+
+
+def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -> StepSpread:
+    """The spread of ``references`` (the scenario's, for ``tangent``) over the fixed steps, once per scenario."""
+    key = scenario.cache_key()
+    if key not in _computed:
+        _computed[key] = _step_spread(scenario, tangent, references)
+        if len(_computed) > _RECENT:
+            _computed.popitem(last=False)
+    return _computed[key]
+
+
+def _step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -> StepSpread:
+    tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
+    recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
+    first, second = FlatFunction(scenario).y0, FlatFunction(scenario).y0  # fresh: no memo between them
+    differ = float(np.max(np.abs(first - second), initial=0.0)) if first.shape == second.shape else float("inf")
+    spreads: list[Any] = []
+    coarse: list[Any] = []
+    gaps: list[Any] = []
+    worst: tuple[float, int, list[Any]] = (0.0, 0, [])
+    for t, reference in zip(tangents, references):
+        along = None if reference.is_full else [(p.u, p.w) for p in reference.probes]
+        estimates = []
+        for step in STEPS:
+            settings = FDSettings(order=4, probe_order=4, initial_steps=(step,), maxiter=1, relative_steps=True)
+            estimates.append(_values(recipe(ReferenceBuilder(scenario, settings, along=along), t)))
+        stacked = np.stack([*estimates, _values(reference)])
+        flat_spread = np.ptp(stacked, axis=0)
+        if flat_spread.size and float(np.max(flat_spread)) > worst[0]:
+            index = int(np.argmax(flat_spread))
+            worst = (float(flat_spread[index]), index, [float(e[index]) for e in estimates])
+        spreads.append(_like(reference, flat_spread))
+        coarse.append(_like(reference, (estimates[0] + estimates[1]) / 2))
+        gaps.append(_like(reference, np.abs(estimates[0] - estimates[1])))
+    # Rounding of a reordered sum is not irreproducibility; anything beyond it is.
+    rounding = REPRODUCIBLE_ULPS * np.finfo(np.float64).eps * float(np.max(np.abs(first), initial=1.0))
+    return StepSpread(spreads=spreads, coarse=coarse, coarse_gap=gaps, worst=worst[0], worst_index=worst[1],
+                      worst_estimates=worst[2], reproducible=differ <= rounding, irreproducible_by=differ)
+
+
+def _like(reference: Reference, flat: np.ndarray) -> Any:
+    """A flat spread in the shape of the reference's full result (or per probe)."""
+    if not reference.is_full:
+        return flat
+    leaves, spec = optree.tree_flatten(reference.full, none_is_leaf=True)
+    parts, start = [], 0
+    for leaf in leaves:
+        size = np.size(leaf)
+        parts.append(flat[start:start + size].reshape(np.shape(leaf)))
+        start += size
+    return optree.tree_unflatten(spec, parts)
