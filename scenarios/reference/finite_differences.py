@@ -55,6 +55,9 @@ class FDSettings:
     # Steps relative to x's magnitude (differences taken in z = x / |x|): at x ~ 1e4 a step of 0.5 is
     # lost in rounding, at x ~ 1e-6 it leaves the domain.
     relative_steps: bool = False
+    # Which stencils to take, in order of preference (0 central, 1 forward, -1 backward); None: central,
+    # then one-sided where f is not finite. Forced to one side, they tell a kink from a derivative.
+    step_directions: tuple[int, ...] | None = None
 
     def for_probes(self) -> FDSettings:
         return dataclasses.replace(self, order=self.probe_order)
@@ -82,6 +85,7 @@ def _richardson(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSe
     stencils, for the elements whose derivatives were not finite (a domain edge within the step),
     while the others keep their central stencils. A non-finite result is never a reference: a NaN
     there would let a NaN derivative pass."""
+    directions = settings.step_directions or directions
     attempts = [(direction, step) for direction in directions for step in settings.initial_steps]
     attempt = np.zeros(size, dtype=int)
     while True:
@@ -256,8 +260,10 @@ class ReferenceBuilder:
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
             c = self.probe_scale
-            value, error = _directional(lambda s, u=u, w=w: (self.evaluate(self.g.v0 + s * c * u) @ w)[:, None],
-                                        self.settings.for_probes())
+            def along(s, u=u, w=w, c=c):  # bound now: the loop moves on
+                return (self.evaluate(self.g.v0 + s * c * u) @ w)[:, None]
+
+            value, error = _directional(along, self.settings.for_probes())
             probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0] / c), error=float(error[0] / c)))
         return probes
 
@@ -267,8 +273,10 @@ class ReferenceBuilder:
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
             c = self.probe_scale
-            hess, err = _hessian(lambda ab, u=u, w=w: self.evaluate(
-                self.g.v0 + c * (ab[:, :1] * w + ab[:, 1:] * u))[:, 0], np.zeros(2), self.settings.for_probes())
+            def mixed(ab, u=u, w=w, c=c):  # bound now: the loop moves on
+                return self.evaluate(self.g.v0 + c * (ab[:, :1] * w + ab[:, 1:] * u))[:, 0]
+
+            hess, err = _hessian(mixed, np.zeros(2), self.settings.for_probes())
             probes.append(Probe(u=u, w=w if matrix else None, value=float(hess[0, 1] / c ** 2),
                                 error=float(err[0, 1] / c ** 2)))
         return probes
@@ -323,12 +331,12 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None,
     required = strictest([tolerance_for(dtype, scenario.rtol, scenario.atol) for dtype in scenario.dtypes])
     references = []
     for t in tangents:
-        reference = _with_failure(builder, lambda: recipe(builder, t))
+        reference = _with_failure(builder, functools.partial(recipe, builder, t))
         for refined_settings in REFINEMENTS:
             if decides(reference, required):
                 break
             refined = ReferenceBuilder(scenario, refined_settings, memo=memo)
-            reference = most_accurate(reference, _with_failure(refined, lambda: recipe(refined, t)))
+            reference = most_accurate(reference, _with_failure(refined, functools.partial(recipe, refined, t)))
         references.append(reference)
     return tangent, references
 

@@ -43,6 +43,8 @@ class StepSpread:
     worst_estimates: list[float]
     reproducible: bool
     irreproducible_by: float = 0.0
+    # Where one-sided differences, each steady, disagree: (result element, left value, right value).
+    kink: tuple[int, float, float] | None = None
 
     def widened(self, references: list[Reference]) -> list[Reference]:
         """The references with their error estimates widened by the spread."""
@@ -71,6 +73,11 @@ class StepSpread:
         return out
 
     def message(self) -> str:
+        if self.kink is not None:
+            index, left, right = self.kink
+            return (f"f may not be differentiable here (one-sided differences disagree at result element "
+                    f"{index}: {left:.6g} from the left, {right:.6g} from the right): check a point away from "
+                    "the kink, or give an analytic reference for the derivative you mean")
         if not self.reproducible:
             return (f"f is not reproducible: two evaluations at x differ by {self.irreproducible_by:.2g}: "
                     "finite differences cannot decide; make f deterministic or give an analytic reference")
@@ -110,6 +117,7 @@ def _step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) 
     coarse: list[Any] = []
     gaps: list[Any] = []
     worst: tuple[float, int, list[Any]] = (0.0, 0, [])
+    kink: tuple[int, float, float] | None = None
     for t, reference in zip(tangents, references):
         along = None if reference.is_full else [(p.u, p.w) for p in reference.probes]
         estimates = []
@@ -122,12 +130,38 @@ def _step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) 
             index = int(np.argmax(flat_spread))
             worst = (float(flat_spread[index]), index, [float(e[index]) for e in estimates])
         spreads.append(_like(reference, flat_spread))
+        if kink is None and OPERATOR_RECORDS[scenario.operator].order == 1:
+            kink = _kink(scenario, recipe, t, along, _values(reference))
         coarse.append(_like(reference, (estimates[0] + estimates[1]) / 2))
         gaps.append(_like(reference, np.abs(estimates[0] - estimates[1])))
     # Rounding of a reordered sum is not irreproducibility; anything beyond it is.
     rounding = REPRODUCIBLE_ULPS * np.finfo(np.float64).eps * float(np.max(np.abs(first), initial=1.0))
     return StepSpread(spreads=spreads, coarse=coarse, coarse_gap=gaps, worst=worst[0], worst_index=worst[1],
-                      worst_estimates=worst[2], reproducible=differ <= rounding, irreproducible_by=differ)
+                      worst_estimates=worst[2], reproducible=differ <= rounding, irreproducible_by=differ, kink=kink)
+
+
+# One-sided second-order stencils at two small steps: steady on each side of a kink, as at a
+# derivative, but apart from each other there.
+ONE_SIDED_STEPS = (1e-5, 1e-6)
+STEADY, APART = 1e-6, 1e-4  # relative to 1 + |the derivative|
+
+
+def _kink(scenario: Scenario, recipe: Any, tangent: Any, along: Any, central: np.ndarray):
+    """(result element, left, right) where f has a kink at x, else None."""
+    sides = {}
+    for direction in (-1, 1):
+        sides[direction] = [
+            _values(recipe(ReferenceBuilder(scenario, FDSettings(
+                order=2, probe_order=2, initial_steps=(step,), maxiter=1, relative_steps=True,
+                step_directions=(direction,)), along=along), tangent)) for step in ONE_SIDED_STEPS]
+    scale = 1 + np.abs(central)
+    steady = np.all([np.abs(a - b) <= STEADY * scale for a, b in (sides[-1], sides[1])], axis=0)
+    apart = np.abs(sides[-1][-1] - sides[1][-1]) > APART * scale
+    found = np.flatnonzero(steady & apart)
+    if not found.size:
+        return None
+    index = int(found[np.argmax(np.abs(sides[-1][-1] - sides[1][-1])[found])])
+    return index, float(sides[-1][-1][index]), float(sides[1][-1][index])
 
 
 def _like(reference: Reference, flat: np.ndarray) -> Any:

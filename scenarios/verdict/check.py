@@ -20,6 +20,7 @@ from gradci.scenarios.reference.step_spread import step_spread
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 from gradci.scenarios.verdict.captured_warnings import captured_warnings
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
+from gradci.scenarios.verdict.exceptions import describe_exception
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
@@ -291,16 +292,22 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
 
 def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, scenario: Scenario,
                   tangent: Any) -> Comparison:
-    """A failing comparison against finite differences, checked against noise before it stands
+    """A failing comparison against finite differences, checked against kinks and noise before it stands
     (``gradci.scenarios.reference.step_spread``): it stands where the result is beyond the reference
     even allowing for how the estimates wander with the step, or beyond what the two largest steps
     agree on (noise below them does not reach them); otherwise it is no verdict: an error that says f
-    is noisy. An f that answers differently twice is never decided."""
-    if comparison.status != Status.FAIL or not refs or refs[0].method == "analytic":
+    is noisy. An f that answers differently twice is never decided. At a kink (one-sided differences
+    steady but apart), failing or undecided, the error says f may not be differentiable there."""
+    undecided = comparison.status == Status.ERROR and comparison.unreliable
+    if not (comparison.status == Status.FAIL or undecided) or not refs or refs[0].method == "analytic":
         return comparison
     try:
         spread = step_spread(scenario, tangent, refs)
     except Exception:  # noqa: BLE001 -- fixed-step estimates failed (a domain edge within 1e-2): the verdict stands
+        return comparison
+    if spread.kink is not None:  # no derivative to check: whatever the backend answers is undecidable
+        return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
+    if undecided:
         return comparison
     if spread.reproducible:
         if _compare_all(result, spread.widened(refs), tol, scenario, tangent).status == Status.FAIL:
@@ -395,5 +402,4 @@ def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:MESSAGE_LIMIT]
+    return describe_exception(exc, MESSAGE_LIMIT)

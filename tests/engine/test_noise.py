@@ -88,3 +88,24 @@ def test_an_irreproducible_function_is_never_decided(rule_scale):
     (found,) = gradci.check([s], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
                             references=ReferenceCache()).cells
     assert found.status == "error", found
+
+
+def leaky(x):
+    xp = gradci.namespace(x)
+    return xp.sum(xp.where(x > 0, x, 0.5 * x) * xp.asarray([1.0, 2.0], dtype=x.dtype))
+
+
+def test_a_kink_says_f_may_not_be_differentiable_with_both_one_sided_values():
+    """At the kink the backends answer 0.5 (a subgradient) and central differences 0.75: no fail,
+    an error that names the kink and both sides."""
+    cells = gradci.check([Scenario("kink", "gradient", leaky, np.array([0.0, 1.0]))], backends=["torch-rev", "jax-rev"],
+                         devices=["cpu"], dtypes=["float64"]).cells
+    for found in cells:
+        assert found.status == "error", found
+        assert "may not be differentiable" in found.message
+        assert "0.5 from the left" in found.message and "1 from the right" in found.message
+
+
+def test_away_from_the_kink_the_derivative_is_decided():
+    assert gradci.check([Scenario("near-kink", "gradient", leaky, np.array([1e-3, 1.0]))], backends=["torch-rev"],
+                        devices=["cpu"], dtypes=["float64"]).ok

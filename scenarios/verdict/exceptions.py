@@ -1,0 +1,70 @@
+"""What a cell says about an exception from the user's code: its first line and where in the
+user's code it was raised, so that the message alone leads to the line to fix.
+
+The user's frame is the innermost frame outside gradci, the standard library and installed
+packages (the frameworks): where the scenario's own function, or a module of theirs it calls, was
+when the exception left it. Its file is named relative to the import root it was found under (the
+repository's root, on ``sys.path`` while its scenarios run).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from functools import cache
+from pathlib import Path
+
+FULL_TEXT_LIMIT = 4096
+
+
+@cache
+def _not_users() -> tuple[str, ...]:
+    """Folders whose code is not the user's: gradci's own layers, the standard library, installed packages."""
+    import gradci.scenarios
+
+    folders = {str(Path(gradci.scenarios.__file__).resolve().parent)}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            folders.add(str(Path(path).resolve()))
+    folders |= {str(Path(p).resolve()) for p in sys.path if "site-packages" in p or "dist-packages" in p}
+    return tuple(sorted(folders))
+
+
+def _is_users(filename: str) -> bool:
+    if filename.startswith("<"):  # exec'd code, frozen modules: not a file to open
+        return False
+    resolved = str(Path(filename).resolve())
+    return not any(resolved == folder or resolved.startswith(folder + os.sep) for folder in _not_users())
+
+
+def _shown(filename: str) -> str:
+    """The file relative to the longest import root it lies under (else as given)."""
+    resolved = Path(filename).resolve()
+    roots = [Path(entry or ".").resolve() for entry in sys.path]
+    under = [root for root in roots if resolved.is_relative_to(root)]
+    return str(resolved.relative_to(max(under, key=lambda r: len(r.parts)))) if under else filename
+
+
+def user_frame(exc: BaseException) -> str:
+    """"file:line in function" of the innermost user frame of ``exc``'s traceback ("" when none)."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if _is_users(frame.filename)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{_shown(frame.filename)}:{frame.lineno} in {frame.name}"
+
+
+def describe_exception(exc: BaseException, limit: int) -> str:
+    """One line for a cell's message: the type, the first line, and where in the user's code."""
+    lines = str(exc).strip().splitlines()
+    where = user_frame(exc)
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return (f"{text} (at {where})" if where else text)[:limit]
+
+
+def full_text(exc: BaseException) -> str:
+    """The whole exception text, every line, bounded."""
+    text = f"{type(exc).__name__}: {str(exc).strip()}"
+    return text if len(text) <= FULL_TEXT_LIMIT else text[:FULL_TEXT_LIMIT - 15] + " … (truncated)"
