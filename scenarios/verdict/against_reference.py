@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
 
+from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.operators.blocks import block_matrix
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.data import Probe, Reference
@@ -26,7 +28,7 @@ class Comparison:
     # no verdict; a result beyond even the widened threshold still fails.
     unreliable: str = ""
 
-    def merge(self, other: "Comparison") -> "Comparison":
+    def merge(self, other: Comparison) -> Comparison:
         return Comparison(
             ok=self.ok and other.ok,
             max_abs_err=max(self.max_abs_err, other.max_abs_err),
@@ -37,10 +39,10 @@ class Comparison:
         )
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         if not self.ok:
-            return "fail"
-        return "error" if self.unreliable else "pass"
+            return Status.FAIL
+        return Status.ERROR if self.unreliable else Status.PASS
 
 
 def _leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
@@ -51,6 +53,24 @@ def _leaves(tree: Any) -> tuple[list[np.ndarray], Any]:
 def _flat(tree: Any) -> np.ndarray:
     """Every leaf of a pytree, float64, in one vector."""
     return np.concatenate([leaf.reshape(-1) for leaf in _leaves(tree)[0]] or [np.zeros(0)])
+
+
+def element_name(tree: Any, flat_index: int) -> str:
+    """The element at ``flat_index`` of a pytree's flattened leaves, as a user finds it: its block
+    (dict key, tuple or list position) and its index within that leaf."""
+    paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=True)
+    start = 0
+    for path, leaf in zip(paths, leaves):
+        size = int(np.size(leaf))
+        if flat_index < start + size:
+            shape = np.shape(leaf)
+            index = np.unravel_index(flat_index - start, shape) if shape else ()
+            where = "".join(f"[{key!r}]" for key in path)
+            inner = ", ".join(str(int(i)) for i in index)
+            element = f"element ({inner})" if len(index) > 1 else f"element {inner}" if index else "the value"
+            return f"{element} of block {where}" if where else element
+        start += size
+    return f"element {flat_index}"
 
 
 def structure_mismatch(result: Any, expected: Any) -> str | None:
@@ -79,14 +99,14 @@ def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance, backe
     with np.errstate(invalid="ignore"):
         allowed = allowance(tol, np.abs(r), scale)
         unsure = finite_r & undecided(e, tol, np.abs(r), scale)
-    unreliable = _unreliable(unsure, e, allowed, "element")
+    unreliable = _unreliable(unsure, e, allowed, lambda i: element_name(expected, i))
     same_nonfinite = (~finite_r & ~finite_a) & ((np.isnan(r) & np.isnan(a)) | (a == r))
     bad_nonfinite = ((~finite_a & ~same_nonfinite) | (~finite_r & finite_a)) & ~unsure
     if np.any(bad_nonfinite):
         where = int(np.argmax(bad_nonfinite))
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                           message=f"non-finite mismatch: got {a[where]} where the reference has {r[where]} "
-                                  f"(element {where})")
+                                  f"({element_name(expected, where)})")
     both = finite_r & finite_a
     atol = tol.atol * scale
     diff = np.where(both, np.abs(a - r), 0.0)
@@ -95,24 +115,24 @@ def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance, backe
     ok = bool(np.all(diff <= threshold))
     max_abs = float(np.max(diff)) if diff.size else 0.0
     max_rel = float(np.max(diff / (np.abs(np.where(both, r, 0.0)) + atol))) if diff.size else 0.0
-    message = "" if ok else _worst(diff, threshold, a, r)
+    message = "" if ok else _worst(diff, threshold, a, r, lambda i: element_name(expected, i))
     return Comparison(ok=ok, max_abs_err=max_abs, max_rel_err=max_rel, atol=atol, message=message,
                       unreliable=unreliable)
 
 
-def _unreliable(unsure: np.ndarray, error: np.ndarray, allowed: np.ndarray, what: str) -> str:
+def _unreliable(unsure: np.ndarray, error: np.ndarray, allowed: np.ndarray, name: Callable[[int], str]) -> str:
     """The message for the worst element the reference's error estimate leaves undecided, or ""."""
     if not np.any(unsure):
         return ""
     worst = int(np.argmax(np.where(unsure, error / allowed, -np.inf)))
-    return (f"reference unreliable: estimated error {error[worst]:.2g} at {what} {worst} (tolerance "
+    return (f"reference unreliable: estimated error {error[worst]:.2g} at {name(worst)} (tolerance "
             f"{allowed[worst]:.2g}); {ANALYTIC_ADVICE}")
 
 
-def _worst(diff, threshold, a, r) -> str:
+def _worst(diff, threshold, a, r, name: Callable[[int], str]) -> str:
     worst = int(np.argmax(diff / threshold))
     return (f"{int(np.sum(diff > threshold))} of {diff.size} elements beyond tolerance; worst: "
-            f"got {a[worst]:.10g}, reference {r[worst]:.10g} (element {worst})")
+            f"got {a[worst]:.10g}, reference {r[worst]:.10g} ({name(worst)})")
 
 
 def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
@@ -146,7 +166,7 @@ def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expect
         total = total.merge(Comparison(
             ok=ok, max_abs_err=diff, max_rel_err=diff / (abs(probe.value) + atol), atol=atol,
             message="" if ok else f"probe: got {projection:.10g}, reference {probe.value:.10g}",
-            unreliable=_unreliable(undecided(error, tol, magnitude, scale), error, allowed, "probe")))
+            unreliable=_unreliable(undecided(error, tol, magnitude, scale), error, allowed, lambda i: f"probe {i}")))
     return total
 
 

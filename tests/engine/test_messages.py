@@ -1,0 +1,64 @@
+"""Messages a user can act on: where in their code an exception came from, and which element of
+which block of a pytree failed."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradci
+from gradci import Scenario
+from gradci.scenarios.verdict.against_reference import element_name
+
+PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "user_frames"
+
+
+@pytest.fixture
+def user_model(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(PROJECT))  # as the runner puts a repository's root first
+    monkeypatch.delitem(sys.modules, "pkg", raising=False)
+    monkeypatch.delitem(sys.modules, "pkg.model", raising=False)
+    from pkg import model
+    return model
+
+
+def test_an_exception_in_the_reference_names_the_users_file_and_line(user_model):
+    report = gradci.check([Scenario("bad", "gradient", user_model.loss, np.array([1.0, 2.0]))],
+                          backends=["torch-rev"], devices=["cpu"], dtypes=["float64"])
+    (cell,) = report.cells
+    assert cell.status == "error"
+    assert cell.message.startswith("reference failed: IndexError")
+    assert "(at pkg/model.py:6 in helper)" in cell.message, cell.message
+
+
+def test_a_failing_element_is_named_by_its_block_and_index():
+    tree = {"bias": np.zeros(2), "weight": np.zeros((2, 3))}
+    assert element_name(tree, 0) == "element 0 of block ['bias']"
+    assert element_name(tree, 2 + 4) == "element (1, 1) of block ['weight']"
+    assert element_name(np.zeros(3), 2) == "element 2"
+    assert element_name((np.zeros(()), np.zeros(2)), 0) == "the value of block [0]"
+
+
+def test_a_wrong_gradient_of_a_dict_input_names_the_key():
+    torch = pytest.importorskip("torch")
+
+    class Scaled(torch.autograd.Function):  # the weight's gradient is off by 1.5x
+        @staticmethod
+        def forward(ctx, w):
+            ctx.save_for_backward(w)
+            return w ** 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 3 * ctx.saved_tensors[0]
+
+    def f(params):
+        return torch.sum(Scaled.apply(params["weight"])) + torch.sum(params["bias"] ** 2)
+
+    x = {"bias": np.array([0.1, 0.2]), "weight": np.array([[0.5, -0.3], [0.2, 0.9]])}
+    (cell,) = gradci.check([Scenario("dict", "gradient", {"torch": f}, x)], backends=["torch-rev"], devices=["cpu"],
+                           dtypes=["float64"]).cells
+    assert cell.status == "fail"
+    assert "of block ['weight']" in cell.message, cell.message
