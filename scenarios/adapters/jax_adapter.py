@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,17 @@ def _persistent_compilation_cache() -> None:
 
 _persistent_compilation_cache()
 
-import jax.numpy as jnp  # noqa: E402  (after enabling x64, on purpose)
-import numpy as np  # noqa: E402
-import optree  # noqa: E402
+import jax.numpy as jnp  # noqa: E402 - after x64 and the compile flags are set, on purpose
+import numpy as np  # noqa: E402 - as above: no array may exist before x64 is on
+import optree  # noqa: E402 - as above
 
-from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing  # noqa: E402
-from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402
+from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402 - as above
+from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing  # noqa: E402 - as above
+
+
+def _matmul_precision() -> str | None:
+    return jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]  # an option, set at runtime
+
 
 _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
            "float16": jnp.float16, "bfloat16": jnp.bfloat16}
@@ -87,9 +93,12 @@ class JaxAdapter(FrameworkAdapter):
     def to_numpy(self, tree: Any) -> Any:
         return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), tree, none_is_leaf=True)
 
-    def value_dtypes(self, fn, x: Any) -> set[str]:
-        # Abstract evaluation: dtypes without running (or compiling) anything.
-        return {str(leaf.dtype) for leaf in jax.tree_util.tree_leaves(jax.eval_shape(fn, x))}
+    def value_dtypes(self, fn, x: Any) -> tuple[set[str], set[str]]:
+        """(the dtypes f returns, the floating dtypes of every value an operation inside f made), by
+        tracing: nothing runs or compiles."""
+        closed = jax.make_jaxpr(fn)(x)
+        returned = {str(var.aval.dtype) for var in closed.jaxpr.outvars}
+        return returned, set(_floating_dtypes(closed.jaxpr))
 
     def fresh_copy(self, tree: Any) -> Any:
         """jax arrays are immutable: state cannot change between evaluations."""
@@ -102,11 +111,11 @@ class JaxAdapter(FrameworkAdapter):
         return None  # jax keeps a process-wide peak; reported as-is on accelerators
 
     def precision_text(self) -> str:
-        return f"jax matmul={jax.config.jax_default_matmul_precision or 'default'}"
+        return f"jax matmul={_matmul_precision() or 'default'}"
 
     def tf32_active(self, device: str, dtype: str) -> bool:
         return (dtype == "float32" and execution_device(device).startswith("cuda")
-                and str(jax.config.jax_default_matmul_precision).lower() not in FULL_FLOAT32)
+                and str(_matmul_precision()).lower() not in FULL_FLOAT32)
 
     def pinned_precision(self, setting: str | None):
         if setting is None:
@@ -118,3 +127,17 @@ class JaxAdapter(FrameworkAdapter):
             return None
         stats = _device(device).memory_stats() or {}
         return stats.get("peak_bytes_in_use")
+
+
+def _floating_dtypes(jaxpr: Any) -> Iterator[str]:
+    """The floating dtypes of every equation's outputs, in nested jaxprs (scan, cond, pjit) too."""
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            dtype = getattr(var.aval, "dtype", None)
+            if dtype is not None and jax.numpy.issubdtype(dtype, jax.numpy.floating):
+                yield str(dtype)
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, (list, tuple)) else (param,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    yield from _floating_dtypes(inner)

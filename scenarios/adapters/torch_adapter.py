@@ -9,9 +9,9 @@ import numpy as np
 import optree
 import torch
 
-from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing
 from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter
 from gradci.scenarios.authoring.precision import on_off
+from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -62,11 +62,24 @@ class TorchAdapter(FrameworkAdapter):
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
 
-    def value_dtypes(self, fn, x: Any) -> set[str]:
-        with torch.no_grad():
+    def value_dtypes(self, fn, x: Any) -> tuple[set[str], set[str]]:
+        """(the dtypes f returns, the floating dtypes of every tensor an operation inside f made)."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        made: set[str] = set()
+
+        class Recording(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                made.update(str(leaf.dtype).removeprefix("torch.") for leaf in optree.tree_leaves(out)
+                            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point())
+                return out
+
+        with torch.no_grad(), Recording():
             out = fn(x)
-        return {str(leaf.dtype).removeprefix("torch.") for leaf in optree.tree_leaves(out, none_is_leaf=True)
-                if isinstance(leaf, torch.Tensor)}
+        returned = {str(leaf.dtype).removeprefix("torch.") for leaf in optree.tree_leaves(out, none_is_leaf=True)
+                    if isinstance(leaf, torch.Tensor)}
+        return returned, made
 
     def fresh_copy(self, tree: Any) -> Any:
         """New tensors with the same values: declared state, reset before every evaluation."""

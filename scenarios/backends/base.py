@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gradci.scenarios.contract.cell import FRAMEWORKS, MODES
 
@@ -27,7 +28,8 @@ class Prepared:
     error_estimate: Callable[[], list] | None = None
     # The dtypes f's value comes out in, from one evaluation: a float32 cell whose f answers in float64
     # (a float64 constant in its closure) checks float64 arithmetic, and says so.
-    value_dtypes: Callable[[], set[str]] | None = None
+    # (dtypes f returns, floating dtypes computed inside f), for the cell's wider-dtype warning
+    value_dtypes: Callable[[], tuple[set[str], set[str]]] | None = None
 
 
 class Backend:

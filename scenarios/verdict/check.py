@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import statistics
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -336,19 +337,30 @@ def _precision_and_tolerance(cell: Cell, scenario: Scenario, adapter) -> Toleran
     return tol
 
 
+class WiderDtypeWarning(UserWarning):
+    """A narrower-dtype cell whose function returned or computed in float64."""
+
+
 def _wider_dtype_note(prepared, dtype: str) -> str:
-    """A note when f answers in float64 for inputs of a narrower dtype: the cell then checks float64
-    arithmetic, not the dtype it is named for."""
+    """A note (and a warning on the cell) when f answers in float64 for inputs of a narrower dtype, and
+    a warning when it computes in float64 inside: the cell then checks float64 arithmetic, in whole or
+    in part, not the dtype it is named for."""
     if dtype == "float64" or prepared.value_dtypes is None:
         return ""
     try:
-        wider = prepared.value_dtypes() - {dtype}
-    except Exception:  # noqa: BLE001 - only a note; the cell's verdict stands
+        returned, computed = prepared.value_dtypes()
+    except Exception:  # noqa: BLE001 -- only a note; the cell's verdict stands
         return ""
-    if "float64" not in wider:
-        return ""
-    return (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
-            f"this cell checks float64 arithmetic")
+    if "float64" in returned:
+        note = (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
+                f"this cell checks float64 arithmetic")
+        warnings.warn(note.removeprefix("note: "), WiderDtypeWarning, stacklevel=2)
+        return note
+    if "float64" in computed:
+        warnings.warn(f"f computes in float64 for {dtype} inputs and returns {dtype} (a float64 constant, time or "
+                      f"arange promoted inside?): this cell checks float64 arithmetic in part", WiderDtypeWarning,
+                      stacklevel=2)
+    return ""
 
 
 def _widened(reference, own_error: Any):

@@ -62,3 +62,29 @@ def test_a_wrong_gradient_of_a_dict_input_names_the_key():
                            dtypes=["float64"]).cells
     assert cell.status == "fail"
     assert "of block ['weight']" in cell.message, cell.message
+
+
+def test_a_float32_cell_that_computed_in_float64_says_so_in_both_frameworks():
+    torch = pytest.importorskip("torch")
+    import jax.numpy as jnp
+
+    def torch_promoted(x):  # computes in float64 inside, returns float32
+        return torch.sum(torch.sin(x.to(torch.float64) * 1.5).to(x.dtype))
+
+    def jax_promoted(x):
+        return jnp.sum(jnp.sin(x * jnp.asarray(1.5, dtype=jnp.float64)).astype(x.dtype))
+
+    def torch_clean(x):
+        return torch.sum(torch.sin(x * 1.5))
+
+    def jax_clean(x):
+        return jnp.sum(jnp.sin(x * 1.5))
+
+    x = np.array([0.1, 0.2, 0.3])
+    promoted = Scenario("promoted", "gradient", {"torch": torch_promoted, "jax": jax_promoted}, x)
+    clean = Scenario("clean", "gradient", {"torch": torch_clean, "jax": jax_clean}, x)
+    cells = gradci.check([promoted, clean], backends=["torch-rev", "jax-rev"], devices=["cpu"], dtypes=["float32"]).cells
+    for cell in cells:
+        warned = "f computes in float64 for float32 inputs" in cell.warnings
+        assert warned == (cell.scenario == "promoted"), cell
+        assert cell.status == "pass", cell
