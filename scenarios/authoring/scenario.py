@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,7 +20,6 @@ from gradci.scenarios.contract.cell import FRAMEWORKS
 from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
-
 
 # Keys of scenarios whose function could not be fingerprinted whole: one each, never shared.
 _UNSHARED = itertools.count()
@@ -138,14 +138,30 @@ class Scenario:
                                      f"{wrong} is not one of 0..{len(self.contexts) - 1}")
         if wrt is not None:
             self._hold_fixed_all_but(wrt)
+        else:
+            self._hint_wrt()
         self.x = operator_input(self.operator, self.x, self.name)
         like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
         self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
 
+    def _hint_wrt(self) -> None:
+        """A tuple x handed to a function of several positional arguments, without ``wrt``: f would
+        get the tuple as its first argument and too few others, deep inside a cell. Say so here."""
+        if not isinstance(self.x, tuple) or len(self.x) < 2:
+            return
+        implementations = self.f.values() if isinstance(self.f, Mapping) else [self.f]
+        for fn in implementations:
+            needed = _required_positional(fn)
+            if needed is not None and needed > 1 + len(self.contexts):
+                raise ScenarioInputError(
+                    f"scenario {self.name!r}: x is a tuple of {len(self.x)} and f takes {needed} positional "
+                    f"arguments: pass wrt={tuple(range(len(self.x)))} to differentiate f(*x) with respect to "
+                    f"each argument (or give f one argument that takes the tuple)")
+
     def _check_implementations(self) -> None:
         implementations = self.f if isinstance(self.f, Mapping) else {None: self.f}
-        unknown = sorted(set(implementations) - {None, *FRAMEWORKS})
+        unknown = sorted(name for name in set(implementations) - {*FRAMEWORKS} if name is not None)
         if unknown:
             raise ScenarioInputError(f"scenario {self.name!r}: f has unknown framework keys {unknown}; "
                                      f"expected some of {', '.join(FRAMEWORKS)}")
@@ -249,3 +265,15 @@ def _hash_tree(digest, tree: Any) -> None:
             digest.update(np.ascontiguousarray(leaf).tobytes())
         else:
             digest.update(repr(leaf).encode())
+
+
+def _required_positional(fn: Callable) -> int | None:
+    """How many positional arguments ``fn`` requires (None where its signature cannot be read or it
+    takes ``*args``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    return sum(1 for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)

@@ -88,3 +88,17 @@ def test_a_float32_cell_that_computed_in_float64_says_so_in_both_frameworks():
         warned = "f computes in float64 for float32 inputs" in cell.warnings
         assert warned == (cell.scenario == "promoted"), cell
         assert cell.status == "pass", cell
+
+
+def test_a_tuple_x_for_a_function_of_several_arguments_is_a_hint_when_the_scenario_is_built():
+    from gradci.scenarios.contract.errors import ScenarioInputError
+
+    def f(a, b):
+        return (a * b).sum()
+
+    x = (np.ones(2), np.full(2, 2.0))
+    with pytest.raises(ScenarioInputError, match=r"pass wrt=\(0, 1\)"):
+        Scenario("pair", "gradient", f, x)
+    Scenario("pair", "gradient", f, x, wrt=(0, 1))                      # the fix the hint names
+    Scenario("pair", "gradient", lambda pair: (pair[0] * pair[1]).sum(), x)  # one argument taking the tuple
+    Scenario("pair", "gradient", f, np.ones(2), contexts=(np.ones(2),))     # the rest given as contexts
