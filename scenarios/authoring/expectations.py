@@ -11,11 +11,16 @@ An ``xfail`` naming ``raises`` is met only by an error cell whose exception is a
 a wrong value, or another exception, stays a ``fail``/``error`` (the cell's message says what was
 expected). A cell that passes where a failure was expected is ``xpass``. The first matching
 declaration wins; the reason is kept in the cell's message.
+
+Suite-wide expectations come from gradci.toml's ``[[expect]]`` tables (``gradci.scenarios.authoring.project``):
+the same fields, a ``scenario`` glob, ``raises`` by class name, and ``match``, a regular expression
+the exception's text must contain. They follow the scenario's own declarations.
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,19 +33,35 @@ class Expect:
     backend: str = "*"
     device: str = "*"
     dtype: str = "*"
-    raises: type[BaseException] | tuple[type[BaseException], ...] | None = None
+    raises: type[BaseException] | tuple[type[BaseException], ...] | str | None = None
+    # A regular expression the failing cell's exception text (or message) must contain (re.search).
+    match: str | None = None
 
     def applies_to(self, backend: str, device: str, dtype: str) -> bool:
         return all(fnmatch.fnmatchcase(value, pattern)
                    for value, pattern in zip((backend, device, dtype), (self.backend, self.device, self.dtype)))
 
-    def met_by(self, exception: BaseException | None) -> bool:
-        """Whether a failing cell (with the exception it raised, if any) is the failure declared."""
-        return self.raises is None or (exception is not None and isinstance(exception, self.raises))
+    def met_by(self, exception: BaseException | None, message: str = "") -> bool:
+        """Whether a failing cell (with the exception it raised, if any, and its message) is the
+        failure declared. ``raises`` given by name (gradci.toml's [[expect]]) matches any class of
+        that name, or dotted path, in the exception's hierarchy."""
+        if self.match is not None and not re.search(self.match, str(exception) if exception else message):
+            return False
+        if self.raises is None:
+            return True
+        if exception is None:
+            return False
+        if isinstance(self.raises, str):
+            names = {name for kind in type(exception).__mro__ for name in (kind.__name__,
+                                                                             f"{kind.__module__}.{kind.__qualname__}")}
+            return self.raises in names
+        return isinstance(exception, self.raises)
 
     def describe_raises(self) -> str:
+        if isinstance(self.raises, str):
+            return self.raises
         kinds = self.raises if isinstance(self.raises, tuple) else (self.raises,)
-        return " or ".join(kind.__name__ for kind in kinds)
+        return " or ".join(kind.__name__ for kind in kinds if kind is not None)
 
 
 def expectations(given: Any, kind: str, scenario: str) -> tuple[Expect, ...]:
@@ -71,7 +92,7 @@ def _checked(expect: Expect, kind: str, scenario: str) -> Expect:
         raise TypeError(f"scenario {scenario!r}: every {kind} needs a reason (a non-empty string); "
                         f"got {expect.reason!r}")
     kinds = expect.raises if isinstance(expect.raises, tuple) else (expect.raises,)
-    if expect.raises is not None and not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+    if expect.raises is not None and not isinstance(expect.raises, str) and not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
         raise TypeError(f"scenario {scenario!r}: {kind} raises= must be an exception class or a tuple of them; "
                         f"got {expect.raises!r}")
     if kind == "skip" and expect.raises is not None:

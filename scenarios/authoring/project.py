@@ -11,6 +11,13 @@ devices = ["cpu", "cuda"]
 dtypes = ["float64", "float32"]
 scenarios = ["nn/*"]                   # selection patterns (scenarios.matrix: glob, or a plain word as a substring)
 
+[[expect]]                             # optional, repeatable: suite-wide expected failures, applied
+scenario = "entmax/*"                  # after each scenario's own (globs on scenario, backend, device,
+backend = "torch-func-*"               # dtype; "*" where left out)
+raises = "RuntimeError"                # optional: the exception's class name; else any failure
+match = "autograd.Function"            # optional: a regular expression its text must contain
+reason = "old-style autograd.Function: torch.func refuses it"
+
 [check]                                # optional; gradci check's own settings
 cell_timeout_s = 300                   # per cell, in the sandboxed runner (--cell-timeout overrides it)
 repeats = 3                            # each derivative 3 times, to see it is bitwise reproducible
@@ -20,15 +27,18 @@ repeats = 3                            # each derivative 3 times, to see it is b
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib
+import re
 import sys
-import types
 import tomllib
+import types
 from pathlib import Path
 from typing import Any
 
-from gradci.scenarios.contract.matrix import Matrix, MatrixError
+from gradci.scenarios.authoring.expectations import AXES, Expect
 from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.contract.matrix import Matrix, MatrixError
 
 CONFIG_NAME = "gradci.toml"
 
@@ -45,6 +55,7 @@ class Project:
     config: dict[str, Any]
     cell_timeout_s: float | None = None  # [check] cell_timeout_s: gradci check's, unless its flag says otherwise
     repeats: int | None = None  # [check] repeats: over every scenario's own (scenarios.repeats)
+    expect: tuple[tuple[str, Expect], ...] = ()  # [[expect]]: (scenario glob, expectation)
 
 
 def read_config(root: str | Path) -> dict[str, Any]:
@@ -71,7 +82,38 @@ def load_project(root: str | Path) -> Project:
     except MatrixError as exc:
         raise ProjectError(f"{path}: [matrix]: {exc}") from None
     return Project(root=root, modules=modules, matrix=matrix, config=config,
-                   cell_timeout_s=_cell_timeout(config, path), repeats=_repeats(config, path))
+                   cell_timeout_s=_cell_timeout(config, path), repeats=_repeats(config, path),
+                   expect=_suite_expectations(config, path))
+
+
+EXPECT_FIELDS = {"scenario", "backend", "device", "dtype", "raises", "match", "reason"}
+
+
+def _suite_expectations(config: dict[str, Any], path: Path) -> tuple[tuple[str, Expect], ...]:
+    """gradci.toml's [[expect]] tables, each checked: one line naming the table and the field."""
+    tables = config.get("expect", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ProjectError(f"{path}: expect must be an array of tables ([[expect]]), not {type(tables).__name__}")
+    found = []
+    for number, table in enumerate(tables, start=1):
+        where = f"{path}: [[expect]] number {number}"
+        unknown = sorted(set(table) - EXPECT_FIELDS)
+        if unknown:
+            raise ProjectError(f"{where}: unknown field {unknown[0]!r}; expected some of {', '.join(sorted(EXPECT_FIELDS))}")
+        bad = [k for k, v in table.items() if not isinstance(v, str) or not v.strip()]
+        if bad:
+            raise ProjectError(f"{where}: {bad[0]} must be a non-empty string, not {table[bad[0]]!r}")
+        if "reason" not in table:
+            raise ProjectError(f"{where}: every expectation needs a reason")
+        if "match" in table:
+            try:
+                re.compile(table["match"])
+            except re.error as exc:
+                raise ProjectError(f"{where}: match is not a regular expression: {exc}") from None
+        fields = {axis: table.get(axis, "*") for axis in AXES}
+        found.append((table.get("scenario", "*"), Expect(table["reason"], raises=table.get("raises"),
+                                                           match=table.get("match"), **fields)))
+    return tuple(found)
 
 
 def _cell_timeout(config: dict[str, Any], path: Path) -> float | None:
@@ -105,6 +147,9 @@ def load_scenarios(project: Project) -> list[Scenario]:
     finally:
         if sys.path and sys.path[0] == root:
             sys.path.pop(0)
+    for scenario in found:  # suite-wide expectations follow the scenario's own (the first matching wins)
+        extra = tuple(expect for pattern, expect in project.expect if fnmatch.fnmatchcase(scenario.name, pattern))
+        scenario.xfail = (*scenario.xfail, *extra)
     names = [s.name for s in found]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -120,7 +165,7 @@ def _scenarios_of(entry: str) -> list[Scenario]:
                            f"or \"package.module:function\"")
     try:
         module = importlib.import_module(name)
-    except Exception as exc:  # any import-time failure of user code
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of user code is the project's error
         raise ProjectError(f"cannot import scenario module {name!r}: {type(exc).__name__}: {exc}") from None
     factory = getattr(module, function, None)
     if not callable(factory) or isinstance(factory, types.ModuleType):
@@ -129,7 +174,7 @@ def _scenarios_of(entry: str) -> list[Scenario]:
                            f"a list of scenarios.Scenario")
     try:
         made = list(factory())
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything: reported as the project's error
         raise ProjectError(f"{name}.{function}() failed: {type(exc).__name__}: {exc}") from None
     bad = [type(s).__name__ for s in made if not isinstance(s, Scenario)]
     if bad:
