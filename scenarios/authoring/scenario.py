@@ -14,6 +14,7 @@ import optree
 from gradci.scenarios.authoring import wrt as positional
 from gradci.scenarios.authoring.expectations import expectations
 from gradci.scenarios.authoring.fingerprints import fingerprint_of
+from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, is_module
 from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
 from gradci.scenarios.authoring.precision import precision_setting
 from gradci.scenarios.contract.cell import FRAMEWORKS
@@ -118,6 +119,7 @@ class Scenario:
             raise ScenarioInputError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
                                      f"expected one of {', '.join(OPERATOR_RECORDS)}")
         self._check_implementations()
+        self._models = self._take_models()
         if not isinstance(self.contexts, (tuple, list)):
             raise ScenarioInputError(f"scenario {self.name!r}: contexts must be a tuple of f's arguments after x; "
                                      f"got {describe(self.contexts)}")
@@ -144,6 +146,24 @@ class Scenario:
         like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
         self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
+        if self._models:  # fingerprinted now, before per-dtype copies of the models exist
+            self._read_code()
+
+    def _take_models(self) -> dict[str, CapturedModules]:
+        """A module given as x becomes its parameters (``gradci.scenarios.authoring.modules``); the
+        torch modules f captures are noted, to be copied per cell dtype."""
+        if is_module(self.x):
+            try:
+                given = ModuleAsInput(self.x)
+            except ValueError as exc:
+                raise ScenarioInputError(f"scenario {self.name!r}: x is a module, but {exc}") from None
+            loss = self.f.get(given.framework) if isinstance(self.f, Mapping) else self.f
+            if loss is None:
+                raise ScenarioInputError(f"scenario {self.name!r}: x is a {given.framework} module, and f has no "
+                                         f"{given.framework} implementation to call on it")
+            self.x, self.f = given.parameters, {given.framework: given.bind(loss)}
+        implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
+        return {key: CapturedModules(fn) for key, fn in implementations if CapturedModules.found_in(fn)}
 
     def _hint_wrt(self) -> None:
         """A tuple x handed to a function of several positional arguments, without ``wrt``: f would
@@ -187,11 +207,17 @@ class Scenario:
         if callable(self.reference):
             self.reference = regroup(self.reference)
 
-    def implementation(self, framework: str) -> Callable | None:
-        """The callable for ``framework``, or None when the scenario gives none."""
-        if isinstance(self.f, Mapping):
-            return self.f.get(framework)
-        return self.f
+    def implementation(self, framework: str, dtype: str = "float64", device: str = "cpu") -> Callable | None:
+        """The callable for ``framework`` (None when the scenario gives none), with the models it
+        holds in ``dtype`` on ``device`` (the execution device): made now, outside any transform."""
+        key = framework if isinstance(self.f, Mapping) else "any"
+        fn = self.f.get(framework) if isinstance(self.f, Mapping) else self.f
+        if fn is None:
+            return None
+        if hasattr(fn, "prepare"):  # a module given as x: its copy for this dtype and device
+            fn.prepare(dtype, device)
+        captured = self._models.get(key) if "_models" in self.__dict__ else None
+        return captured.for_cell(dtype, device) if captured else fn
 
     def fingerprint(self) -> str:
         """A stable hash of everything that decides the reference: code, inputs, operator.

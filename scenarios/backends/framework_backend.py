@@ -1,17 +1,17 @@
 """Backends that run a framework's own differentiation (torch, jax): the shared cell preparation."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optree
 
-from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
-from gradci.scenarios.contract.devices import CPU, execution_device
 from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
 from gradci.scenarios.adapters.adapter import arrays_apart
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.authoring.scenario import Tangents, map_tangents
-
+from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
+from gradci.scenarios.contract.devices import CPU, execution_device
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 # Forward mode builds some operators (``Operator.per_input_in_forward``) from one JVP per input
 # element, all at once, vectorised: past this many elements that is too much memory and time to be
@@ -34,7 +34,7 @@ class FrameworkBackend(Backend):
 
     def unavailable(self) -> str | None:
         try:
-            self.adapter
+            get_framework(self.framework)
         except FrameworkUnavailable as exc:
             return str(exc)
         return None
@@ -56,7 +56,7 @@ class FrameworkBackend(Backend):
         return result
 
     def prepare(self, scenario, tangent, device, dtype) -> Prepared:
-        fn = scenario.implementation(self.framework)
+        fn = scenario.implementation(self.framework, dtype, execution_device(device))
         if fn is None:
             raise CellSkipped(f"the scenario has no {self.framework} implementation")
         operator = scenario.operator
