@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install services browser bench clean
+.PHONY: demo test lint install services browser bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,14 @@ services:
 browser:
 	bash scripts/install-browser.sh
 
-test: $(STAMP) services browser
+# ruff over the whole repository; mypy over the installed package gradci (its layers laid out under their
+# import names by scripts/typecheck_tree.py: mypy cannot follow the editable install's import hook).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) scripts/typecheck_tree.py > /dev/null
+	$(VENV)/bin/mypy
+
+test: lint services browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) services

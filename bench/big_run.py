@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, select  # noqa: E402
 
 from gradci.services.db.models import Result, Run  # noqa: E402
-from gradci.services.reports.run_report import store_report  # noqa: E402
 from gradci.services.db.pagination import encode_cursor  # noqa: E402
 from gradci.services.db.session import engine_for, session_scope  # noqa: E402
-from tests.databases import scratch_database  # noqa: E402
-from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run  # noqa: E402
-from tests.served_app import ServedApp, served_app  # noqa: E402
+from gradci.services.reports.run_report import store_report  # noqa: E402
+from gradci.testing.big_runs import MATRIX_SIZE, BigRun, create_big_run  # noqa: E402
+from gradci.testing.databases import scratch_database  # noqa: E402
+from gradci.testing.served_app import ServedApp, served_app  # noqa: E402
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

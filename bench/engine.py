@@ -11,11 +11,10 @@ from __future__ import annotations
 import statistics
 import time
 
-
 import gradci
-from gradci.scenarios.verdict.check import resolve_backends
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.reference.finite_differences import ReferenceCache
+from gradci.scenarios.verdict.check import resolve_backends
 
 ROUNDS, CALLS = 7, 50
 

@@ -37,8 +37,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from gradci.services.github.signature import sign  # noqa: E402
-from tests.payloads import payload  # noqa: E402
-from tests.test_integration import free_port, service_env, spawn, stop, wait_for  # noqa: E402
+from gradci.testing.processes import free_port, service_env, spawn, stop, wait_for  # noqa: E402
+
+PAYLOADS = ROOT / "tests" / "data" / "github-payloads"  # data the tests share: read, never imported
 
 SECRET = "bench-webhook-secret"
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -90,7 +91,7 @@ class WebhookLoadFigures:
 
 def pull_request_deliveries(count: int, secret: str = SECRET) -> list[WebhookDelivery]:
     """``count`` signed ``opened`` deliveries, pull requests 1..count, each with its own head commit."""
-    template = payload("pull_request.opened")
+    template = json.loads((PAYLOADS / "pull_request.opened.json").read_text())
     deliveries = []
     for number in range(1, count + 1):
         body = copy.deepcopy(template)
@@ -223,7 +224,7 @@ def scratch_databases(postgres_admin_url: str, redis_url: str) -> Iterator[str]:
     """A new migrated PostgreSQL database (dropped on exit) and the Redis database emptied."""
     import redis
 
-    from tests.databases import scratch_database
+    from gradci.testing.databases import scratch_database
 
     redis.Redis.from_url(redis_url).flushdb()
     with scratch_database(postgres_admin_url, "gradci_load") as url:

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 
 import gradci
 from gradci.scenarios.library import conformance as frameworks
-from gradci.scenarios.reference.flat_function import ravel
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import ReferenceCache
+from gradci.scenarios.reference.flat_function import ravel
 from gradci.scenarios.reference.stencils import BATCHING_ENV
 
 JAX_BACKENDS = ["jax-rev", "jax-fwd", "jax-rev-jit"]

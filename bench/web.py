@@ -28,9 +28,9 @@ from gradci.services.db.models import Result, Run  # noqa: E402
 from gradci.services.db.runs import create_run  # noqa: E402
 from gradci.services.db.session import engine_for, session_scope  # noqa: E402
 from gradci.services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN  # noqa: E402
-from tests.big_run_data import BigRun  # noqa: E402
-from tests.databases import scratch_database  # noqa: E402
-from tests.served_app import served_app  # noqa: E402
+from gradci.testing.big_runs import BigRun  # noqa: E402
+from gradci.testing.databases import scratch_database  # noqa: E402
+from gradci.testing.served_app import served_app  # noqa: E402
 from gradci.web.run_page import run_progress  # noqa: E402
 
 # A copy of the head run's cells of one scenario, its errors and times drifting from run to run.

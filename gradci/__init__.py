@@ -20,21 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gradci.scenarios import library as library
+    from gradci.scenarios.authoring.expectations import Expect as Expect
     from gradci.scenarios.authoring.namespace import namespace as namespace
+    from gradci.scenarios.authoring.scenario import Scenario as Scenario
+    from gradci.scenarios.authoring.scenario import Tangents as Tangents
+    from gradci.scenarios.authoring.scenario_tests import scenario_tests as scenario_tests
     from gradci.scenarios.backends import Backend as Backend
     from gradci.scenarios.backends import backend_names as backend_names
     from gradci.scenarios.backends import get_backend as get_backend
     from gradci.scenarios.contract.cell import STATUSES as STATUSES
     from gradci.scenarios.contract.cell import Cell as Cell
-    from gradci.scenarios.verdict.check import Report as Report
-    from gradci.scenarios.verdict.check import check as check
+    from gradci.scenarios.contract.cell import Status as Status
     from gradci.scenarios.contract.devices import current_device as current_device
-    from gradci.scenarios.authoring.expectations import Expect as Expect
     from gradci.scenarios.contract.matrix import Matrix as Matrix
     from gradci.scenarios.contract.matrix import select_scenarios as select_scenarios
     from gradci.scenarios.operators.records import OPERATORS as OPERATORS
-    from gradci.scenarios.authoring.scenario import Scenario as Scenario
-    from gradci.scenarios.authoring.scenario import Tangents as Tangents
+    from gradci.scenarios.verdict.check import Report as Report
+    from gradci.scenarios.verdict.check import check as check
     from gradci.scenarios.verdict.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
     from gradci.scenarios.verdict.tolerances import Tolerance as Tolerance
 
@@ -43,11 +45,13 @@ _EXPORTS = {
     "Scenario": "gradci.scenarios.authoring.scenario",
     "Tangents": "gradci.scenarios.authoring.scenario",
     "Expect": "gradci.scenarios.authoring.expectations",
+    "scenario_tests": "gradci.scenarios.authoring.scenario_tests",
     "namespace": "gradci.scenarios.authoring.namespace",
     "check": "gradci.scenarios.verdict.check",
     "Report": "gradci.scenarios.verdict.check",
     "Cell": "gradci.scenarios.contract.cell",
     "STATUSES": "gradci.scenarios.contract.cell",
+    "Status": "gradci.scenarios.contract.cell",
     "Tolerance": "gradci.scenarios.verdict.tolerances",
     "DEFAULT_TOLERANCES": "gradci.scenarios.verdict.tolerances",
     "OPERATORS": "gradci.scenarios.operators.records",

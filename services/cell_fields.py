@@ -16,7 +16,7 @@ def cell_fields(names: Iterable[str] = FIELD_NAMES, *, required: bool = False) -
     defaults = {field.name: field.default for field in FIELDS}
     out: dict[str, Any] = {}
     for name in names:
-        kind = Literal[stored_values(name)] if name in VOCABULARIES else hints[name]  # type: ignore[valid-type]
+        kind = Literal[stored_values(name)] if name in VOCABULARIES else hints[name]
         default = defaults[name]
         out[name] = (kind, ... if required or default is dataclasses.MISSING else default)
     return out

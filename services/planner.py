@@ -128,7 +128,8 @@ class GpuWorkers:
 
 
 def route(need: Requirements, device: str, gpus: GpuWorkers) -> str:
-    """The queue for a job of ``device`` whose scenarios need ``need`` (``gradci.scenarios.contract.requirements.needs``).
+    """The queue for a job of ``device`` whose scenarios need ``need``
+    (``gradci.scenarios.contract.requirements.needs``).
 
     Without a need: the device's own queue. With one: ``cuda.smXY`` of the lowest capability whose
     workers all meet it (those online, else those seen before), leaving bigger GPUs to whoever needs
@@ -182,6 +183,7 @@ def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, ch
     """device × backend × chunks of the scenarios that can run on the device, in a stable order; the
     scenarios of a device are first grouped by the queue their needs route them to."""
     specs = []
+    assert matrix.devices is not None and matrix.backends is not None, "a resolved matrix"
     for device in matrix.devices:
         queues: dict[str, list[str]] = {}
         for info in runnable.get(device, ()):
@@ -198,6 +200,7 @@ def split_runnable(scenarios: Sequence[ScenarioInfo], matrix: Matrix) -> tuple[d
     """Per device, the scenarios some cell of which can run there; and the others, skipped with why."""
     runnable: dict[str, list[ScenarioInfo]] = {}
     skipped = []
+    assert matrix.devices is not None, "a resolved matrix"
     for device in matrix.devices:
         for info in scenarios:
             dtypes = cell_dtypes(info.dtypes, matrix.dtypes)
@@ -242,7 +245,7 @@ def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequen
     """(scenario, dtype) of each cell a job checks. A scenario the checkout no longer declares
     keeps its name with no dtype known: the worker reports it as an error cell in each requested
     dtype, or in float64 when the run asked for none."""
-    cells = []
+    cells: list[tuple[str, str]] = []
     for name in job_scenarios:
         declared = declared_dtypes.get(name)
         if declared is None:

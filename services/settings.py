@@ -162,4 +162,4 @@ def get_settings() -> Settings:
     """The process-wide settings: the environment, then the files of GRADCI_SECRETS_DIR when set.
     Tests override with ``get_settings.cache_clear()`` after changing the environment, or pass a
     ``Settings`` to ``create_app`` directly."""
-    return Settings(_secrets_dir=os.environ.get(SECRETS_DIR_VARIABLE) or None)
+    return Settings(_secrets_dir=os.environ.get(SECRETS_DIR_VARIABLE) or None)  # type: ignore[call-arg]  # pydantic-settings' init-only option, unknown to its mypy signature

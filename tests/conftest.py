@@ -1,11 +1,17 @@
-"""Shared fixtures: real databases and a real broker, never mocks of them.
+"""Shared fixtures: real databases and a real broker, never mocks of them. Helpers live in
+``tests/support``; fixtures live here and in each layer's conftest.py.
 
 PostgreSQL: one uniquely named database per test session, created in the cluster behind
 ``GRADCI_TEST_POSTGRES_URL`` (default: the local ``test`` database, trust auth), migrated with the
 real Alembic migrations, emptied between tests and dropped at the end. SQLite: a migrated file in
-the test's ``tmp_path``. Redis: a database number of its own (``GRADCI_TEST_REDIS_URL``), flushed
-before each test that uses it. A service that is not running skips its tests with the reason;
-``make test`` starts both first.
+the test's ``tmp_path``. Redis: one database number per test session, claimed on the server behind
+``GRADCI_TEST_REDIS_URL`` so that sessions running at once never share one, flushed before each test
+(``redis_url``) or each service started on it. A server that is not running skips its tests with the
+reason; ``make test`` starts both first.
+
+Every test that needs PostgreSQL, Redis, Chromium or service processes is marked ``integration``:
+``pytest -m "not integration and not slow"`` needs none of them, and a test of that subset that asks
+for the session's PostgreSQL or Redis fails, saying so.
 """
 from __future__ import annotations
 
@@ -18,16 +24,41 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from gradci.services.db.migrate import upgrade
-from gradci.services.db.session import dispose_engine, engine_for, session_scope
-from gradci.services.settings import get_settings
-from tests.databases import admin_connection, scratch_database
 from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine, session_scope
+from gradci.services.settings import get_settings
+from tests.support.cells import TWO_GPUS, synthetic_cell
+from tests.support.databases import (
+    POSTGRES_ADMIN_URL,
+    RedisUnavailable,
+    admin_connection,
+    claimed_redis_database,
+    emptied,
+    flushed,
+    scratch_database,
+)
+from tests.support.repos import project_repository
+from tests.support.service import Service, running_service
 
-POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "github_reports", "run_reports", "runs", "repositories",
-          "workers")
+# The scenario projects under data/ are user repositories, some with tests of their own: not ours to collect.
+collect_ignore_glob = ["data/*"]
+
+SERVERS = {"postgres_database": "PostgreSQL", "redis_database": "Redis"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that uses the session's PostgreSQL or Redis must be marked ``integration``."""
+    if item.get_closest_marker("integration") is not None:
+        return
+    needs = [SERVERS[name] for name in SERVERS if name in getattr(item, "fixturenames", ())]
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("database_url") == "postgres":
+        needs.append("PostgreSQL")
+    if needs:
+        pytest.fail(f"{item.nodeid} uses {' and '.join(sorted(set(needs)))} but is not marked integration: add "
+                    "`pytestmark = pytest.mark.integration` to its module (or mark the test), so that "
+                    "`pytest -m \"not integration\"` needs no server", pytrace=False)
 
 
 @pytest.fixture
@@ -54,15 +85,6 @@ def postgres_database() -> Iterator[str]:
         yield url
 
 
-def emptied(database_url: str) -> str:
-    """The session's PostgreSQL database with every table emptied. A service started over it must
-    begin so: its reconciler would otherwise plan the runs an earlier test left queued, and its jobs
-    would wait behind theirs."""
-    with engine_for(database_url).begin() as connection:
-        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-    return database_url
-
-
 @pytest.fixture
 def postgres_url(postgres_database: str) -> str:
     """The session's PostgreSQL database, emptied for this test."""
@@ -78,52 +100,26 @@ def sqlite_url(tmp_path: Any) -> Iterator[str]:
     dispose_engine(url)
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.integration), "sqlite"])
 def database_url(request: pytest.FixtureRequest) -> str:
-    """The test runs once on PostgreSQL and once on SQLite."""
+    """The test runs once on PostgreSQL (marked integration) and once on SQLite."""
     return request.getfixturevalue(f"{request.param}_url")
 
 
-@pytest.fixture
-def redis_url() -> str:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+@pytest.fixture(scope="session")
+def redis_database() -> Iterator[str]:
+    """URL of the Redis database number claimed for this test session (not flushed: see ``redis_url``)."""
     try:
-        client.flushdb()
-    except redis.ConnectionError as exc:
-        pytest.skip(f"Redis is not reachable at {REDIS_URL}: {exc}")
-    finally:
-        client.close()
-    return REDIS_URL
+        with claimed_redis_database() as url:
+            yield url
+    except RedisUnavailable as exc:
+        pytest.skip(str(exc))
 
 
-STATUS_CYCLE = ("pass", "pass", "pass", "fail", "error", "skip", "xfail", "xpass")
-
-
-def synthetic_cell(index: int, *, status: str | None = None, backend: str = "jax-rev",
-                   device: str = "cpu", dtype: str = "float64") -> dict[str, Any]:
-    """A cell as a runner streams it: the scenarios.cell.Cell fields plus a fingerprint, with
-    values the engine produces (ingestion refuses any other)."""
-    return {
-        "scenario": f"scenario_{index:05d}",
-        "operator": "gradient",
-        "framework": "numpy" if backend == "fd" else backend.split("-")[0],
-        "backend": backend,
-        "mode": {"fd": "finite"}.get(backend, "forward" if backend.endswith("-fwd") else "reverse"),
-        "device": device,
-        "dtype": dtype,
-        "status": status or STATUS_CYCLE[index % len(STATUS_CYCLE)],
-        "max_abs_err": 1e-9 * index,
-        "max_rel_err": 1e-10 * index,
-        "atol": 1e-8,
-        "rtol": 1e-6,
-        "time_ms": 0.5 + index % 7,
-        "first_call_ms": 20.0,
-        "peak_memory_bytes": 1024 * index,
-        "message": "" if index % 8 < 3 else f"cell {index}: max abs error above tolerance",
-        "fingerprint": f"{index:064x}"[-64:],
-    }
+@pytest.fixture
+def redis_url(redis_database: str) -> str:
+    """The session's Redis database, flushed for this test."""
+    return flushed(redis_database)
 
 
 @pytest.fixture
@@ -144,15 +140,6 @@ def cell_factory() -> Callable[..., dict[str, Any]]:
     return synthetic_cell
 
 
-# Two simulated GPUs (GRADCI_DEVICE_INVENTORY): routing, per-device workers and the GPU path are
-# tested through the same code as real ones.
-TWO_GPUS = [
-    {"name": "NVIDIA H100 80GB HBM3", "capability": "90", "memory_total": 85_520_809_984,
-     "memory_free": 80_000_000_000, "driver": "550.54.15", "cuda": "12.4"},
-    {"name": "NVIDIA A100-SXM4-40GB", "capability": "80", "memory_total": 42_949_672_960},
-]
-
-
 @pytest.fixture
 def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This process sees TWO_GPUS as its GPUs."""
@@ -160,3 +147,25 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(json.dumps(TWO_GPUS))
     monkeypatch.setenv(INVENTORY_VARIABLE, str(path))
     return path
+
+
+# --- a service (``gradci api`` + ``gradci worker``) on PostgreSQL and Redis ---------------------------
+
+
+@pytest.fixture(scope="module")
+def checks_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``tests/data/projects/service_checks`` as a git repository: (path, head sha)."""
+    root = tmp_path_factory.mktemp("service_checks")
+    return root, project_repository("service_checks", root)
+
+
+@pytest.fixture(scope="module")
+def redis_service(postgres_database: str, redis_database: str, checks_project: tuple[Path, str],
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """``gradci api`` and one ``gradci worker --concurrency 1`` on the session's PostgreSQL (emptied)
+    and Redis (flushed), checking ``checks_project``; for the test module."""
+    with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"),
+                         tmp_path_factory.mktemp("logs"), repo=checks_project[0], sha=checks_project[1],
+                         concurrency=1, job_chunk_size="2", cell_timeout_s="60", max_job_attempts="3",
+                         worker_heartbeat_s="1") as service:
+        yield service

@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Import name -> repository folder, as the distribution maps them.
 FOLDERS: dict[str, str] = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["LAYERS"]
 # Layer of each package: a module may use its own layer and those below it.
+# gradci.testing (what tests/ and bench/ share) drives the command line's processes: above everything.
 LAYERS = {"gradci": 0, "gradci.scenarios": 0, "gradci.services": 1, "gradci.worker": 2, "gradci.web": 2,
-          "gradci.cli": 3}
+          "gradci.cli": 3, "gradci.testing": 4}
 # ``python -m gradci`` is the command line, though it lives in the package's root folder.
-PART_OF = {"gradci.__main__": "gradci.cli"}
+PART_OF = {"gradci.__main__": "gradci.cli", "gradci.pytest_plugin": "gradci.cli"}
 # Third-party packages the engine must not touch: it has no web, database or queue code.
 NOT_IN_THE_ENGINE = ("sqlalchemy", "alembic", "fastapi", "starlette", "celery", "kombu", "redis", "httpx",
                      "jinja2", "psycopg", "uvicorn")

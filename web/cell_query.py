@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from pydantic import Field, StringConstraints
 
-from gradci.services.db.models import CellStatus
+from gradci.scenarios.contract.cell import Status
 from gradci.services.db.queries import ResultFilter
 from gradci.web.form_query import FormQuery
 
@@ -21,7 +21,7 @@ class CellQuery(FormQuery):
     backend: Choice | None = None
     device: Choice | None = None
     dtype: Choice | None = None
-    status: CellStatus | None = None
+    status: Status | None = None
     page: int = Field(1, ge=1, le=1_000_000, description="page of the heatmap's rows")
     cursor: Annotated[str, StringConstraints(max_length=40)] | None = Field(None, description="page of the table")
 

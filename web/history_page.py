@@ -64,7 +64,8 @@ def history_data(history: ScenarioHistory) -> dict[str, Any]:
     keys = sorted({point[2] for point in points})
     row = {key: index for index, key in enumerate(keys)}
     width = len(history.runs)
-    cells, values, ratios, times, first_calls = ([[None] * width for _ in keys] for _ in range(5))
+    empty: list[Any] = [None] * width
+    cells, values, ratios, times, first_calls = ([list(empty) for _ in keys] for _ in range(5))
     status_value = heatmap.status_value
     for run_id, cell_id, key, status, ratio, time_ms, first_call in points:
         at, run = row[key], column[run_id]
@@ -74,7 +75,8 @@ def history_data(history: ScenarioHistory) -> dict[str, Any]:
         times[at][run] = microseconds(time_ms)
         first_calls[at][run] = microseconds(first_call)
     return {"runs": [run.id for run in history.runs], "shas": [short_sha(run.head_sha) for run in history.runs],
-            "series": [heatmap.column_label(key) for key in keys], "statuses": [labelled(status) for status in heatmap.BANDS],
+            "series": [heatmap.column_label(key) for key in keys],
+            "statuses": [labelled(status) for status in heatmap.BANDS],
             "cell": cells, "z": values, "tolerance_ratio": ratios, "time_ms": times, "first_call_ms": first_calls}
 
 

@@ -13,10 +13,11 @@ from fastapi.responses import HTMLResponse
 from pydantic import Field, StringConstraints
 from sqlalchemy.orm import Session
 
+from gradci.scenarios.contract.cell import Status
 from gradci.services.api.deps import ReadSession, SettingsDep
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
-from gradci.services.db.models import FINISHED_RUN_STATUSES, CellStatus, JobStatus, Run
+from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.waiting import waiting_jobs
 from gradci.services.reports import finished
 from gradci.services.reports.coverage import percent, run_coverage
@@ -98,7 +99,7 @@ def run_page(run_id: RunId, request: Request, session: ReadSession, settings: Se
     return templates.TemplateResponse(request, "run.html", {
         "run": run, "report": report, "report_error": report_error, "state": live_state(run, progress, matrix),
         "cells": cells, "query": query, "filters": FILTERS, "matrix": matrix, "poll_interval_ms": POLL_INTERVAL_MS,
-        "choices": {**filter_choices(session, run, progress.cells), "status": list(CellStatus.values())},
+        "choices": {**filter_choices(session, run, progress.cells), "status": list(Status.values())},
         "waiting_shown": WAITING_SHOWN, "waiting": [] if run.status in FINISHED_RUN_STATUSES else waiting_jobs(
             session, within_s=settings.worker_online_s, run_ids=[run.id], limit=WAITING_SHOWN)})
 

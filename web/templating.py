@@ -28,9 +28,10 @@ def short_sha(sha: str | None) -> str:
     return (sha or "")[:7]
 
 
-def memory(value: int | None) -> str:
-    if value is None:
+def memory(count: int | None) -> str:
+    if count is None:
         return "—"
+    value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"

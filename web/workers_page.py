@@ -24,7 +24,8 @@ WAITING_SHOWN = 100  # jobs waiting for a device listed, oldest first
 def worker_row(worker: Worker, online: bool, job: Any) -> dict[str, Any]:
     """One worker as the table shows it: its device record (``versions["device"]``) summarised, the
     device's memory, the host's resident memory when the heartbeat has it, and its versions."""
-    record = worker.versions.get("device") if isinstance(worker.versions.get("device"), dict) else {}
+    device = worker.versions.get("device")
+    record: dict[str, Any] = device if isinstance(device, dict) else {}
     packages = {name: version for name, version in worker.versions.items() if isinstance(version, str | None)
                 and name not in RESIDENT_KEYS}
     packages.update({name: version for name, version in frameworks(record) if name not in packages})

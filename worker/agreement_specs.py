@@ -1,6 +1,7 @@
-"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it (``gradci.scenarios.verdict.device_agreement``):
-the engine checks a device named ``<gpu>-vs-cpu`` by comparing that GPU's results with the CPU's,
-and the runner answers exactly the cells its request lists."""
+"""The CPU–GPU agreement cell of a GPU cell, as the runner is asked for it
+(``gradci.scenarios.verdict.device_agreement``): the engine checks a device named ``<gpu>-vs-cpu`` by
+comparing that GPU's results with the CPU's, and the runner answers exactly the cells its request
+lists."""
 from __future__ import annotations
 
 import dataclasses

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -44,7 +44,7 @@ def config_environment(extra_config: list[str]) -> dict[str, str]:
     return env
 
 
-def _git(args: list[str], *, cwd: Path | None = None, extra_config: list[str] = (),
+def _git(args: list[str], *, cwd: Path | None = None, extra_config: Sequence[str] = (),
          stdout_bytes: bool = False) -> str | bytes:
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S,
@@ -142,6 +142,7 @@ class Checkouts:
         archive = _git(["archive", "--format=tar", sha], cwd=self.mirror_dir(normalize_repo(repo)), stdout_bytes=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=target.parent))
+        assert isinstance(archive, bytes)  # stdout_bytes
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")  # refuses absolute paths and links out of the tree
         staging.chmod(0o755)  # mkdtemp made it private; the runner reads it as another user

@@ -109,5 +109,15 @@ def configure(device: LocalDevice, name: str | None = None, settings: Settings |
     return _configured
 
 
+class NotConfigured(RuntimeError):
+    """A worker's task or hook ran in a process that never said which worker it is."""
+
+
 def current() -> WorkerContext:
-    return _configured or configure(LocalDevice(CPU))
+    """This process's worker context, as ``configure`` set it. Never guessed: a CPU default would let a
+    GPU worker's pool, or a process that is no worker at all, run jobs as a CPU worker."""
+    if _configured is None:
+        raise NotConfigured("this process is not a configured worker: call gradci.worker.context.configure("
+                            "device, name=..., settings=...) first, as `gradci worker --device ...` does "
+                            "(gradci.worker.start.start_worker)")
+    return _configured

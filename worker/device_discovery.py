@@ -148,7 +148,8 @@ def gpu_records() -> list[dict[str, Any]]:
     """Every GPU this process sees, from the first source that answers (see the module's doc)."""
     simulated = os.environ.get(INVENTORY_VARIABLE)
     if simulated:
-        return [gpu_record(index, source="simulated", **gpu) for index, gpu in enumerate(read_simulated_gpus(simulated))]
+        return [gpu_record(index, source="simulated", **gpu)
+                for index, gpu in enumerate(read_simulated_gpus(simulated))]
     try:
         gpus = _gpus_from_nvml()
     except _NotNumeric:
@@ -163,7 +164,7 @@ def _gpus_from_nvml() -> list[dict[str, Any]] | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver: NVML is installed but there is no GPU to see
+    except Exception:  # noqa: BLE001 - no driver: NVML is installed but there is no GPU to see
         return []
     try:
         driver = _decoded(pynvml.nvmlSystemGetDriverVersion())

@@ -20,17 +20,27 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.utils.functional import retry_over_time
 
-from gradci.scenarios.contract.devices import CPU
 from gradci.scenarios.authoring.project import ProjectError, load_project
+from gradci.scenarios.contract.devices import CPU
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
-from gradci.services.db.jobs import (Claim, cancel_requested, claim_job, finish_job, holds_job, lock_run, renew_lease,
-                              run_backends, stored_cell_keys, unfinished_jobs)
+from gradci.services.db.jobs import (
+    Claim,
+    cancel_requested,
+    claim_job,
+    finish_job,
+    holds_job,
+    lock_run,
+    renew_lease,
+    run_backends,
+    stored_cell_keys,
+    unfinished_jobs,
+)
 from gradci.services.db.models import Job, JobStatus, Run
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import session_scope
@@ -137,7 +147,7 @@ class ResultWriter:
 
         return patiently(finish_once, f"finishing job {self.job.id}")
 
-    def _store(self, session) -> int:  # type: ignore[no-untyped-def]
+    def _store(self, session) -> int:
         return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id) if self.pending else 0
 
     def _stored(self, count: int) -> None:
@@ -175,7 +185,7 @@ class LeaseKeeper:
 
 
 def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, context: WorkerContext) -> CellSpec:
-    backend = source.backends.get(job.backend, {}) if source else {}
+    backend: Mapping[str, Any] = source.backends.get(job.backend, {}) if source else {}
     info = source.by_name.get(scenario) if source else None
     return CellSpec(scenario=scenario, backend=job.backend, device=job.device, dtype=dtype,
                     operator=info.operator if info else "", framework=backend.get("framework", ""),
@@ -183,7 +193,7 @@ def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, con
                     run_on=context.run_on(job.device), fingerprint=info.fingerprint if info else None)
 
 
-def other_mode_backends(backend: str, run_backends: Sequence[str], known: dict[str, dict[str, Any]]) -> list[str]:
+def other_mode_backends(backend: str, run_backends: Sequence[str], known: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The run's backends of ``backend``'s framework in the other of forward and reverse mode: a
     scenario's cells are compared with theirs, as ``gradci check`` compares a scenario's cells."""
     own = known.get(backend, {})
@@ -234,7 +244,9 @@ class JobExecution:
                                    max_attempts=settings.max_job_attempts, lease_s=settings.worker_online_s)
             if job is None:
                 return
-            ref, run = JobRef.of(job), RunRef.of(session.get(Run, job.run_id))
+            stored_run = session.get(Run, job.run_id)
+            assert stored_run is not None, "a job's run outlives it (ON DELETE CASCADE)"
+            ref, run = JobRef.of(job), RunRef.of(stored_run)
             attempt = job.attempts
             backends = run_backends(session, job.run_id, job.device) if claim is Claim.run else []
             # A GPU job of a backend the run also checks on the cpu compares its results with the CPU's.
@@ -263,7 +275,7 @@ class JobExecution:
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
         try:
-            for index, (scenario, dtype) in enumerate(cells):
+            for index, (scenario, dtype) in enumerate(cells):  # noqa: B007 - read after the loop: where it stopped
                 stop = writer.flush_and_poll() if writer.due() else None
                 if stop is Stop.lost:
                     log.warning("job %s was taken over by another delivery: this one stops", job.id)

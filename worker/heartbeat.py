@@ -63,7 +63,7 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 self.beat()
-            except Exception as exc:  # the database may be briefly away; the next beat retries
+            except Exception as exc:  # noqa: BLE001 - the database may be briefly away; the next beat retries
                 self._healthy_since = None
                 log.warning("heartbeat failed: %s", exc)
             else:
@@ -76,7 +76,7 @@ class Heartbeat:
             return
         try:
             self.after_beat(self.name, healthy_for_s)
-        except Exception as exc:  # a chore failing (the broker away, say) must not stop the beats
+        except Exception as exc:  # noqa: BLE001 - a chore failing (the broker away) must not stop the beats
             log.warning("periodic chores failed: %s: %s", type(exc).__name__, exc)
 
     def start(self) -> None:
@@ -84,7 +84,7 @@ class Heartbeat:
         # device record from the registry (services.db.jobs.claim_job).
         try:
             self.beat()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as in the loop: the next beat retries
             log.warning("heartbeat failed: %s", exc)
         self._thread.start()
 

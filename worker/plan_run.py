@@ -15,12 +15,12 @@ cells are stored as ``skip`` with the reason they waited, and the job is done.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from gradci.scenarios.contract.cell import Cell
-from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.authoring.project import ProjectError, read_config
+from gradci.scenarios.contract.cell import Cell, Status
+from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.services import planner
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
@@ -45,7 +45,8 @@ def default_devices(online: dict[str, int]) -> list[str]:
     return [CPU] + ([CUDA] if any(device.startswith(CUDA) for device in online) else [])
 
 
-def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob, send_finalize: SendFinalize | None = None) -> None:
+def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
+              send_finalize: SendFinalize | None = None) -> None:
     """Without ``send_finalize``, a run whose last job's wait ended here is finalised by the reconciler."""
     settings = context.settings
     database = settings.database_url
@@ -100,6 +101,7 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
         record_catalog(session, run_id, source.scenarios)
         run.config = repository_config(source.root)
         jobs = store_jobs(session, run, the_plan.jobs)
+        assert the_plan.matrix.backends is not None, "a plan's matrix is resolved"
         skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends
                    for cell in skip_cells(source, backend, skip.device, [(skip.scenario, d) for d in skip.dtypes],
                                           skip.reason)]
@@ -111,9 +113,9 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
 def skip_cells(source: Source, backend: str, device: str, cells: Iterable[tuple[str, str]],
                reason: str) -> list[dict[str, Any]]:
     """``skip`` cells of (scenario, dtype) pairs that no worker will check, with the reason."""
-    kind = source.backends.get(backend, {})
+    kind: Mapping[str, Any] = source.backends.get(backend, {})
     return [Cell(scenario=name, operator=source.by_name[name].operator, framework=kind.get("framework", ""),
-                 backend=backend, mode=kind.get("mode", ""), device=device, dtype=dtype, status="skip",
+                 backend=backend, mode=kind.get("mode", ""), device=device, dtype=dtype, status=Status.SKIP,
                  message=reason[:500]).to_dict() | {"fingerprint": source.by_name[name].fingerprint}
             for name, dtype in cells if name in source.by_name]
 

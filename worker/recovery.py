@@ -32,8 +32,14 @@ import time
 from collections.abc import Callable, Iterable
 
 from gradci.services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_tasks
-from gradci.services.db.jobs import (lost_jobs, mark_resent, requeue_lost, stranded_jobs, unfinalized_runs,
-                              unplanned_runs)
+from gradci.services.db.jobs import (
+    lost_jobs,
+    mark_resent,
+    requeue_lost,
+    stranded_jobs,
+    unfinalized_runs,
+    unplanned_runs,
+)
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import overdue_runs
 from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, RUN_JOB

@@ -1,7 +1,8 @@
 """The warm runner: one sandboxed subprocess per worker process, where scenario code runs.
 
 The worker process itself never imports scenario code or a framework. It asks its runner
-(``gradci.worker.runner_child``) for the cells of one scenario at a time over JSON lines (a job asks for one
+(``gradci.worker.runner_child``) for the cells of one scenario at a time over JSON lines
+(``gradci.worker.runner_messages``; a job asks for one
 cell, ``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
 segfaults, aborts, exits or hangs, the cells asked for become ``error`` cells naming the signal or
 the timeout, the runner is killed (with anything it started: it leads its own process group) and
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import json
 import logging
 import os
 import select
@@ -29,14 +29,32 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.contract.simulated_gpus import inline_inventory
 from gradci.worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
+from gradci.worker.runner_messages import (
+    Answer,
+    Beat,
+    CellsReply,
+    CellsRequest,
+    ListReply,
+    ListRequest,
+    ProtocolError,
+    Ready,
+    Refusal,
+    Request,
+    WarmReply,
+    WarmRequest,
+    parse_answer,
+    request_to_json,
+)
 from gradci.worker.runner_output import OutputDrain
 from gradci.worker.sandbox import SandboxPolicy
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", bound=Answer)
 
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
@@ -91,7 +109,7 @@ class CellSpec:
     def error_cell(self, message: str) -> dict[str, Any]:
         return {"scenario": self.scenario, "operator": self.operator, "framework": self.framework,
                 "backend": self.backend, "mode": self.mode, "device": self.device, "dtype": self.dtype,
-                "status": "error", "message": message[:500], "fingerprint": self.fingerprint}
+                "status": Status.ERROR, "message": message[:500], "fingerprint": self.fingerprint}
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -136,7 +154,7 @@ class WarmRunner:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self.alive else None
+        return self._process.pid if self._process is not None and self.alive else None
 
     @property
     def alive(self) -> bool:
@@ -158,10 +176,14 @@ class WarmRunner:
             env["GRADCI_JAX_CACHE_DIR"] = str(cache)
         self._process = subprocess.Popen(layout.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=env, start_new_session=True)
-        self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)  # type: ignore[arg-type]
+        assert self._process.stderr is not None  # stderr=PIPE
+        self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)
         self.starts += 1
         self._buffer, self._warm, self._restart_due = b"", set(), None
-        self._read_reply(self.startup_timeout_s, what="starting")
+        ready = self._read_answer(Ready, self.startup_timeout_s, what="starting")
+        if not isinstance(ready, Ready):
+            self._discard()
+            raise RunnerError(f"the runner did not start: {ready}")
 
     def _restart_if_due(self) -> None:
         """Between requests, never during one: a runner above its memory ceiling, or whose CUDA
@@ -173,19 +195,20 @@ class WarmRunner:
             self.close()
         self._restart_due = None
 
-    def _note(self, reply: dict[str, Any]) -> None:
+    def _note(self, reply: Answer) -> None:
         """What an answer says about the runner itself: its memory, and whether it must restart."""
-        rss = reply.get("rss_bytes") or 0
+        rss = reply.rss_bytes or 0
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        if reply.get("restart"):
-            self._restart_due = reply["restart"]
+        if isinstance(reply, CellsReply) and reply.restart:
+            self._restart_due = reply.restart
         elif self.max_rss_mb and rss > self.max_rss_mb << 20:
             self._restart_due = f"{rss >> 20} MB resident, above the ceiling of {self.max_rss_mb} MB"
 
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:
             try:
-                self._process.stdin.close()  # type: ignore[union-attr]
+                if self._process.stdin is not None:  # stdin=PIPE
+                    self._process.stdin.close()
                 self._process.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -207,7 +230,8 @@ class WarmRunner:
             self._output = None
         for stream in (process.stdin, process.stdout, process.stderr):
             try:
-                stream.close()  # type: ignore[union-attr]
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
         if self._scratch is not None:
@@ -215,7 +239,7 @@ class WarmRunner:
 
     # --- the protocol ---------------------------------------------------------------------------
 
-    def _read_reply(self, timeout_s: float, *, what: str) -> dict[str, Any]:
+    def _read_answer(self, expected: type[A], timeout_s: float, *, what: str) -> A | Ready | Refusal | Beat:
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         deadline = time.monotonic() + timeout_s
@@ -231,7 +255,11 @@ class WarmRunner:
                     self._on_death(what)
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            return parse_answer(line, expected)
+        except (ProtocolError, ValueError) as exc:
+            self._discard()
+            raise RunnerError(f"the runner answered {line[:200]!r} while {what}: {exc} (it was restarted)") from None
 
     def _on_death(self, what: str) -> None:
         assert self._process is not None
@@ -242,7 +270,7 @@ class WarmRunner:
         self._discard()
         raise RunnerError(f"runner {describe_exit(returncode)} while {what} (it was restarted)")
 
-    def request(self, payload: dict[str, Any], timeout_s: float, *, what: str) -> dict[str, Any]:
+    def request(self, payload: Request, timeout_s: float, *, what: str) -> Answer:
         """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
         runner's last word that a cell started; start the runner first when it is not running (or
         restart it, when the previous answer asked for that)."""
@@ -252,14 +280,17 @@ class WarmRunner:
         output = self._output
         try:
             try:
-                self._process.stdin.write(json.dumps(payload).encode() + b"\n")
+                self._process.stdin.write(request_to_json(payload).encode() + b"\n")
                 self._process.stdin.flush()
             except (BrokenPipeError, OSError):
                 self._on_death(what)
-            reply = self._read_reply(timeout_s, what=what)
-            while reply.get("beat"):  # the next cell started: its own timeout begins
-                reply = self._read_reply(timeout_s, what=what)
+            reply = self._read_answer(payload.answer, timeout_s, what=what)
+            while isinstance(reply, Beat):  # the next cell started: its own timeout begins
+                reply = self._read_answer(payload.answer, timeout_s, what=what)
             output.next_request()
+            if isinstance(reply, Ready):
+                self._discard()
+                raise RunnerError(f"the runner said it started again while {what} (it was restarted)")
             self._note(reply)
             return reply
         except RunnerError:
@@ -273,24 +304,25 @@ class WarmRunner:
     # --- what the worker asks -------------------------------------------------------------------
 
     def list_source(self, source: str | None, *, availability: bool = False,
-                    family: str | None = None) -> dict[str, Any]:
+                    family: str | None = None) -> ListReply:
         """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
         ``family`` of it). ``availability`` also says which backends can run here and which devices
         there are, at the price of importing every framework."""
-        request = {"op": "list", "source": source, "family": family, "availability": availability}
+        request = ListRequest(source=source, family=family, availability=availability)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
-        if not reply.get("ok"):
-            raise RunnerError(reply.get("error", "listing failed"))
+        if isinstance(reply, Refusal):
+            raise RunnerError(reply.error)
+        assert isinstance(reply, ListReply)
         return reply
 
     def warm(self, backends: list[str]) -> None:
         """Import the frameworks of ``backends`` once, outside any cell's timeout."""
         missing = [name for name in backends if name not in self._warm]
         if missing:
-            reply = self.request({"op": "warm", "backends": missing}, self.startup_timeout_s,
-                                 what="importing frameworks")
+            reply = self.request(WarmRequest(backends=missing), self.startup_timeout_s, what="importing frameworks")
             self._warm.update(missing)
-            self.device_memory = reply.get("device_memory", self.device_memory)
+            if isinstance(reply, WarmReply):
+                self.device_memory = reply.device_memory
 
     def run_cell(self, spec: CellSpec, timeout_s: float | None = None, peers: Sequence[str] = (),
                  options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -315,9 +347,9 @@ class WarmRunner:
         count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
-        payload = {"op": "cells", "source": first.source, "family": first.family, "scenario": first.scenario,
-                   "backends": backends, "devices": devices, "dtypes": dtypes, "peers": list(peers),
-                   "options": dict(options or {})}
+        payload = CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
+                               backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
+                               options=dict(options or {}))
         what = "checking this cell" if count == 1 else f"checking a cell of this scenario's {count}"
         try:
             self.warm([*backends, *peers])
@@ -326,9 +358,10 @@ class WarmRunner:
             log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
                         ",".join(dtypes), exc)
             return [spec.error_cell(str(exc)) for spec in specs]
-        if not reply.get("ok"):
-            return [spec.error_cell(reply.get("error", "the runner refused the cells")) for spec in specs]
-        checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply["cells"]}
+        if isinstance(reply, Refusal):
+            return [spec.error_cell(reply.error) for spec in specs]
+        assert isinstance(reply, CellsReply)
+        checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         return [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
 
 

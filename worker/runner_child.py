@@ -3,7 +3,7 @@
 The only process where scenario code (untrusted: it comes from pull requests) and the frameworks
 run. It reads one JSON request per line on stdin and answers one JSON line on a private copy of
 the original stdout; scenario code printing to stdout is sent to stderr instead, so that it can
-never corrupt the protocol. Requests:
+never corrupt the protocol. The messages are ``gradci.worker.runner_messages``'s records:
 
 - ``{"op": "list", "source": ROOT|null, "family": NAME|null, "availability": bool}`` → the scenarios
   of the checkout at ROOT (null: the built-in library, or its family NAME), the registered backends
@@ -32,16 +32,36 @@ writes nothing but its answers; the parent owns timeouts and restarts.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import re
 import resource
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from gradci.scenarios.contract.cell import Status
 from gradci.services.secrecy import forbid_inspection
+from gradci.worker.runner_messages import (
+    Answer,
+    BackendEntry,
+    Beat,
+    CellsReply,
+    CellsRequest,
+    ListReply,
+    ListRequest,
+    ProtocolError,
+    Ready,
+    Refusal,
+    Request,
+    ScenarioEntry,
+    WarmReply,
+    WarmRequest,
+    parse_request,
+)
+
+if TYPE_CHECKING:
+    from gradci.scenarios.backends import Backend
 
 # Set by a GPU worker (``gradci.worker.context``): the share of its GPU torch may take in this runner.
 TORCH_MEMORY_FRACTION_VARIABLE = "GRADCI_TORCH_MEMORY_FRACTION"
@@ -70,7 +90,7 @@ class SourceCache:
         self.file_matrix: dict[str, Any] = {}
         # Every job lists its source: each scenario is fingerprinted once per runner, not per job.
         self.fingerprints: dict[str, str] = {}
-        self.listing: list[dict[str, Any]] = []
+        self.listing: list[ScenarioEntry] = []
 
     def get(self, root: str | None, family: str | None = None) -> SourceCache:
         if self.loaded and (root, family) == (self.root, self.family):
@@ -81,8 +101,8 @@ class SourceCache:
         self.scenarios = {scenario.name: scenario for scenario in found}
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
-            {"name": s.name, "operator": s.operator, "dtypes": list(s.dtypes), "tags": list(s.tags),
-             "fingerprint": self.fingerprints[s.name], "requirements": s.requirements.to_dict()}
+            ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
+                          fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict())
             for s in found
         ]
         self.loaded = True
@@ -114,28 +134,28 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 
 
-def list_source(cache: SourceCache, request: dict[str, Any]) -> dict[str, Any]:
+def list_source(cache: SourceCache, request: ListRequest) -> ListReply:
     from gradci.scenarios.backends import registry
 
-    source = cache.get(request.get("source"), request.get("family"))
-    backends = [{"name": b.name, "framework": b.framework, "mode": b.mode} for b in registry().values()]
-    reply = {"ok": True, "scenarios": source.listing, "backends": backends, "file_matrix": source.file_matrix}
-    if request.get("availability"):
+    source = cache.get(request.source, request.family)
+    backends = [BackendEntry(name=b.name, framework=b.framework, mode=b.mode) for b in registry().values()]
+    reply = ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
+    if request.availability:
         from gradci.scenarios.verdict.check import available_devices
 
         # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
         for backend, entry in zip(registry().values(), backends):
             entry["unavailable"] = backend.unavailable()
-        reply["devices"] = available_devices()
+        reply.devices = available_devices()
     return reply
 
 
-def warm(request: dict[str, Any]) -> dict[str, Any]:
+def warm(request: WarmRequest) -> WarmReply:
     from gradci.scenarios.backends import get_backend
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
-    reasons = {name: get_backend(name).unavailable() for name in request.get("backends", [])}
-    return {"ok": True, "unavailable": reasons, "device_memory": cap_device_memory()}
+    reasons = {name: get_backend(name).unavailable() for name in request.backends}
+    return WarmReply(unavailable=reasons, device_memory=cap_device_memory())
 
 
 _torch_capped: dict[str, Any] | None = None
@@ -188,35 +208,36 @@ class AnnouncingBackend:
         return self._backend.prepare(*args, **kwargs)
 
 
-def check_cells(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
+def check_cells(cache: SourceCache, request: CellsRequest, beat: Callable[[], None]) -> CellsReply | Refusal:
     from gradci.scenarios.backends import get_backend
-    from gradci.scenarios.verdict.check import check_scenario
     from gradci.scenarios.reference.finite_differences import shared_cache
     from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
+    from gradci.scenarios.verdict.check import check_scenario
 
-    source = cache.get(request.get("source"), request.get("family"))
-    scenario = source.scenarios.get(request["scenario"])
+    source = cache.get(request.source, request.family)
+    scenario = source.scenarios.get(request.scenario)
     if scenario is None:
-        return {"ok": False, "error": f"scenario {request['scenario']!r} is not declared by this checkout"}
+        return Refusal(error=f"scenario {request.scenario!r} is not declared by this checkout")
     cap_device_memory()  # a scenario module may have imported torch since the runner warmed up
-    backends = [AnnouncingBackend(get_backend(name), beat) for name in request["backends"]]
-    peers = [AnnouncingBackend(get_backend(name), beat) for name in request.get("peers") or ()
-             if name not in request["backends"]]
+    def announcing(names: Iterable[str]) -> list[Backend]:  # each an AnnouncingBackend: a Backend by delegation
+        return cast("list[Backend]", [AnnouncingBackend(get_backend(name), beat) for name in names])
+
+    backends = announcing(request.backends)
+    peers = announcing(name for name in request.peers if name not in request.backends)
     with captured_warnings() as outside:  # the cells keep their own; these came from the reference
-        cells = check_scenario(scenario, backends, request["devices"], request["dtypes"], shared_cache(),
-                               peers=peers, **request.get("options", {}))
+        cells = check_scenario(scenario, backends, request.devices, request.dtypes, shared_cache(),
+                               peers=peers, **request.options)
     restart = None
     for cell in cells:
         cell.warnings = merged(cell.warnings, outside.lines)
-        fault = device_fault(cell.message) if cell.status == "error" else None
+        fault = device_fault(cell.message) if cell.status == Status.ERROR else None
         if fault:
             cell.message = f"{fault} (the runner was restarted): {cell.message}"
             restart = restart or f"{fault} in {cell.backend} on {cell.device}"
-        elif cell.status == "error" and "MemoryError" in cell.message:
+        elif cell.status == Status.ERROR and "MemoryError" in cell.message:
             cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     fingerprint = source.fingerprints[scenario.name]
-    reply = {"ok": True, "cells": [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]}
-    return {**reply, "restart": restart} if restart else reply
+    return CellsReply(cells=[{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells], restart=restart)
 
 
 def _memory_limit() -> str:
@@ -224,37 +245,38 @@ def _memory_limit() -> str:
     return "no address-space limit" if limit == resource.RLIM_INFINITY else f"the runner's limit is {limit >> 20} MB"
 
 
-def handle(cache: SourceCache, request: dict[str, Any], beat: Callable[[], None]) -> dict[str, Any]:
-    op = request.get("op")
+def handle(cache: SourceCache, request: Request, beat: Callable[[], None]) -> Answer:
     try:
-        if op == "list":
+        if isinstance(request, ListRequest):
             return list_source(cache, request)
-        if op == "warm":
+        if isinstance(request, WarmRequest):
             return warm(request)
-        if op == "cells":
-            return check_cells(cache, request, beat)
-        return {"ok": False, "error": f"unknown request {op!r}"}
-    except BaseException as exc:  # user code may raise anything (SystemExit too); the runner stays up
-        return {"ok": False, "error": _describe(exc)}
+        return check_cells(cache, request, beat)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything (SystemExit too); the runner stays up
+        return Refusal(error=_describe(exc))
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars (a peak-memory count, say) as plain numbers."""
-    return value.item() if hasattr(value, "item") else str(value)
+def answer(cache: SourceCache, line: str, beat: Callable[[], None]) -> Answer:
+    try:
+        request = parse_request(line)
+    except (ProtocolError, ValueError) as exc:
+        return Refusal(error=str(exc))
+    return handle(cache, request, beat)
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:
-    def send(message: dict[str, Any]) -> None:
-        replies.write(json.dumps(message, default=_plain) + "\n")
+    def send(message: Answer | Beat) -> None:
+        replies.write(message.to_json() + "\n")
         replies.flush()
 
     cache = SourceCache()
-    send({"ready": True, "pid": os.getpid(), "rss_bytes": resident_bytes()})
+    send(Ready(pid=os.getpid(), rss_bytes=resident_bytes()))
     for line in requests:
         if line.strip():
-            reply = handle(cache, json.loads(line), beat=lambda: send({"beat": True}))
+            reply = answer(cache, line, beat=lambda: send(Beat()))
             # After every answer: the parent restarts a runner above its memory ceiling between requests.
-            send({**reply, "rss_bytes": resident_bytes()})
+            reply.rss_bytes = resident_bytes()
+            send(reply)
 
 
 def resident_bytes() -> int | None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import BinaryIO
+from typing import IO
 
 
 class OutputDrain:
-    def __init__(self, stream: BinaryIO, limit_bytes: int, sink_fd: int = 2) -> None:
+    def __init__(self, stream: IO[bytes], limit_bytes: int, sink_fd: int = 2) -> None:
         self.stream, self.limit_bytes, self.sink_fd = stream, limit_bytes, sink_fd
         self._lock = threading.Lock()
         self._left = limit_bytes
@@ -21,7 +21,7 @@ class OutputDrain:
         self._thread.start()
 
     def _pump(self) -> None:
-        while chunk := self.stream.read1(1 << 16):  # type: ignore[attr-defined]
+        while chunk := self.stream.read1(1 << 16):  # type: ignore[attr-defined]  # a pipe: a BufferedReader, typed IO[bytes]
             with self._lock:
                 kept, self._left = chunk[:max(self._left, 0)], self._left - len(chunk)
                 self.dropped += len(chunk) - len(kept)

@@ -78,8 +78,9 @@ class SandboxPolicy:
         cache) and ``visible`` (the checkouts) what else it reaches, read-write and read-only."""
         account = runner_account(self.user) if os.geteuid() == 0 else None
         writable = (scratch, *writable)
-        needed = _outermost(Path(os.path.realpath(p)) for p in (*visible, *interpreter_paths())) + writable
-        hidden = [Path(os.path.realpath(p)) for p in (*self.hidden, *PRIVATE_TMP)]
+        reached: list[Path] = [*visible, *interpreter_paths()]
+        needed = _outermost(Path(os.path.realpath(p)) for p in reached) + writable
+        hidden = [Path(os.path.realpath(p)) for p in [*map(str, self.hidden), *PRIVATE_TMP]]
         if _source_tree():
             hidden.append(SOURCE_ROOT)
         if account is not None:
@@ -126,7 +127,7 @@ class Layout:
             folder.mkdir(exist_ok=True)
             folder.chmod(0o700)
             if self.uid is not None:
-                os.chown(folder, self.uid, self.gid)
+                os.chown(folder, self.uid, self.gid if self.gid is not None else -1)  # -1: the group unchanged
 
 
 def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:

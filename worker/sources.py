@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.db.models import Run
 from gradci.services.planner import ScenarioInfo
-from gradci.worker.runner import WarmRunner
 from gradci.worker.checkout import Checkouts
+from gradci.worker.runner import WarmRunner
+from gradci.worker.runner_messages import BackendEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Source:
     sha: str | None  # None: the built-in library
     root: str | None
     scenarios: tuple[ScenarioInfo, ...]
-    backends: dict[str, dict[str, Any]]  # name → framework, mode (and unavailable, when asked)
+    backends: dict[str, BackendEntry]  # name → framework, mode (and unavailable, when asked)
     file_matrix: Matrix  # the checkout's gradci.toml [matrix]
 
     @functools.cached_property
@@ -66,7 +66,7 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
     return Source(
         sha=sha,
         root=root,
-        scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing["scenarios"]),
-        backends={item["name"]: item for item in listing["backends"]},
-        file_matrix=Matrix.from_mapping(listing.get("file_matrix")),
+        scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing.scenarios),
+        backends={item["name"]: item for item in listing.backends},
+        file_matrix=Matrix.from_mapping(listing.file_matrix),
     )

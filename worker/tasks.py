@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 from celery import shared_task
 
@@ -31,8 +32,8 @@ from gradci.worker.recovery import Reconciler, Senders
 log = logging.getLogger(__name__)
 
 # 2, 4, 8 … 60 s with jitter: about ten minutes of outage before the reconciler has to step in.
-DATABASE_RETRY = dict(autoretry_for=DATABASE_UNAVAILABLE, retry_backoff=2, retry_backoff_max=60, retry_jitter=True,
-                      max_retries=12)
+DATABASE_RETRY: dict[str, Any] = dict(autoretry_for=DATABASE_UNAVAILABLE, retry_backoff=2, retry_backoff_max=60,
+                                      retry_jitter=True, max_retries=12)
 # Reconcile only once the database has answered this many beats in a row: after an outage every
 # live worker must first have had the chance to renew its leases.
 SETTLE_BEATS = 3
@@ -56,14 +57,14 @@ def send_publish(run_id: int) -> None:
 
 
 @shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
-def plan_run(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
+def plan_run(self, run_id: int) -> None:
     """Check out the run's commit, list its scenarios, store its jobs and queue them (or, sent again,
     end the wait of jobs that waited for a device too long)."""
     plan_jobs(run_id, current(), send_job, send_finalize)
 
 
 @shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)
-def run_job(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+def run_job(self, job_id: int) -> None:
     """Check one job's cells in this worker's warm runner. The task id names the delivery: a retry or
     a redelivery keeps it, a second message of the same job has its own (``claim_job``)."""
     context = current()

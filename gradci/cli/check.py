@@ -12,12 +12,12 @@ from rich.table import Table
 
 import gradci
 from gradci.cli.client import coverage_text
-from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_runner, local_jobs
+from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_jobs, local_runner
+from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.services.reports.coverage import coverage_percent
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
@@ -121,7 +121,8 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
     for column in ("backend", "device", "dtype", *STATUSES, "coverage"):
         summary.add_column(column, justify="left" if column in ("backend", "device", "dtype") else "right")
     for (backend, device, dtype), counts in groups.items():
-        summary.add_row(backend, device, dtype, *(str(counts[s]) for s in STATUSES), coverage_text(coverage_percent(counts)))
+        summary.add_row(backend, device, dtype, *(str(counts[s]) for s in STATUSES),
+                        coverage_text(coverage_percent(counts)))
     console.print(summary)
     failing = [c for c in cells if c.status in FAILING]
     if failing:
@@ -148,8 +149,9 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
         console.print(f"{len(unreproducible)} cells not bitwise reproducible over their repeats: "
                       + ", ".join(f"{c.scenario} ({c.backend}, {c.device}, {c.dtype})" for c in unreproducible[:5])
                       + (" …" if len(unreproducible) > 5 else ""))
-    totals = Counter(c.status for c in cells)
-    console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage_text(coverage_percent(totals))}")
+    totals: Counter[str] = Counter(c.status for c in cells)
+    coverage = coverage_text(coverage_percent(totals))
+    console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage}")
 
 
 def _num(value: float | None) -> str:

@@ -3,8 +3,6 @@ and the dashboard together. Each command imports what it needs when it runs, so 
 ``gradci submit`` and ``gradci status`` load no numpy or framework."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from gradci.scenarios.contract.matrix import Matrix
@@ -31,19 +29,19 @@ app = typer.Typer(help="gradci: derivative checks for JAX and PyTorch, as a CI s
 
 @app.command()
 def check(
-    repo: Optional[str] = typer.Option(None, help="Repository with a gradci.toml (default: the built-in library)."),
-    backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all available)."),
-    devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
-    dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes, e.g. float64,float32."),
-    k: Optional[str] = typer.Option(None, "-k", help=SCENARIOS_HELP),
+    repo: str | None = typer.Option(None, help="Repository with a gradci.toml (default: the built-in library)."),
+    backends: str | None = typer.Option(None, help="Comma-separated backends (default: all available)."),
+    devices: str | None = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
+    dtypes: str | None = typer.Option(None, help="Comma-separated dtypes, e.g. float64,float32."),
+    k: str | None = typer.Option(None, "-k", help=SCENARIOS_HELP),
     format: str = typer.Option("table", "--format", help="table, json or junit."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file."),
-    cell_timeout: Optional[float] = typer.Option(None, "--cell-timeout", metavar="SECONDS",
+    output: str | None = typer.Option(None, "-o", "--output", help="Write the report to this file."),
+    cell_timeout: float | None = typer.Option(None, "--cell-timeout", metavar="SECONDS",
                                                  help="Per-cell timeout (default: gradci.toml's [check] "
                                                       "cell_timeout_s, else 300)."),
-    family: Optional[str] = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
+    family: str | None = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list the warnings each cell raised."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N",
+    repeats: int | None = typer.Option(None, "--repeats", metavar="N",
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
 ) -> None:
@@ -70,7 +68,7 @@ def migrate() -> None:
 @app.command()
 def worker(
     device: str = typer.Option("cpu", help="cpu or cuda:N: the device whose queue this worker consumes."),
-    concurrency: Optional[int] = typer.Option(None, min=1, help="Jobs at once (default: CPU cores up to 4; 1 per GPU)."),
+    concurrency: int | None = typer.Option(None, min=1, help="Jobs at once (default: CPU cores up to 4; 1 per GPU)."),
     loglevel: str = typer.Option("INFO", help="Celery log level."),
 ) -> None:
     """Run a worker: checks the jobs of its device's queue and heartbeats into the workers table."""
@@ -80,7 +78,7 @@ def worker(
         start_worker(device, concurrency, loglevel)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -108,9 +106,9 @@ def up(
     demo: bool = typer.Option(False, "--demo", help="Submit the built-in suite and report on it."),
     exit_: bool = typer.Option(False, "--exit", help="With --demo: stop when the run ends, exit code as gradci check."),
     port: int = typer.Option(8000, help="API port on 127.0.0.1."),
-    backends: Optional[str] = typer.Option(None, help="Demo: comma-separated backends (default: all)."),
-    dtypes: Optional[str] = typer.Option(None, help="Demo: comma-separated dtypes."),
-    scenarios: Optional[str] = typer.Option(None, help="Demo: " + SCENARIOS_HELP),
+    backends: str | None = typer.Option(None, help="Demo: comma-separated backends (default: all)."),
+    dtypes: str | None = typer.Option(None, help="Demo: comma-separated dtypes."),
+    scenarios: str | None = typer.Option(None, help="Demo: " + SCENARIOS_HELP),
 ) -> None:
     """Everything on this machine: migrations, the API and one supervised worker per device."""
     from gradci.cli.serve import up as serve_up
@@ -121,16 +119,16 @@ def up(
 
 @app.command()
 def submit(
-    server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
-    repo: Optional[str] = typer.Option(None, help="git URL, path on the server's machine, or owner/name; "
+    server: str | None = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
+    repo: str | None = typer.Option(None, help="git URL, path on the server's machine, or owner/name; "
                                                   "default: the built-in library."),
-    sha: Optional[str] = typer.Option(None, help="Commit to check."),
-    ref: Optional[str] = typer.Option(None, help="Branch or tag to check (when no sha)."),
-    backends: Optional[str] = typer.Option(None, help="Comma-separated backends."),
-    devices: Optional[str] = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
-    dtypes: Optional[str] = typer.Option(None, help="Comma-separated dtypes."),
-    scenarios: Optional[str] = typer.Option(None, help=SCENARIOS_HELP),
-    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", min=1, max=100,
+    sha: str | None = typer.Option(None, help="Commit to check."),
+    ref: str | None = typer.Option(None, help="Branch or tag to check (when no sha)."),
+    backends: str | None = typer.Option(None, help="Comma-separated backends."),
+    devices: str | None = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
+    dtypes: str | None = typer.Option(None, help="Comma-separated dtypes."),
+    scenarios: str | None = typer.Option(None, help=SCENARIOS_HELP),
+    repeats: int | None = typer.Option(None, "--repeats", metavar="N", min=1, max=100,
                                           help="Compute each derivative N times and record whether the results "
                                                "are bitwise reproducible (default: gradci.toml's, each scenario's)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
@@ -145,7 +143,7 @@ def submit(
 @app.command()
 def status(
     run: int = typer.Argument(..., help="Run id."),
-    server: Optional[str] = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
+    server: str | None = typer.Option(None, help="Server URL (default: GRADCI_PUBLIC_URL or 127.0.0.1:8000)."),
 ) -> None:
     """Show a run's status, counts and coverage, and why any of its jobs waits for a device."""
     from gradci.cli.submit import status as run_status

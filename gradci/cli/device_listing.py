@@ -7,9 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gradci.scenarios.contract.simulated_gpus import InventoryError
 from gradci.web.templating import memory
 from gradci.worker.device_discovery import device_inventory
-from gradci.scenarios.contract.simulated_gpus import InventoryError
 
 
 def show_devices(as_json: bool) -> int:
@@ -44,7 +44,8 @@ def render(inventory: dict[str, Any], console: Console) -> None:
         for column in ("framework", "version", "cuda", "devices it sees"):
             table.add_column(column, overflow="fold")
         for name, seen in frameworks.items():
-            table.add_row(name, seen["version"] or "not installed", _text(seen.get("cuda")), ", ".join(seen["devices"]) or "—")
+            table.add_row(name, seen["version"] or "not installed", _text(seen.get("cuda")),
+                          ", ".join(seen["devices"]) or "—")
         console.print(table)
     if inventory["simulated"]:
         console.print(f"GPUs simulated from {inventory['simulated']}: workers serve and routing uses them, "

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gradci.scenarios.contract.cell import FIELD_NAMES, Cell
 from gradci.scenarios.contract.devices import CPU, expand_devices
@@ -50,16 +50,21 @@ def memory_limit_mb(matrix: Matrix) -> int | None:
     return (get_settings().runner_memory_limit_mb or None) if on_cpu_only else None
 
 
-@contextlib.contextmanager
-def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
+def local_runner_for(visible: tuple[Path, ...], cell_timeout_s: float, matrix: Matrix | None = None) -> WarmRunner:
     """A runner as the worker's, run as this user (nobody else's account is made on a developer's
-    machine), seeing the repository besides the interpreter."""
+    machine), seeing ``visible`` (the repository) besides the interpreter; started on first use."""
     workdir = cache_folder()
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(target.matrix), hidden=(workdir,))
+    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(matrix or Matrix()), hidden=(workdir,))
+    return WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible,
+                      max_rss_mb=get_settings().runner_max_rss_mb)
+
+
+@contextlib.contextmanager
+def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
+    """``local_runner_for`` the target's repository, closed afterwards."""
     visible = (Path(target.source),) if target.source else ()
-    runner = WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible,
-                        max_rss_mb=get_settings().runner_max_rss_mb)
+    runner = local_runner_for(visible, cell_timeout_s, target.matrix)
     try:
         yield runner
     finally:
@@ -71,11 +76,11 @@ def local_jobs(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
     ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
     that is not there."""
     listing = runner.list_source(target.source, availability=True, family=target.family)
-    chosen = select_scenarios(listing["scenarios"], target.matrix.scenarios, name=lambda s: s["name"])
-    backends = {backend["name"]: backend for backend in listing["backends"]}
+    chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
+    backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items() if b["unavailable"] is None]
-    devices = (listing["devices"] if target.matrix.devices is None
-               else expand_devices(target.matrix.devices, listing["devices"]))
+    found = listing.devices or []  # asked for: availability=True
+    devices = found if target.matrix.devices is None else expand_devices(target.matrix.devices, found)
     return [[CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
                       framework=backends[name]["framework"], mode=backends[name]["mode"], source=target.source,
                       fingerprint=s["fingerprint"], family=target.family)
@@ -85,7 +90,13 @@ def local_jobs(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
             for s in chosen]
 
 
-def check_planned(runner: WarmRunner, planned: list[list[CellSpec]],
+class CellRunner(Protocol):
+    """What checking planned cells needs of a runner (``WarmRunner``, or one that adds options)."""
+
+    def run_cells(self, specs: list[CellSpec]) -> list[dict[str, Any]]: ...
+
+
+def check_planned(runner: CellRunner, planned: list[list[CellSpec]],
                   on_scenario: Callable[[int, str], None] = lambda done, name: None) -> list[Cell]:
     """Every planned scenario's cells, one request each; ``on_scenario`` hears each one start
     (with how many were checked before it)."""

@@ -21,8 +21,8 @@ from gradci.cli.client import ClientError, GradciClient, token_file
 from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.cli.supervisor import Supervisor
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
 from gradci.services.secrecy import forbid_inspection
+from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
 
 READY_TIMEOUT_S = 180.0
 
@@ -104,9 +104,9 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
 
 
 def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
+    from gradci.scenarios.contract.simulated_gpus import InventoryError
     from gradci.services.db.migrate import upgrade
     from gradci.worker.device_discovery import discover_devices
-    from gradci.scenarios.contract.simulated_gpus import InventoryError
 
     console = Console()
     forbid_inspection()

@@ -6,7 +6,15 @@ from typing import Any
 
 from rich.console import Console
 
-from gradci.cli.client import ClientError, GradciClient, default_server, exit_code, find_token, print_summary, progress_line
+from gradci.cli.client import (
+    ClientError,
+    GradciClient,
+    default_server,
+    exit_code,
+    find_token,
+    print_summary,
+    progress_line,
+)
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.settings import get_settings
 

@@ -1,13 +1,14 @@
 """A big pull-request run and its base run, written by PostgreSQL itself (``INSERT … SELECT`` over
 ``generate_series``): a million results land in seconds, where the batched upsert would take
-minutes. ``tests/test_big_runs.py`` and ``bench/big_run.py`` share it.
+minutes. gradci's big-run tests and ``bench/big_run.py`` share it.
 
 Cell ``i`` of a run: backend ``i % 7``, device ``(i // 7) % 2``, dtype ``(i // 14) % 2`` and scenario
 ``i // 28`` — every key unique, as the upsert key requires. Statuses come from a multiplicative hash
 of ``i``: about 90% pass, 3% fail, 2% error, 3% skip, 1.5% xfail, 0.5% xpass. The base run has the
 same statuses except on every 97th cell (its own hash there), so regressions and fixes exist. A cell
 uses between 1e-4 and all of its tolerance (log-uniform); the base's errors are 20× smaller on every
-53rd cell, so passing cells that used over half their tolerance there become near-misses; every 50th scenario has another fingerprint in the base (the patch).
+53rd cell, so passing cells that used over half their tolerance there become near-misses; every
+50th scenario has another fingerprint in the base (the patch).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ Python values among the arguments are told apart."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from typing import Any
 
 import optree
 from array_api_compat import is_jax_array, is_torch_array
@@ -28,7 +29,7 @@ class FrameworkAdapter:
     def precision_text(self) -> str:
         return ""
 
-    def pinned_precision(self, setting: str | None) -> ContextManager[None]:
+    def pinned_precision(self, setting: str | None) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def tf32_active(self, device: str, dtype: str) -> bool:

@@ -92,7 +92,8 @@ def _checked(expect: Expect, kind: str, scenario: str) -> Expect:
         raise TypeError(f"scenario {scenario!r}: every {kind} needs a reason (a non-empty string); "
                         f"got {expect.reason!r}")
     kinds = expect.raises if isinstance(expect.raises, tuple) else (expect.raises,)
-    if expect.raises is not None and not isinstance(expect.raises, str) and not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+    classes = all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds)
+    if expect.raises is not None and not isinstance(expect.raises, str) and not classes:
         raise TypeError(f"scenario {scenario!r}: {kind} raises= must be an exception class or a tuple of them; "
                         f"got {expect.raises!r}")
     if kind == "skip" and expect.raises is not None:

@@ -32,7 +32,7 @@ import numpy as np
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
 _FRAMEWORKS = ("torch", "jax", "jaxlib", "numpy", "optree")
 _ENVIRONMENT = frozenset(sys.stdlib_module_names) | {"builtins", *_FRAMEWORKS}
-_TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # a namedtuple's field accessor
+_TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # type: ignore[attr-defined]  # a namedtuple's field accessor, read off a class mypy cannot see
 
 
 class Hasher:

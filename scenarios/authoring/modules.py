@@ -122,7 +122,7 @@ class CapturedModules:
     """f with the torch modules it captures (closure cells, defaults) replaced by copies in a cell's
     dtype and device, one function per dtype and device, made when asked (outside transforms)."""
 
-    def __init__(self, f: Callable) -> None:
+    def __init__(self, f: types.FunctionType) -> None:
         self.f = f
         self._made: dict[tuple[str, str], Callable] = {}
 

@@ -58,9 +58,16 @@ class Project:
     expect: tuple[tuple[str, Expect], ...] = ()  # [[expect]]: (scenario glob, expectation)
 
 
+def config_path(root: str | Path) -> Path:
+    """The repository's gradci.toml; or ``root`` itself where it names a TOML file (the pytest plugin
+    writes one for scenarios beside tests, naming the import root in ``[scenarios] root``)."""
+    root = Path(root)
+    return root if root.suffix == ".toml" else root / CONFIG_NAME
+
+
 def read_config(root: str | Path) -> dict[str, Any]:
     """The repository's gradci.toml as data (plain TOML: no code runs)."""
-    path = Path(root) / CONFIG_NAME
+    path = config_path(root)
     if not path.is_file():
         raise ProjectError(f"{path}: not found")
     try:
@@ -70,10 +77,11 @@ def read_config(root: str | Path) -> dict[str, Any]:
 
 
 def load_project(root: str | Path) -> Project:
-    root = Path(root).resolve()
-    path = root / CONFIG_NAME
-    config = read_config(root)
+    path = config_path(Path(root).resolve())
+    config = read_config(path)
     scenarios_table = config.get("scenarios", {})
+    named_root = scenarios_table.get("root") if isinstance(scenarios_table, dict) and path.name != CONFIG_NAME else None
+    root = Path(named_root).resolve() if isinstance(named_root, str) else path.parent
     modules = scenarios_table.get("modules") if isinstance(scenarios_table, dict) else None
     if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
         raise ProjectError(f"{path}: [scenarios] modules must be a non-empty list of module names")
@@ -99,7 +107,8 @@ def _suite_expectations(config: dict[str, Any], path: Path) -> tuple[tuple[str, 
         where = f"{path}: [[expect]] number {number}"
         unknown = sorted(set(table) - EXPECT_FIELDS)
         if unknown:
-            raise ProjectError(f"{where}: unknown field {unknown[0]!r}; expected some of {', '.join(sorted(EXPECT_FIELDS))}")
+            known = ", ".join(sorted(EXPECT_FIELDS))
+            raise ProjectError(f"{where}: unknown field {unknown[0]!r}; expected some of {known}")
         bad = [k for k, v in table.items() if not isinstance(v, str) or not v.strip()]
         if bad:
             raise ProjectError(f"{where}: {bad[0]} must be a non-empty string, not {table[bad[0]]!r}")

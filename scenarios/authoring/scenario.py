@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import inspect
 import itertools
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,8 +15,8 @@ import optree
 from gradci.scenarios.authoring import wrt as positional
 from gradci.scenarios.authoring.expectations import expectations
 from gradci.scenarios.authoring.fingerprints import fingerprint_of
-from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, is_module
 from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
+from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, is_module
 from gradci.scenarios.authoring.precision import precision_setting
 from gradci.scenarios.contract.cell import FRAMEWORKS
 from gradci.scenarios.contract.errors import ScenarioInputError
@@ -163,7 +164,8 @@ class Scenario:
                                          f"{given.framework} implementation to call on it")
             self.x, self.f = given.parameters, {given.framework: given.bind(loss)}
         implementations = self.f.items() if isinstance(self.f, Mapping) else [("any", self.f)]
-        return {key: CapturedModules(fn) for key, fn in implementations if CapturedModules.found_in(fn)}
+        return {key: CapturedModules(fn) for key, fn in implementations
+                if isinstance(fn, types.FunctionType) and CapturedModules.found_in(fn)}
 
     def _hint_wrt(self) -> None:
         """A tuple x handed to a function of several positional arguments, without ``wrt``: f would

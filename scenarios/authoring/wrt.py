@@ -8,10 +8,11 @@ callable reference) becomes a function that puts every argument back in its plac
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.authoring.inputs import describe
+from gradci.scenarios.contract.errors import ScenarioInputError
 
 
 def chosen_positions(wrt: Any, args: Any, name: str) -> tuple[int, ...]:

@@ -7,11 +7,10 @@ where the scenario gives an analytic reference, they test finite differences aga
 """
 from __future__ import annotations
 
-
+from gradci.scenarios.authoring.scenario import Tangents
 from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import INITIAL_STEPS, FDSettings, ReferenceBuilder
-from gradci.scenarios.authoring.scenario import Tangents
 
 # Another stencil order and step ladder than the reference's: agreement of the two is the evidence.
 CROSS_CHECK = FDSettings(order=4, initial_steps=tuple(step / 5 for step in INITIAL_STEPS), maxiter=12)

@@ -4,7 +4,8 @@ backends: jax-rev, jax-rev-jit, jax-fwd, torch-func-rev, torch-func-fwd.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.operators.vocabulary import Transforms

@@ -107,6 +107,7 @@ class Autograd:
         tuple per input leaf, or one of the two tuples where the output is a lone tensor."""
         g = _OfLeaves(f, x)
         rows = self._functional.jacobian(g, g.leaves, create_graph=create_graph)
+        assert g.out_spec is not None  # set as the jacobian called g
         return _blocks(g.out_spec, g.in_spec, (rows,) if g.out_spec.is_leaf() else rows)
 
     def hessian(self, f: Callable, x: Any) -> Any:
@@ -121,10 +122,10 @@ class Autograd:
                 for i in range(flat.numel())]
         blocks = []
         start = 0
-        for i, leaf in enumerate(leaves):
+        for leaf in leaves:
             count = leaf.numel()
-            blocks.append(tuple(torch.stack([row[j] for row in rows[start:start + count]]).reshape(leaf.shape + other.shape)
-                                .detach() for j, other in enumerate(leaves)))
+            blocks.append(tuple(torch.stack([row[j] for row in rows[start:start + count]])
+                                .reshape(leaf.shape + other.shape).detach() for j, other in enumerate(leaves)))
             start += count
         return _blocks(spec, spec, tuple(blocks))
 
@@ -153,7 +154,7 @@ class Autograd:
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
         gradient = self._gradient_with_graph(f, x, leaves)
         product = sum(torch.sum(g * v) for g, v in zip(gradient, optree.tree_leaves(t)))
-        return _detached_tree(spec, torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True))
+        return _detached_tree(spec, torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True))  # type: ignore[arg-type]  # sum() of tensors: typeshed says int | Tensor
 
     @staticmethod
     def _gradient_with_graph(f: Callable, x: Any, leaves: list) -> tuple:

@@ -62,7 +62,7 @@ def dual_jvp(f: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     import torch.autograd.forward_ad as fwAD
 
     with _dual_level():
-        duals = optree.tree_map(fwAD.make_dual, primals, tangents, none_is_leaf=True)
+        duals = optree.tree_map(fwAD.make_dual, primals, tangents, none_is_leaf=True)  # type: ignore[arg-type]  # tuples of tensors are pytrees
         out = f(*duals)
         parts = [fwAD.unpack_dual(leaf) for leaf in _leaves(out)[0]]
         spec = _leaves(out)[1]
@@ -112,7 +112,8 @@ def _blocks(out: Any, leaves: list[Any], in_spec: Any, columns: list[Any]) -> An
         blocks, start = [], 0
         for leaf in leaves:
             count = leaf.numel()
-            part = stacked[..., start:start + count] if stacked is not None else out_leaf.new_zeros(out_leaf.shape + (0,))
+            part = (stacked[..., start:start + count] if stacked is not None
+                    else out_leaf.new_zeros(out_leaf.shape + (0,)))
             blocks.append(part.reshape(out_leaf.shape + leaf.shape))
             start += count
         rows.append(optree.tree_unflatten(in_spec, blocks))

@@ -8,16 +8,38 @@ the server side and REST clients can use it without loading numpy or a framework
 from __future__ import annotations
 
 import dataclasses
+import enum
 import keyword
 import math
 from collections.abc import Mapping
 from typing import Any
 
-STATUSES = ("pass", "fail", "error", "skip", "xfail", "xpass")
+
+class Vocabulary(enum.StrEnum):
+    """A closed set of stored words. Members are ``str``: stored values, JSON and comparisons with
+    plain strings are those of the words themselves (``Status.PASS == "pass"``)."""
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class Status(Vocabulary):
+    """A cell's verdict: the one vocabulary of the engine, the store, the API and the dashboard."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+    XFAIL = "xfail"  # failed as declared (Expect / xfail)
+    XPASS = "xpass"  # passed though declared to fail
+
+
+STATUSES = Status.values()
 # Statuses that make a check (and `gradci check`) unsuccessful; a rerun repeats them.
-FAILING = frozenset({"fail", "error", "xpass"})
+FAILING = frozenset({Status.FAIL.value, Status.ERROR.value, Status.XPASS.value})
 # Gradient coverage = pass / (pass + fail + error): skips and declared failures are shown, not counted.
-COUNTED = ("pass", "fail", "error")
+COUNTED = (Status.PASS.value, Status.FAIL.value, Status.ERROR.value)
 
 # The derivative operators (their definitions: scenarios.operators.OPERATOR_RECORDS).
 OPERATORS = (
@@ -81,7 +103,7 @@ class Cell:
     mode: str
     device: str
     dtype: str
-    status: str
+    status: Status
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     atol: float | None = None
@@ -133,7 +155,7 @@ def validate_cell(fields: Mapping[str, Any]) -> None:
         raise InvalidCell(f"cell {scenario!r} is missing {', '.join(missing)}")
     for name, allowed in VOCABULARIES.items():
         value = fields.get(name)
-        if not value and name in UNKNOWN_WHEN_ERRORED and fields["status"] == "error":
+        if not value and name in UNKNOWN_WHEN_ERRORED and fields["status"] == Status.ERROR:
             continue
         if value not in allowed:
             raise InvalidCell(f"cell {scenario!r}: {name} {value!r} is not one of {', '.join(allowed)}")

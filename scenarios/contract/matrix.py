@@ -84,7 +84,7 @@ def matches(name: str, pattern: str) -> bool:
 
 
 def select_scenarios(items: Sequence[T], patterns: str | Sequence[str] | None,
-                     name: Callable[[T], str] = lambda item: item.name) -> list[T]:  # type: ignore[attr-defined]
+                     name: Callable[[T], str] = lambda item: item.name) -> list[T]:  # type: ignore[attr-defined]  # by default, T has a name
     """The items whose name matches one of ``patterns`` (all of them when there is none), in order."""
     if not patterns:
         return list(items)

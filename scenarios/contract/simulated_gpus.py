@@ -88,8 +88,8 @@ def _problem(entry: Any) -> str | None:
     missing = [key for key in REQUIRED if key not in entry]
     unknown = [key for key in entry if key not in REQUIRED + OPTIONAL]
     if missing or unknown:
-        return "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
-                                       unknown and f"unknown key {', '.join(unknown)}"]))
+        return "; ".join(filter(None, [f"missing {', '.join(missing)}" if missing else None,
+                                       f"unknown key {', '.join(unknown)}" if unknown else None]))
     if not isinstance(entry["name"], str) or not entry["name"]:
         return f"name {entry['name']!r} is not a non-empty string"
     if not isinstance(entry["capability"], str) or not re.fullmatch(r"\d{2,3}", entry["capability"]):

@@ -8,11 +8,11 @@ Neither torch nor jax is imported here: per-framework callables import their fra
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from gradci.scenarios.authoring.scenario import Scenario
-from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees
 from gradci.scenarios.library import conformance as frameworks
+from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
@@ -67,8 +68,8 @@ def derived(outer: Callable, inner: Callable) -> Callable:
     for every scenario it wraps, so point ``__wrapped__`` at the code that varies (inspect.getsource
     follows it) while pinning the wrapper's own call signature.
     """
-    outer.__signature__ = inspect.signature(outer)
-    outer.__wrapped__ = inner
+    outer.__signature__ = inspect.signature(outer)  # type: ignore[attr-defined]  # a function's attribute, not Callable's
+    outer.__wrapped__ = inner  # type: ignore[attr-defined]  # as functools.wraps sets it
     outer.__qualname__ = f"{outer.__qualname__}[{getattr(inner, '__qualname__', 'fn')}]"
     return outer
 

@@ -159,7 +159,8 @@ def scenarios() -> list[Scenario]:
     for what, fn, x, contexts, operators, extra in table:
         tags = (FAMILY,) + extra + (("contexts",) if contexts else ())
         tags += ("per-framework",) if isinstance(fn, dict) else ()
-        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
+        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, x=x, contexts=contexts,
+                         f=fn,  # type: ignore[arg-type]  # the table's rows are tuples of mixed types
                          tags=tags + operator_tags(op))
                 for op in operators]
     return out

@@ -6,7 +6,7 @@ tangents and cotangents is exercised as much as its derivative rules.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -190,7 +190,8 @@ def _shaped_functions() -> list[Scenario]:
         x = g.normal(size=SHAPES[kind_in]) * 0.8
         contexts = tuple(g.normal(size=shape) for shape in context_shapes)
         tags = (FAMILY, f"{kind_in}-to-{kind_out}") + (("contexts",) if contexts else ())
-        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
+        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, x=x, contexts=contexts,
+                         f=fn,  # type: ignore[arg-type]  # the table's rows are tuples of mixed types
                          tags=tags + operator_tags(op))
                 for op in operators]
     return out

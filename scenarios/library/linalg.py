@@ -174,7 +174,8 @@ def scenarios() -> list[Scenario]:
     out = []
     for what, fn, x, contexts, operators in table:
         tags = (FAMILY,) + (("contexts",) if contexts else ()) + (("per-framework",) if isinstance(fn, dict) else ())
-        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
+        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, x=x, contexts=contexts,
+                         f=fn,  # type: ignore[arg-type]  # the table's rows are tuples of mixed types
                          xfail=dict(xfail.get(f"{what}/{op}", {})), tags=tags + operator_tags(op))
                 for op in operators]
     return out

@@ -8,7 +8,7 @@ Frameworks are imported inside the forwards: the library must load where neither
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 EPS = 1e-5  # torch's default epsilon for LayerNorm and BatchNorm
 

@@ -101,7 +101,8 @@ def scenarios() -> list[Scenario]:
     for what, fn, point, operators in FUNCTIONS:
         x, contexts = points[point]
         tags = (FAMILY,) + (("contexts",) if contexts else ())
-        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, f=fn, x=x, contexts=contexts,
+        out += [Scenario(name=scenario_name(FAMILY, what, op), operator=op, x=x, contexts=contexts,
+                         f=fn,  # type: ignore[arg-type]  # the table's rows are tuples of mixed types
                          tags=tags + operator_tags(op))
                 for op in operators]
     return out

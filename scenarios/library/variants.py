@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.library._common import derived, draw_like, like, rng, tangent_structure
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 BATCH = 3
 

@@ -8,8 +8,9 @@ Each record's functions are written against a vocabulary its backends hand in
 (``gradci.scenarios.operators.vocabulary``), never against a framework or a consumer's internals, so
 this module imports no framework:
 
-- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``Transforms`` (jax or torch.func). ``reverse`` builds the operator from vector-Jacobian products and ``forward``
-  from Jacobian-vector products, so a bug in a custom vjp rule shows in reverse cells and one in a
+- ``reverse(T, f, x, t)`` and ``forward(T, f, x, t)``: ``T`` is ``Transforms`` (jax or torch.func).
+  ``reverse`` builds the operator from vector-Jacobian products and ``forward`` from Jacobian-vector
+  products, so a bug in a custom vjp rule shows in reverse cells and one in a
   jvp rule in forward cells.
 - ``autograd(A, f, x, t)``: ``A`` is ``Autograd`` (torch.autograd).
 - ``finite_differences(B, t)``: ``B`` is ``FiniteDifferences``; the float64 reference, and the ``fd``
@@ -20,15 +21,16 @@ this module imports no framework:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
 
-from gradci.scenarios.operators.blocks import matrix_blocks
+from gradci.scenarios.authoring.inputs import describe, differentiable
 from gradci.scenarios.contract.cell import OPERATORS
 from gradci.scenarios.contract.errors import ScenarioInputError
-from gradci.scenarios.authoring.inputs import describe, differentiable
+from gradci.scenarios.operators.blocks import matrix_blocks
 from gradci.scenarios.operators.vocabulary import Autograd, FiniteDifferences, Transforms
 from gradci.scenarios.reference.data import Reference
 
@@ -44,7 +46,7 @@ class Operator:
     reverse: Callable[..., Any]
     forward: Callable[..., Any]
     autograd: Callable[..., Any]
-    finite_differences: Callable[..., "Reference"]
+    finite_differences: Callable[..., Reference]
     order: int = 1
     takes_tangent: bool = False         # t is like x
     takes_cotangent: bool = False       # t is like f(x)

@@ -12,7 +12,8 @@ module and the reference's data, so the dependency points one way: consumers →
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -11,8 +11,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from gradci.scenarios.reference.flat_function import FlatFunction, ravel
 from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.reference.flat_function import FlatFunction, ravel
 
 # Bounds: stored values by their bytes (a probe point of a large network is megabytes), flat
 # functions (each holds f(x)) by count. Least recently used first out.

@@ -1,13 +1,14 @@
 """The scenario's function as a float64 numpy function of one flat vector: what finite differences need."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
 
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 
 def ravel(tree: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
@@ -45,6 +46,7 @@ def float64_callable(scenario: Scenario) -> Callable:
     """
     framework = reference_framework(scenario)
     fn = scenario.implementation(framework)
+    assert fn is not None, "reference_framework picks a framework the scenario implements"
     if framework == "numpy":
         return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
     from gradci.scenarios.adapters import get_framework

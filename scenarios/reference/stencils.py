@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import warnings
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optree
 
+from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.flat_function import FlatFunction, reference_framework
-from gradci.scenarios.authoring.scenario import Scenario
 
 # "off": every stencil point evaluated on its own, as before batching (for comparison).
 BATCHING_ENV = "GRADCI_REFERENCE_BATCHING"

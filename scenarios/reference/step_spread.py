@@ -137,7 +137,8 @@ def _step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) 
     # Rounding of a reordered sum is not irreproducibility; anything beyond it is.
     rounding = REPRODUCIBLE_ULPS * np.finfo(np.float64).eps * float(np.max(np.abs(first), initial=1.0))
     return StepSpread(spreads=spreads, coarse=coarse, coarse_gap=gaps, worst=worst[0], worst_index=worst[1],
-                      worst_estimates=worst[2], reproducible=differ <= rounding, irreproducible_by=differ, kink=kink)
+                      worst_estimates=worst[2], reproducible=bool(differ <= rounding), irreproducible_by=differ,
+                      kink=kink)
 
 
 # One-sided second-order stencils at two small steps: steady on each side of a kink, as at a

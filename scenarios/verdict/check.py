@@ -407,7 +407,8 @@ def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None
         if expected.met_by(exception if cell.status == Status.ERROR else None, cell.message):
             cell.status, cell.message = Status.XFAIL, f"{expected.reason} ({cell.message})"
         else:  # a failure, but not the declared one: still a failure, saying what was expected
-            wanted = " ".join(filter(None, (expected.describe_raises(), expected.match and f"matching {expected.match!r}")))
+            matching = f"matching {expected.match!r}" if expected.match else ""
+            wanted = " ".join(filter(None, (expected.describe_raises(), matching)))
             cell.message = f"{cell.message} (an xfail expects {wanted}: {expected.reason})"
     elif cell.status == Status.PASS:
         cell.status, cell.message = Status.XPASS, f"expected to fail: {expected.reason}"

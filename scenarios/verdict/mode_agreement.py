@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import optree
 
-from gradci.scenarios.contract.cell import Cell
-from gradci.scenarios.verdict.against_reference import Comparison, compare_arrays, compare_to_reference, probed_layout
-from gradci.scenarios.reference.flat_function import ravel
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.contract.cell import Cell, Status
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
-from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.reference.flat_function import ravel
+from gradci.scenarios.verdict.against_reference import Comparison, compare_arrays, compare_to_reference, probed_layout
 from gradci.scenarios.verdict.tolerances import Tolerance, tolerance_for
 
 
@@ -27,7 +27,7 @@ def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tang
     framework, device and dtype disagree."""
     groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
-        if cell.status == "pass" and cell.mode in ("forward", "reverse"):
+        if cell.status == Status.PASS and cell.mode in ("forward", "reverse"):
             groups.setdefault((cell.framework, cell.device, cell.dtype), []).append(cell)
     for group in groups.values():
         for f_cell in (c for c in group if c.mode == "forward"):
@@ -36,7 +36,7 @@ def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tang
 
 
 def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tangent: Any) -> None:
-    if a_cell.status != "pass" or b_cell.status != "pass":  # settled by an earlier pair
+    if a_cell.status != Status.PASS or b_cell.status != Status.PASS:  # settled by an earlier pair
         return
     agreement_tol = Tolerance(rtol=2 * (a_cell.rtol or 0), atol=2 * tolerance_for(a_cell.dtype).atol)
     tol = tolerance_for(a_cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
@@ -52,6 +52,7 @@ def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tange
         if len(wrong) == 1:
             right = b_cell if wrong[0] is a_cell else a_cell
             verdict = verdicts[0] if wrong[0] is a_cell else verdicts[1]
+            assert verdict is not None  # the wrong cell's verdict decided it
             _fail(wrong[0], f"forward and reverse modes disagree ({right.backend}); the reference along the "
                             f"disagreement finds this one wrong: {verdict.message}")
         else:
@@ -63,7 +64,7 @@ def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tange
 
 
 def _fail(cell: Cell, message: str) -> None:
-    cell.status, cell.message = "fail", message
+    cell.status, cell.message = Status.FAIL, message
 
 
 def _per_tangent(tree: Any, tangent: Any) -> list:
@@ -82,7 +83,7 @@ def _decide(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple
     m = ravel(scenario.x)[0].size
     if record.matrix_result:
         row, column = divmod(int(np.argmax(np.abs(difference))), m)
-        along = [(_unit(m, column), _unit(difference.size // m, row))]
+        along: list[tuple[np.ndarray, np.ndarray | None]] = [(_unit(m, column), _unit(difference.size // m, row))]
     else:  # results like x (results like f(x) come from full references, whatever ``along`` says)
         along = [(difference / np.linalg.norm(difference), None)]
     try:

@@ -13,6 +13,7 @@ import numpy as np
 import optree
 
 from gradci.scenarios.authoring.inputs import leaf_path
+from gradci.scenarios.contract.cell import Status
 
 # What torch says when a function writes into a leaf tensor that requires grad (torch-rev's x)...
 _TORCH_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
@@ -25,7 +26,8 @@ def snapshot(inputs: tuple[Any, Any, tuple]) -> list[list[tuple[str, Any]]]:
     """Bitwise host copies of (x, tangent, contexts), each leaf with its name."""
     x, tangent, contexts = inputs
     parts = [("x", x), ("the tangent", tangent)] + [(f"context {i}", c) for i, c in enumerate(contexts)]
-    return [[(name + leaf_path(path), _to_host(leaf)) for path, leaf in _leaves_with_paths(tree)] for name, tree in parts]
+    return [[(name + leaf_path(path), _to_host(leaf)) for path, leaf in _leaves_with_paths(tree)]
+            for name, tree in parts]
 
 
 def _leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
@@ -47,27 +49,27 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def mutation(before: list, after: list) -> tuple[str, str] | None:
+def mutation(before: list, after: list) -> tuple[Status, str] | None:
     """(status, message) for the first argument that changed in place, or None."""
     for part_before, part_after in zip(before, after):
         for (name, old), (_, new) in zip(part_before, part_after):
             if _same(old, new):
                 continue
             if name.startswith("x"):
-                return "fail", f"the function modified its differentiated input {name} in place"
+                return Status.FAIL, f"the function modified its differentiated input {name} in place"
             if name.startswith("context"):
                 index = name.split()[1].split("[")[0]
-                return "error", (f"the function updates {name} in place (state, such as running statistics): "
+                return Status.ERROR, (f"the function updates {name} in place (state, such as running statistics): "
                                  + _DECLARE_STATE.format(index=f"{index},"))
-            return "fail", f"the backend modified {name} in place"
+            return Status.FAIL, f"the backend modified {name} in place"
     return None
 
 
-def in_place_culprit(exc: BaseException) -> tuple[str, str] | None:
+def in_place_culprit(exc: BaseException) -> tuple[Status, str] | None:
     """(status, message) for an exception by which the framework refused an in-place write, or None."""
     if _TORCH_LEAF_IN_PLACE in str(exc):
-        return "fail", f"the function modified its differentiated input x in place (torch: {_TORCH_LEAF_IN_PLACE})"
+        return Status.FAIL, f"the function modified its differentiated input x in place (torch: {_TORCH_LEAF_IN_PLACE})"
     if _TORCH_FUNC_CAPTURED in str(exc):
-        return "error", ("the function updates a context in place (torch.func refuses to mutate a captured "
+        return Status.ERROR, ("the function updates a context in place (torch.func refuses to mutate a captured "
                          "tensor): " + _DECLARE_STATE.format(index="..."))
     return None

@@ -27,10 +27,11 @@ The TF32 row applies where the cell's framework says TF32 was on while it ran, o
 ``matmul.allow_tf32`` or ``cudnn.allow_tf32``; JAX's default matmul precision other than "highest",
 XLA's default on GPUs); ``Scenario(precision="highest")`` turns it off, and the plain float32 row holds.
 
-**CPU–GPU agreement** (``gradci.scenarios.verdict.device_agreement``): a cuda cell's result against the CPU result of the same
-backend and dtype, with the same formula (``r`` the CPU result, no error estimate). Tighter than the
-finite-difference tolerances: both sides round the same way up to the order of operations, so a few
-ulps accumulated over a computation is all a correct kernel may differ by.
+**CPU–GPU agreement** (``gradci.scenarios.verdict.device_agreement``): a cuda cell's result against
+the CPU result of the same backend and dtype, with the same formula (``r`` the CPU result, no error
+estimate). Tighter than the finite-difference tolerances: both sides round the same way up to the
+order of operations, so a few ulps accumulated over a computation is all a correct kernel may differ
+by.
 
 | dtype    | rtol   | atol   |
 | -------- | ------ | ------ |
@@ -57,7 +58,7 @@ class Tolerance:
     rtol: float
     atol: float
 
-    def widened(self, rtol: float | None = None, atol: float | None = None) -> "Tolerance":
+    def widened(self, rtol: float | None = None, atol: float | None = None) -> Tolerance:
         """The scenario's own overrides, where it gives them."""
         return Tolerance(rtol=self.rtol if rtol is None else rtol, atol=self.atol if atol is None else atol)
 

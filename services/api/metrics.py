@@ -9,7 +9,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gradci.services.db.models import CellStatus, Result, Run, RunStatus
+from gradci.scenarios.contract.cell import Status
+from gradci.services.db.models import Result, Run, RunStatus
 from gradci.services.db.queries import totals_by_status
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.db.workers import online_counts_by_device
@@ -38,10 +39,9 @@ class DatabaseCollector(Collector):
         try:
             with sessionmaker_for(self.settings.database_url, readonly=True)() as session:
                 runs = dict.fromkeys(RunStatus.values(), 0) | totals_by_status(session, Run.status)
-                results = dict.fromkeys(CellStatus.values(), 0) | totals_by_status(session, Result.status)
+                results = dict.fromkeys(Status.values(), 0) | totals_by_status(session, Result.status)
                 online = online_counts_by_device(session, within_s=self.settings.worker_online_s)
-        except Exception:
-            # A scrape of a service whose database is down is still an answer: up = 0.
+        except Exception:  # noqa: BLE001 - a scrape while the database is down is still an answer: up = 0
             up.add_metric([], 0)
             yield up
             return

@@ -9,6 +9,7 @@ from fastapi import status as http
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
+from gradci.scenarios.contract.cell import Status
 from gradci.services import dispatch
 from gradci.services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
 from gradci.services.api.errors import errors
@@ -26,8 +27,8 @@ from gradci.services.api.schemas import (
     from_row,
 )
 from gradci.services.db import queries
+from gradci.services.db.models import Run, RunStatus
 from gradci.services.db.pagination import CURSOR_PATTERN
-from gradci.services.db.models import CellStatus, Run, RunStatus
 from gradci.services.db.runs import (
     RunAlreadyFinished,
     create_rerun,
@@ -103,7 +104,8 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
     if body.repo is not None:
         ref = parse_repo_ref(body.repo, settings.clone_url_template)  # its form was validated with the body
         if not is_allowed(ref, settings.allowed_repos):
-            raise HTTPException(http.HTTP_403_FORBIDDEN, detail=f"repository {body.repo!r} is not in GRADCI_ALLOWED_REPOS")
+            raise HTTPException(http.HTTP_403_FORBIDDEN,
+                                detail=f"repository {body.repo!r} is not in GRADCI_ALLOWED_REPOS")
         repository = get_or_create_repository(session, ref.url, ref.full_name)
     run = create_run(
         session,
@@ -122,7 +124,8 @@ def list_runs(
     request: Request,
     session: ReadSession,
     settings: SettingsDep,
-    repo: Annotated[str | None, Query(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$", description="repository URL or owner/name")] = None,
+    repo: Annotated[str | None, Query(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$",
+                                      description="repository URL or owner/name")] = None,
     sha: Annotated[str | None, Query(pattern=SHA_PREFIX_PATTERN, description="head sha or a prefix of it")] = None,
     pr: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
     status: RunStatus | None = None,
@@ -145,7 +148,7 @@ def get_run(run_id: RunId, request: Request, session: ReadSession, settings: Set
 def list_results(
     run_id: RunId,
     session: ReadSession,
-    status: CellStatus | None = None,
+    status: Status | None = None,
     backend: Name = None,
     device: Name = None,
     dtype: Name = None,

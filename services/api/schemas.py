@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -29,7 +29,8 @@ class RunCreate(BaseModel):
 
     # Not nullable in the schema (omit the field instead), so that the schema can say sha and ref need it.
     repo: SkipJsonSchema[None] | Annotated[str, StringConstraints(max_length=2048)] = Field(
-        None, json_schema_extra={"pattern": REPO_PATTERN}, description="git URL (file, https, http, ssh, git), user@host:path, absolute path on the workers' "
+        None, json_schema_extra={"pattern": REPO_PATTERN},
+        description="git URL (file, https, http, ssh, git), user@host:path, absolute path on the workers' "
         "machine, or GitHub owner/name; omitted: the built-in scenario library"
     )
     sha: SkipJsonSchema[None] | Annotated[str, StringConstraints(pattern=SHA_PATTERN)] = Field(
@@ -133,15 +134,18 @@ class RunsPage(BaseModel):
 
 
 # A stored cell: the engine's Cell, plus where and when the service stored it.
-CellOut = create_model(
-    "CellOut",
-    __config__=ConfigDict(from_attributes=True),
-    id=(int, ...),
-    job_id=(int | None, ...),
-    **cell_fields(required=True),
-    fingerprint=(str | None, ...),
-    created_at=(datetime, ...),
-)
+if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
+    CellOut: TypeAlias = Any
+else:
+    CellOut = create_model(
+        "CellOut",
+        __config__=ConfigDict(from_attributes=True),
+        id=(int, ...),
+        job_id=(int | None, ...),
+        **cell_fields(required=True),
+        fingerprint=(str | None, ...),
+        created_at=(datetime, ...),
+    )
 
 
 class ResultsPage(BaseModel):

@@ -34,7 +34,7 @@ from gradci.services.db.models import (
     utcnow,
 )
 from gradci.services.db.queries import cell_counts
-from gradci.services.db.upsert import dialect_insert
+from gradci.services.db.upsert import dialect_insert, rows_matched
 from gradci.services.reports.coverage import coverage_percent
 
 UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
@@ -141,7 +141,7 @@ def renew_lease(session: Session, job_id: int, delivery: str) -> bool:
                                                Job.status == JobStatus.running.value)
                              .values(lease_renewed_at=utcnow())
                              .execution_options(synchronize_session=False))
-    return result.rowcount == 1
+    return rows_matched(result) == 1
 
 
 def holds_job(session: Session, job_id: int, delivery: str) -> bool:
@@ -249,7 +249,7 @@ def lost_jobs(session: Session, *, lease_s: float, limit: int) -> list[tuple[int
     embedded transport keeps no unacknowledged copy; Redis only after the visibility timeout, and
     nothing at all when it restarted, or when the holder gave the job up after its retries)."""
     cutoff = utcnow() - timedelta(seconds=lease_s)
-    return [tuple(row) for row in session.execute(  # type: ignore[misc]
+    return [(job_id, queue) for job_id, queue in session.execute(
         select(Job.id, Job.queue).where(_lost(cutoff)).order_by(Job.id).limit(limit))]
 
 
@@ -260,7 +260,7 @@ def requeue_lost(session: Session, job_id: int, *, lease_s: float) -> bool:
     result = session.execute(update(Job).where(Job.id == job_id, _lost(cutoff)).values(
         status=JobStatus.queued.value, worker=None, delivery=None, queued_at=utcnow())
         .execution_options(synchronize_session=False))
-    return result.rowcount == 1
+    return rows_matched(result) == 1
 
 
 def _active_run() -> ColumnElement[bool]:
@@ -270,7 +270,7 @@ def _active_run() -> ColumnElement[bool]:
 def stranded_jobs(session: Session, *, grace_s: float, limit: int) -> list[tuple[int, str]]:
     """(id, queue) of jobs of active runs queued for longer than ``grace_s`` since they were last sent."""
     cutoff = utcnow() - timedelta(seconds=grace_s)
-    return [tuple(row) for row in session.execute(  # type: ignore[misc]
+    return [(job_id, queue) for job_id, queue in session.execute(
         select(Job.id, Job.queue).join(Run, Run.id == Job.run_id)
         .where(Job.status == JobStatus.queued.value, Job.queued_at < cutoff, _active_run())
         .order_by(Job.id).limit(limit))]
@@ -282,7 +282,7 @@ def mark_resent(session: Session, job_id: int, *, grace_s: float) -> bool:
     result = session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.queued.value,
                                                Job.queued_at < cutoff).values(queued_at=utcnow())
                              .execution_options(synchronize_session=False))
-    return result.rowcount == 1
+    return rows_matched(result) == 1
 
 
 def unplanned_runs(session: Session, *, grace_s: float, limit: int) -> list[int]:

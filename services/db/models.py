@@ -2,9 +2,8 @@
 tables; ``tests/test_db.py`` compares the two."""
 from __future__ import annotations
 
-import enum
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -26,9 +25,17 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from gradci.scenarios.contract.cell import FIELDS as CELL_FIELDS
+from gradci.scenarios.contract.cell import (
+    FLOAT_FIELDS,
+    INT_FIELDS,
+    KEY_LENGTHS,
+    TEXT_FIELDS,
+    VOCABULARIES,
+    Status,
+    Vocabulary,
+    stored_values,
+)
 from gradci.scenarios.contract.cell import KEY_FIELDS as CELL_KEY_FIELDS
-from gradci.scenarios.contract.cell import (FLOAT_FIELDS, INT_FIELDS, KEY_LENGTHS, STATUSES, TEXT_FIELDS, VOCABULARIES,
-                           status_attribute, stored_values)
 
 # Deterministic constraint names, so later migrations can alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
@@ -44,16 +51,7 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-class StrEnum(str, enum.Enum):
-    @classmethod
-    def values(cls) -> tuple[str, ...]:
-        return tuple(member.value for member in cls)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class RunStatus(StrEnum):
+class RunStatus(Vocabulary):
     queued = "queued"
     running = "running"
     passed = "passed"
@@ -65,7 +63,7 @@ class RunStatus(StrEnum):
 FINISHED_RUN_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.cancelled, RunStatus.error})
 
 
-class JobStatus(StrEnum):
+class JobStatus(Vocabulary):
     queued = "queued"
     running = "running"
     done = "done"
@@ -73,11 +71,11 @@ class JobStatus(StrEnum):
     cancelled = "cancelled"
 
 
-# The engine's cell statuses as an enum (query parameters, OpenAPI), built from the contract.
-CellStatus = StrEnum("CellStatus", {status_attribute(status): status for status in STATUSES})
+# A cell's status is the engine's own vocabulary (query parameters, OpenAPI, stored values).
+CellStatus = Status
 
 
-class Trigger(StrEnum):
+class Trigger(Vocabulary):
     api = "api"
     webhook = "webhook"
     push = "push"
@@ -86,7 +84,7 @@ class Trigger(StrEnum):
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -100,13 +98,13 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
 
@@ -240,6 +238,28 @@ class Result(Base):
     # One column per scenarios.cell.Cell field, in its order (a class body is a namespace: the
     # columns exist before the constraints above are bound to the table).
     locals().update({field.name: cell_column(field.name) for field in CELL_FIELDS})
+    if TYPE_CHECKING:  # the same columns, spelled out for type checkers (tests/test_typed_seams.py keeps them in step)
+        scenario: Mapped[str]
+        operator: Mapped[str]
+        framework: Mapped[str]
+        backend: Mapped[str]
+        mode: Mapped[str]
+        device: Mapped[str]
+        dtype: Mapped[str]
+        status: Mapped[str]
+        max_abs_err: Mapped[float | None]
+        max_rel_err: Mapped[float | None]
+        atol: Mapped[float | None]
+        rtol: Mapped[float | None]
+        time_ms: Mapped[float | None]
+        first_call_ms: Mapped[float | None]
+        peak_memory_bytes: Mapped[int | None]
+        message: Mapped[str]
+        warnings: Mapped[str]
+        reference: Mapped[str]
+        reference_error: Mapped[float | None]
+        precision: Mapped[str]
+        repeat_spread: Mapped[float | None]
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -287,7 +307,7 @@ class Worker(Base):
     last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class ReportState(StrEnum):
+class ReportState(Vocabulary):
     pending = "pending"        # something to publish (or republish) to GitHub
     published = "published"    # the latest state is on GitHub
     failed = "failed"          # GitHub refused for good (4xx); the message says why

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.contract.cell import KEY_FIELDS
-from gradci.services.db.models import CellStatus, Job, JobStatus, Repository, Result, Run, Trigger
+from gradci.scenarios.contract.cell import KEY_FIELDS, Status
+from gradci.services.db.models import Job, JobStatus, Repository, Result, Run, Trigger
 from gradci.services.db.pagination import Page, grouped_keyset_page, keyset_page
 
 FULL_SHA_LENGTHS = (40, 64)  # SHA-1 and SHA-256 object names
@@ -112,7 +112,8 @@ def list_results(
 
 
 # The order a run's page lists its cells in: what needs attention first.
-ATTENTION_ORDER = ("fail", "error", "xpass", "pass", "xfail", "skip")
+ATTENTION_ORDER = tuple(status.value for status in (Status.FAIL, Status.ERROR, Status.XPASS, Status.PASS, Status.XFAIL,
+                                                    Status.SKIP))
 
 
 def results_by_status(
@@ -131,7 +132,8 @@ def results_by_status(
     return grouped_keyset_page(session, groups, Result.id, limit=limit, cursor=cursor)
 
 
-def _counts_by_run(session: Session, column: Any, run_ids: Iterable[int], keys: Iterable[str]) -> dict[int, dict[str, int]]:
+def _counts_by_run(session: Session, column: Any, run_ids: Iterable[int],
+                   keys: Iterable[str]) -> dict[int, dict[str, int]]:
     run_ids = list(run_ids)
     counts = {run_id: {key: 0 for key in keys} for run_id in run_ids}
     if not run_ids:
@@ -149,7 +151,7 @@ def _counts_by_run(session: Session, column: Any, run_ids: Iterable[int], keys: 
 
 def cell_counts(session: Session, run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
     """Results per cell status (every status present, zeros included) for each run."""
-    return _counts_by_run(session, Result.status, run_ids, CellStatus.values())
+    return _counts_by_run(session, Result.status, run_ids, Status.values())
 
 
 def job_counts(session: Session, run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
@@ -164,12 +166,12 @@ def unsuccessful_cells(session: Session, run_id: int, statuses: Iterable[str]) -
         .where(Result.run_id == run_id, Result.status.in_(list(statuses)))
         .order_by(Result.id)
     )
-    return [tuple(row) for row in session.execute(statement)]  # type: ignore[misc]
+    return [(scenario, backend, device, dtype) for scenario, backend, device, dtype in session.execute(statement)]
 
 
 def totals_by_status(session: Session, column: Any) -> dict[str, int]:
     """Rows per value of a status column over the whole table (for /metrics)."""
-    return dict(session.execute(select(column, func.count()).group_by(column)).all())  # type: ignore[arg-type]
+    return dict(session.execute(select(column, func.count()).group_by(column)).all())
 
 
 def latest_baseline_run(session: Session, full_name: str, statuses: Iterable[str]) -> Run | None:
@@ -188,7 +190,7 @@ def running_jobs(session: Session) -> list[Job]:
 def queue_depths(session: Session) -> dict[str, int]:
     """Jobs waiting in each queue."""
     statement = select(Job.queue, func.count()).where(Job.status == JobStatus.queued.value).group_by(Job.queue)
-    return dict(session.execute(statement).all())  # type: ignore[arg-type]
+    return dict(session.execute(statement).all())
 
 
 def get_cell(session: Session, run_id: int, cell_id: int) -> Result | None:

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import FIELD_NAMES as CELL_FIELDS
-from gradci.scenarios.contract.cell import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS as CELL_KEY
-from gradci.scenarios.contract.cell import TEXT_FIELDS, UNKNOWN_WHEN_ERRORED, validate_cell
+from gradci.scenarios.contract.cell import FLOAT_FIELDS, INT_FIELDS, TEXT_FIELDS, UNKNOWN_WHEN_ERRORED, validate_cell
+from gradci.scenarios.contract.cell import KEY_FIELDS as CELL_KEY
 from gradci.services.db.models import Result, utcnow
 from gradci.services.db.upsert import dialect_insert
 
@@ -41,7 +41,8 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str
     for name in FLOAT_FIELDS:
         row[name] = _finite_or_none(row[name])
     for name in INT_FIELDS:
-        row[name] = None if row[name] is None else int(row[name])
+        value = row[name]
+        row[name] = None if value is None else int(value)
     for name in (*UNKNOWN_WHEN_ERRORED, *TEXT_FIELDS):
         row[name] = row[name] or ""
     row.update(run_id=run_id, job_id=job_id, fingerprint=fields.get("fingerprint"), created_at=utcnow())

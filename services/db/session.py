@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,7 +25,7 @@ _SQLITE_BEGIN = "gradci_sqlite_begin"  # execution option: how an SQLite transac
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def on_connect(dbapi_connection, _record) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions begin (see "begin" below).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -35,7 +36,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+    def on_begin(connection) -> None:
         mode = connection.get_execution_options().get(_SQLITE_BEGIN, "IMMEDIATE")
         connection.exec_driver_sql(f"BEGIN {mode}")
 

@@ -46,8 +46,9 @@ def waiting_reason(queue: str, online: Sequence[Worker]) -> str:
     if queue == CPU:
         others: list[str] = []
     else:
-        gpus = sorted({(offer.capability, offer.memory_total) for offer in map(gpu_offer, online) if offer},
-                      key=lambda gpu: (int(gpu[0]), gpu[1] or 0))
+        gpus = sorted({(offer.capability, offer.memory_total) for offer in map(gpu_offer, online)
+                       if offer and offer.capability is not None},
+                      key=lambda gpu: (int(gpu[0] or 0), gpu[1] or 0))
         # For a memory need the memory of each is what matters; else their capability queues.
         others = [f"cuda.sm{capability}" + (f" ({memory_text(memory)})" if PARKED.match(queue) and memory else "")
                   for capability, memory in gpus]

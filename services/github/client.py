@@ -6,7 +6,8 @@ X-RateLimit-Remaining); other 4xx are the caller's bug and raise at once.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -34,7 +35,7 @@ class GitHubClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "GitHubClient":
+    def __enter__(self) -> GitHubClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -15,7 +15,7 @@ PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 DEFAULT_APPROVAL_LABEL = "gradci:run"
 
 
-class DecisionKind(str, enum.Enum):
+class DecisionKind(enum.StrEnum):
     """What a delivery asks for."""
 
     ping = "ping"                      # GitHub checking the hook: answer pong

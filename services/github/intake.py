@@ -23,8 +23,14 @@ from sqlalchemy.orm import Session
 
 from gradci.services import dispatch
 from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
-from gradci.services.db.runs import (RunAlreadyFinished, create_run, delete_runs, get_or_create_repository,
-                              lock_for_transaction, request_cancel)
+from gradci.services.db.runs import (
+    RunAlreadyFinished,
+    create_run,
+    delete_runs,
+    get_or_create_repository,
+    lock_for_transaction,
+    request_cancel,
+)
 from gradci.services.github.events import Decision, DecisionKind, decide, payload_type_error
 from gradci.services.reports.run_report import base_run
 from gradci.services.settings import Settings
@@ -114,6 +120,7 @@ def act(session: Session, decision: Decision) -> Outcome:
         return Outcome(200, {"ping": "pong"})
     if decision.kind in (DecisionKind.ignore, DecisionKind.await_approval):
         return Outcome(202, {"ignored": decision.reason})
+    assert decision.clone_url is not None, "decide() validated where an acted-on delivery is fetched from"
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
     cancelled: list[int] = []
     if decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr) and decision.pr_number is not None:

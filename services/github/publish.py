@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from gradci.services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
 from gradci.services.db.session import session_scope
+from gradci.services.db.upsert import rows_matched
 from gradci.services.github.client import GitHubClient, GitHubError
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.model import RunReport
@@ -51,7 +52,7 @@ def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str,
         description = _pending_description(run, base)
         return "pending", [(c, "pending", description) for c in contexts], None
     report = report_for_run(session, run)
-    statuses = [(context, status.state, status.description)
+    statuses: list[tuple[str, str, str]] = [(context, status.state, status.description)
                 for context, status in zip(contexts, (report.project, report.patch))]
     return "final", statuses, report
 
@@ -82,7 +83,7 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
         with GitHubClient(settings.github_api_url, token) as client:
             for context, state, description in statuses:
                 client.set_status(full_name, sha, context, state, description, dashboard_url(settings, run_id))
-            if body is not None:
+            if body is not None and pr_number is not None:  # a body is rendered for pull requests only
                 client.upsert_comment(full_name, pr_number, body, MARKER)
     except GitHubError as exc:
         state = ReportState.pending if exc.retryable else ReportState.failed
@@ -95,6 +96,7 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
 def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None) -> None:
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
+        assert row is not None, "a report is recorded only once it is owed"
         row.state, row.last_error, row.updated_at = state.value, error, utcnow()
         if state is not ReportState.pending:  # nothing left to retry: the backoff starts over next time
             row.attempts, row.next_attempt_at = 0, None
@@ -135,6 +137,6 @@ def claim_due_reports(settings: Settings, limit: int) -> list[int]:
             later = now + timedelta(seconds=retry_delay_s(settings, attempts + 1))
             won = session.execute(update(GitHubReport).where(GitHubReport.run_id == run_id, _due(settings, now))
                                   .values(next_attempt_at=later).execution_options(synchronize_session=False))
-            if won.rowcount == 1:
+            if rows_matched(won) == 1:
                 claimed.append(run_id)
     return claimed

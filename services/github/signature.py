@@ -51,7 +51,7 @@ class BodyHasher:
 
     def matches(self, header: str | None) -> bool:
         """Constant-time comparison; a missing or malformed header never matches."""
-        return well_formed(header) and hmac.compare_digest(self.signature(), header.lower())
+        return header is not None and well_formed(header) and hmac.compare_digest(self.signature(), header.lower())
 
 
 def sign(secret: str, body: bytes) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from gradci.scenarios.contract.cell import COUNTED, STATUSES
+from gradci.scenarios.contract.cell import COUNTED, STATUSES, Status
 
 # Counted cells that did not pass: the ones that cost coverage (a group's "missing" cells).
-MISSING = tuple(status for status in COUNTED if status != "pass")
+MISSING = tuple(status for status in COUNTED if status != Status.PASS)
 
 
 def status_tally(tally: Mapping[str, int]) -> dict[str, int]:
@@ -38,7 +38,7 @@ def coverage_percent(counts: Mapping[str, int]) -> float | None:
     counted = counted_cells(counts)
     if counted == 0:
         return None
-    return counts.get("pass", 0) / counted * 100.0
+    return counts.get(Status.PASS, 0) / counted * 100.0
 
 
 def run_coverage(stored: float | None, counts: Mapping[str, int]) -> float | None:

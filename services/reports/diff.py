@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from gradci.scenarios.contract.cell import KEY_FIELDS
+from gradci.scenarios.contract.cell import KEY_FIELDS, Status
 from gradci.services.db.models import Result
 from gradci.services.reports.coverage import MISSING
 from gradci.services.reports.model import BRIEF_FIELDS, CellBrief
@@ -58,10 +58,11 @@ def stored_tolerance_ratio(cell: Any) -> float | None:
 
 
 def _kind(head: Any, base: Any, ratio: Any, base_ratio: Any) -> Any:
-    near_miss = and_(head.status == "pass", ratio > NEAR_MISS_RATIO,
+    passed = Status.PASS.value  # bound as the stored word
+    near_miss = and_(head.status == passed, ratio > NEAR_MISS_RATIO,
                      or_(base_ratio.is_(None), base_ratio == 0, ratio >= NEAR_MISS_GROWTH * base_ratio))
-    return case((and_(base.status == "pass", head.status.not_in(("pass", "skip"))), literal("regressions")),
-                (and_(base.status.in_(MISSING), head.status == "pass"), literal("fixes")),
+    return case((and_(base.status == passed, head.status.not_in((passed, Status.SKIP.value))), literal("regressions")),
+                (and_(base.status.in_(MISSING), head.status == passed), literal("fixes")),
                 (near_miss, literal("near_misses")))
 
 

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from gradci.services.db import queries
@@ -59,7 +60,9 @@ def is_final(run: Run) -> bool:
 def runs_key(session: Session, what: str, *runs: Run | None) -> Hashable:
     """Names ``what`` of these runs in this database: a run id alone could name another run after the
     database was emptied and its ids restarted, its creation time with it cannot."""
-    return (str(session.get_bind().url), what, *((run.id, run.created_at) if run else None for run in runs))
+    bind = session.get_bind()
+    assert isinstance(bind, Engine), "a session bound to an engine (session_scope's)"
+    return (str(bind.url), what, *((run.id, run.created_at) if run else None for run in runs))
 
 
 def cell_counts(session: Session, runs: Sequence[Run]) -> dict[int, dict[str, int]]:

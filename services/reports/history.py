@@ -8,9 +8,9 @@ Two statements: the runs (a few hundred rows), then the cells with only the colu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -43,6 +43,8 @@ class HistoryPoint(Protocol):
     time_ms: float | None
     first_call_ms: float | None
 
+    def __iter__(self) -> Iterator[Any]: ...  # a row: its values in this order
+
 
 @dataclasses.dataclass(frozen=True)
 class ScenarioHistory:
@@ -63,4 +65,4 @@ def scenario_history(session: Session, scenario: str, runs: int = RUNS_SHOWN) ->
                  .order_by(Result.run_id))
     # Through the connection (Core), not the ORM session: plain rows, a third cheaper to fetch.
     return ScenarioHistory(runs=[HistoryRun(*row) for row in checked],
-                           points=session.connection().execute(statement).all())  # type: ignore[arg-type]
+                           points=session.connection().execute(statement).all())

@@ -6,17 +6,17 @@ Records are frozen: a report is a statement about stored results, never edited a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from gradci.scenarios.contract.cell import STATUSES, status_attribute
 from gradci.services.cell_fields import cell_fields
 from gradci.services.reports.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
+from gradci.services.reports.targets import CoverageState
 
 # The engine's status vocabulary: checked on construction and listed in the OpenAPI schema.
-CellStatusName = Literal[STATUSES]  # type: ignore[valid-type]
-CoverageState = Literal["success", "failure"]
+CellStatusName = Literal[STATUSES]  # type: ignore[valid-type]  # the words of Status, computed: a Literal mypy cannot read
 # The most entries any list of a report holds (changed cells, a group's missing cells, changed
 # scenarios): a run of a million cells must not make a report of a million lines. Counts say how many
 # there are in all.
@@ -103,15 +103,18 @@ class GroupCoverage(Record):
 BRIEF_FIELDS = ("scenario", "backend", "device", "dtype", "status", "max_abs_err", "max_rel_err", "atol",
                 "rtol", "message")
 
-CellBrief = create_model(
-    "CellBrief",
-    __base__=Record,
-    __doc__="A cell whose status or error changed against the base run, with the base's side beside it.",
-    **cell_fields(BRIEF_FIELDS),
-    tolerance_ratio=(float | None, None),
-    base_status=(CellStatusName, ...),
-    base_tolerance_ratio=(float | None, None),
-)
+if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
+    CellBrief: TypeAlias = Any
+else:
+    CellBrief = create_model(
+        "CellBrief",
+        __base__=Record,
+        __doc__="A cell whose status or error changed against the base run, with the base's side beside it.",
+        **cell_fields(BRIEF_FIELDS),
+        tolerance_ratio=(float | None, None),
+        base_status=(CellStatusName, ...),
+        base_tolerance_ratio=(float | None, None),
+    )
 
 
 class ReportSubject(Record):

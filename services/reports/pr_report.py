@@ -11,8 +11,15 @@ from typing import NamedTuple
 from gradci.services.reports.aggregates import Group, GroupTally
 from gradci.services.reports.coverage import percent
 from gradci.services.reports.diff import Changes
-from gradci.services.reports.model import (ChangeCounts, CoverageStatus, GroupCoverage, ReportSubject, RunReport,
-                                    StatusCounts, StatusTotals)
+from gradci.services.reports.model import (
+    ChangeCounts,
+    CoverageStatus,
+    GroupCoverage,
+    ReportSubject,
+    RunReport,
+    StatusCounts,
+    StatusTotals,
+)
 from gradci.services.reports.targets import Target
 
 

@@ -88,7 +88,7 @@ def _ordered_rows(session: Session, run_id: int, where: ResultFilter) -> list[st
     family its scenarios worst first, then by name."""
     worst = dict(session.execute(
         filtered_results(run_id, where).with_only_columns(Result.scenario, func.min(_ATTENTION))
-        .group_by(Result.scenario)).all())  # type: ignore[arg-type]
+        .group_by(Result.scenario)).all())
     family_worst: dict[str, int] = {}
     for scenario, rank in worst.items():
         family = family_of(scenario)

@@ -9,9 +9,9 @@ from gradci.services.db.queries import cell_counts, without_jit
 from gradci.services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
 from gradci.services.reports.diff import Changes, compare
 from gradci.services.reports.finished import is_final
-from gradci.services.reports.run_grid import layout_record
 from gradci.services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from gradci.services.reports.pr_report import RunFigures, build_report
+from gradci.services.reports.run_grid import layout_record
 from gradci.services.reports.targets import parse_report_config
 
 COMPARABLE = (RunStatus.passed.value, RunStatus.failed.value)
@@ -52,14 +52,14 @@ def waiting_for_base(session: Session, run: Run) -> Run | None:
 
 def _figures(session: Session, run: Run, base: Run | None) -> RunFigures:
     base_id = base.id if base else None
-    base_counts = StatusCounts.of_tally(cell_counts(session, [base_id])[base_id]) if base else None
+    base_counts = StatusCounts.of_tally(cell_counts(session, [base.id])[base.id]) if base else None
     changed, changed_count = changed_scenarios(session, run.id, base_id, LIST_LIMIT)
     return RunFigures(
         tallies=group_tallies(session, run.id, base_id),
         missing=missing_cells(session, run.id, LIST_LIMIT),
         base_counts=base_counts if base_counts and base_counts.total else None,
         changed_scenarios=changed, changed_scenario_count=changed_count,
-        changes=compare(session, run.id, base_id, LIST_LIMIT) if base else Changes.none(),
+        changes=compare(session, run.id, base.id, LIST_LIMIT) if base else Changes.none(),
     )
 
 

@@ -13,7 +13,10 @@ target = 100
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
+
+# A commit status's state, as a report gives it.
+CoverageState = Literal["success", "failure"]
 
 
 class TargetConfigError(ValueError):
@@ -30,7 +33,7 @@ class Target:
         """The percentage to meet; None when "auto" has no base to compare with."""
         return base_coverage if self.target == "auto" else float(self.target)
 
-    def state(self, coverage: float | None, base_coverage: float | None) -> str:
+    def state(self, coverage: float | None, base_coverage: float | None) -> CoverageState:
         target = self.resolve(base_coverage)
         if self.informational or coverage is None or target is None:
             return "success"

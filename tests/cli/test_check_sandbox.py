@@ -18,7 +18,7 @@ import pytest
 
 import gradci
 from gradci.scenarios.authoring.project import load_project, load_scenarios
-from tests import planted
+from tests.support import planted
 
 GRADCI = [sys.executable, "-m", "gradci"]
 PLANTED_WARNING = "gradci-planted-warning: this scenario warns on every call"

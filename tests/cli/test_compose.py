@@ -14,7 +14,7 @@ from gradci.services.settings import Settings
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_SERVICES = {"postgres", "redis", "migrate", "api", "worker-cpu", "worker-cuda"}
 
 

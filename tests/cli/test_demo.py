@@ -1,7 +1,7 @@
 """``gradci up --demo``: the library in two runs, the neural-network family first, the second run
 submitted only once the first has finished (its jobs would otherwise hold back the first run's
 finalisation, queued behind them), each run's summary printed, and the exit code of the worst run. The runs go through the real API and worker of
-test_integration's service (PostgreSQL, Redis, a Celery worker process)."""
+conftest's ``redis_service`` (PostgreSQL, Redis, a ``gradci worker`` process)."""
 from __future__ import annotations
 
 import io
@@ -16,7 +16,7 @@ from gradci.scenarios import library
 from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
-from tests.test_integration import TOKEN, Service, project, redis_broker, service  # noqa: F401 (fixtures)
+from tests.support.service import Service
 
 
 def test_the_demo_is_the_nn_family_then_every_other_scenario_of_the_library() -> None:
@@ -41,15 +41,15 @@ def test_the_demo_exits_as_its_worst_run() -> None:
 
 
 @pytest.mark.integration
-def test_each_demo_run_is_submitted_once_the_one_before_has_finished(service: Service) -> None:  # noqa: F811
+def test_each_demo_run_is_submitted_once_the_one_before_has_finished(redis_service: Service) -> None:
     parts = [Matrix(backends=("fd",), dtypes=("float64",), scenarios=(pattern,))
              for pattern in ("elementary/multiply/*", "elementary/divide/*")]
     output = io.StringIO()
-    with GradciClient(service.url, TOKEN) as client:
+    with GradciClient(redis_service.url, redis_service.token) as client:
         runs = run_demo(client, Supervisor(), Console(file=output, width=200), parts)
     assert [run["status"] for run in runs] == ["passed", "passed"]
     printed = output.getvalue()
     assert all(f"demo: run {run['id']} finished" in printed and f"/runs/{run['id']}" in printed for run in runs)
-    with session_scope(service.database_url, readonly=True) as session:
+    with session_scope(redis_service.database_url, readonly=True) as session:
         first, second = (session.get(Run, run["id"]) for run in runs)
         assert first.finished_at is not None and second.created_at >= first.finished_at

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
 from gradci.services.github.signature import sign
-from tests.conftest import emptied
 from gradci.services.reports.markdown import MARKER
-from tests.fake_github import FakeGitHub
-from tests.payloads import payload
-from tests.test_integration import (free_port, git, redis_broker, service_env, spawn, stop,  # noqa: F401
-                                    wait_for)
+from tests.support.databases import emptied, flushed
+from tests.support.fake_github import FakeGitHub
+from tests.support.payloads import payload
+from tests.support.processes import wait_for
+from tests.support.repos import git
+from tests.support.service import Service, running_service
 
 pytestmark = pytest.mark.integration
 
@@ -95,33 +95,18 @@ def github() -> Iterator[FakeGitHub]:
 
 
 @pytest.fixture(scope="module")
-def server(postgres_database, redis_broker, mirror, github, tmp_path_factory) -> Iterator[str]:
-    emptied(postgres_database)  # the session's database may hold other tests' runs: this flow counts from none
-    workdir, logs = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("logs")
-    env = service_env(database_url=postgres_database, broker_url=redis_broker, workdir=str(workdir),
-                      github_webhook_secret=SECRET, github_token="gh-token", github_api_url=github.url,
-                      public_url=PUBLIC_URL, clone_url_template=f"file://{mirror[0]}/{{full_name}}.git",
-                      worker_heartbeat_s="1")
-    port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.web.app:create_app", "--host", "127.0.0.1",
-                 "--port", str(port)], env, logs / "api.log")
-    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"],
-                   env, logs / "gradci.worker.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _workers_online(url), "the API and a worker", timeout_s=90)
-        yield url
-    finally:
-        stop(api)
-        stop(worker)
-        print((logs / "gradci.worker.log").read_text()[-4000:])
-
-
-def _workers_online(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/api/health", timeout=5).json().get("workers_online", {}).get("cpu", 0) > 0
-    except (httpx.HTTPError, ValueError):
-        return False
+def github_service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
+    """``gradci api`` and a cpu worker on PostgreSQL (emptied: this flow counts runs from none) and Redis,
+    cloning from ``mirror`` and reporting to the fake ``github``, webhooks signed with ``SECRET``."""
+    logs = tmp_path_factory.mktemp("logs")
+    with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"), logs,
+                         concurrency=1, github_webhook_secret=SECRET, github_token="gh-token",
+                         github_api_url=github.url, public_url=PUBLIC_URL,
+                         clone_url_template=f"file://{mirror[0]}/{{full_name}}.git", worker_heartbeat_s="1") as service:
+        try:
+            yield service
+        finally:
+            print(service.log("gradci.worker.log")[-4000:])
 
 
 def deliver(url: str, event: str, body: dict, delivery: str | None = None, secret: str = SECRET) -> httpx.Response:
@@ -143,7 +128,8 @@ def final_status(github: FakeGitHub, sha: str, context: str) -> dict | None:
     return done[-1] if done else None
 
 
-def test_pull_request_flow(server, mirror, github):
+def test_pull_request_flow(github_service, mirror, github):
+    server = github_service.url
     c0, c1, c2, c3 = mirror[1]
 
     # Refused or ignored deliveries start nothing.

@@ -7,7 +7,7 @@ import numpy as np
 import gradci
 from gradci import Scenario
 from gradci.scenarios.contract.cell import Cell
-from tests import planted
+from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 
@@ -74,7 +74,7 @@ def test_batch_norm_with_a_planted_wrong_gradient_fails():
 
 
 def test_disagreement_with_a_wrong_jvp_rule_fails_forward_only():
-    # the twin of tests/test_engine.py's wrong backward rule: a jvp rule 1% wrong in one element of
+    # the twin of tests/engine/test_engine.py's wrong backward rule: a jvp rule 1% wrong in one element of
     # 2000 hides below float32 probes; the reference along the disagreement blames forward mode
     import torch
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from gradci.cli.client import exit_code
-from gradci.worker.context import physical_gpu
 from gradci.scenarios.contract.devices import validate_device
+from gradci.worker.context import physical_gpu
 from gradci.worker.device_discovery import LocalDevice, parse_worker_device
 from gradci.worker.start import worker_argv
 

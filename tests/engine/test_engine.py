@@ -9,7 +9,7 @@ import pytest
 
 import gradci
 from gradci import Scenario, Tangents, namespace
-from tests import planted
+from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 JAX = ["jax-rev", "jax-rev-jit", "jax-fwd"]
@@ -302,6 +302,7 @@ def test_fingerprint_sees_weights_held_by_framework_objects(capture):
     # makes correct code fail, or wrong code pass.
     import jax.numpy as jnp
     import torch
+
     from gradci.scenarios.reference import finite_differences as reference
 
     def make(seed):

@@ -16,7 +16,8 @@ import gradci
 from gradci import OPERATORS
 from gradci.scenarios.library import default, family
 from gradci.scenarios.library.conformance import AREAS, FAMILY
-from gradci.scenarios.library.conformance._table import FIRST, Row, scenarios as table_scenarios
+from gradci.scenarios.library.conformance._table import FIRST, Row
+from gradci.scenarios.library.conformance._table import scenarios as table_scenarios
 
 UPSTREAM_URL = re.compile(r"https://github\.com/(pytorch/pytorch|jax-ml/jax)/(issues|pull)/\d+")
 MAX_ELEMENTS = 12  # full references, never random probes

@@ -4,8 +4,8 @@ half precision, and repeat to check bitwise reproducibility."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import inspect
+import json
 import subprocess
 import sys
 import textwrap
@@ -16,14 +16,15 @@ import pytest
 
 import gradci
 from gradci import Scenario, namespace
-from gradci.scenarios.verdict.check import available_devices, check
 from gradci.scenarios.contract.devices import current_device
+from gradci.scenarios.verdict.check import available_devices, check
 from gradci.scenarios.verdict.repeats import repeat_spread
 from gradci.scenarios.verdict.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
-from tests import planted
-from tests.planted import X, scenario as planted_scenario, torch_elementwise
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec
+from tests.support import planted
+from tests.support.planted import X, torch_elementwise
+from tests.support.planted import scenario as planted_scenario
 
 GPUS = [{"name": "NVIDIA H100", "capability": "90", "memory_total": 85899345920},
         {"name": "NVIDIA A100", "capability": "80", "memory_total": 42949672960}]
@@ -362,8 +363,8 @@ def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
 
 def test_repeats_must_be_a_whole_number(tmp_path: Path) -> None:
     from gradci.cli.check import EXIT_USAGE, run_check
-    from gradci.scenarios.contract.matrix import Matrix
     from gradci.scenarios.authoring.project import ProjectError, load_project
+    from gradci.scenarios.contract.matrix import Matrix
 
     assert run_check(None, Matrix(), "json", None, repeats=0) == EXIT_USAGE
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 1.5\n')
@@ -383,17 +384,18 @@ repeats = 3
 '''
 
 
+@pytest.mark.integration
 def test_a_run_on_cpu_and_a_simulated_gpu_stores_agreement_cells(postgres_database: str, redis_url: str,
                                                                 tmp_path: Path) -> None:
-    import redis
     from fastapi.testclient import TestClient
 
     from gradci.services.settings import Settings
-    from tests.service_processes import make_repository, running_service
     from gradci.web.app import create_app as create_dashboard
-    from tests.test_integration import results_of, spawn, stop
+    from tests.support.databases import emptied
+    from tests.support.processes import stop
+    from tests.support.repos import make_repository
+    from tests.support.service import results_of, running_service, start_worker
 
-    redis.Redis.from_url(redis_url).flushdb()
     inventory = tmp_path / "gpus.json"
     inventory.write_text(json.dumps(GPUS[:1]))
     repo = tmp_path / "repo"
@@ -402,10 +404,9 @@ def test_a_run_on_cpu_and_a_simulated_gpu_stores_agreement_cells(postgres_databa
     sha = make_repository(repo, {"gradci.toml": SERVICE_TOML, "pkg/scen.py": SCENARIO_MODULE})
     logs = tmp_path / "logs"
     logs.mkdir()
-    with running_service(postgres_database, redis_url, repo, sha, tmp_path / "work", logs, concurrency=1,
-                         device_inventory=str(inventory)) as service:
-        gpu_worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cuda:0"], service.env,
-                           logs / "worker-cuda0.log")
+    with running_service(emptied(postgres_database), redis_url, tmp_path / "work", logs, repo=repo, sha=sha,
+                         concurrency=1, worker_heartbeat_s="1", device_inventory=str(inventory)) as service:
+        gpu_worker = start_worker(service.env, logs, "cuda:0", None, log="worker-cuda0.log")
         try:
             run = service.wait_finished(service.submit(devices=["cpu", "cuda"]))
         finally:

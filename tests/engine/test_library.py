@@ -204,7 +204,7 @@ def test_maxout_inputs_are_not_at_ties():
 
 
 def test_spectral_scenarios_have_distinct_eigen_and_singular_values(library):
-    from gradci.scenarios.library.linalg import spread_symmetric, spd
+    from gradci.scenarios.library.linalg import spd, spread_symmetric
 
     for s in library:
         if s.name.startswith(("linalg/eigvalsh/", "linalg/eigh-vectors/")):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import gradci
+from gradci import Scenario, namespace
 from gradci.scenarios.contract import cell
 from gradci.scenarios.operators import records as operators
-from gradci import Scenario, namespace
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, Operator
 from gradci.scenarios.reference.finite_differences import compute_references
 

@@ -2,14 +2,10 @@
 SQLite transport read by another process, and one server run by uvicorn over loopback HTTP."""
 from __future__ import annotations
 
-import base64
 import json
-import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from fastapi.testclient import TestClient
 
 from gradci.scenarios.contract.matrix import exact_pattern
@@ -29,8 +24,13 @@ from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.settings import Settings
+from tests.support.broker import queued_plan_runs
+from tests.support.processes import free_port, service_env, stop, wait_for
+from tests.support.service import api_answers, start_api
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
@@ -50,16 +50,6 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 def client_for(settings: Settings, **changes: Any) -> TestClient:
     return TestClient(create_app(settings.model_copy(update=changes)))
-
-
-def queued_plan_runs(redis_url: str) -> list[tuple[str, list[Any]]]:
-    """(task name, args) of every message waiting on the Redis "cpu" queue, oldest first."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        messages = [json.loads(raw) for raw in reversed(client.lrange("cpu", 0, -1))]
-    finally:
-        client.close()
-    return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
 
 
 def seed_run(url: str, cells: list[dict[str, Any]], jobs: tuple[str, ...] = (), **fields: Any) -> int:
@@ -423,43 +413,28 @@ def test_embedded_mode_queues_runs_another_process_can_take(clean_environment, t
 # --- a real server ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
-def uvicorn_server(clean_environment, postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
-    """``uvicorn --factory services.api.app:create_app`` configured only through GRADCI_* variables."""
+def api_server(clean_environment, postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """``gradci api`` (uvicorn) configured only through GRADCI_* variables; its URL."""
+    env = service_env(database_url=postgres_url, broker_url=redis_url, api_token=TOKEN,
+                      public_url="https://ci.example.org", workdir=str(tmp_path / "work"))
     port = free_port()
-    env = dict(os.environ, GRADCI_DATABASE_URL=postgres_url, GRADCI_BROKER_URL=redis_url, GRADCI_API_TOKEN=TOKEN,
-               GRADCI_PUBLIC_URL="https://ci.example.org", GRADCI_WORKDIR=str(tmp_path / "work"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    server = start_api(env, tmp_path, port)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"uvicorn did not come up:\n{server.stdout.read() if server.poll() is not None else ''}")
-            time.sleep(0.2)
+        try:
+            wait_for(lambda: server.poll() is not None or api_answers(base), "gradci api to answer", timeout_s=30,
+                     interval_s=0.2)
+        except AssertionError:
+            pytest.fail(f"gradci api did not come up:\n{(tmp_path / 'api.log').read_text()[-3000:]}")
+        assert server.poll() is None, (tmp_path / "api.log").read_text()[-3000:]
         yield base
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server)
 
 
-def test_through_uvicorn_over_loopback_http(uvicorn_server: str, redis_url: str) -> None:
-    with httpx.Client(base_url=uvicorn_server, timeout=10) as http:
+def test_through_gradci_api_over_loopback_http(api_server: str, redis_url: str) -> None:
+    with httpx.Client(base_url=api_server, timeout=10) as http:
         assert http.post("/api/runs", json={}).status_code == 401
         created = http.post("/api/runs", json={"repo": "acme/kernels", "sha": "1" * 40}, headers=AUTH)
         assert created.status_code == 201

@@ -16,7 +16,6 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from gradci.scenarios.contract.cell import STATUSES, InvalidCell
-
 from gradci.services.db import queries
 from gradci.services.db.migrate import current_revision, upgrade
 from gradci.services.db.models import Base, CellStatus, Job, Result, Run, Worker, utcnow
@@ -34,7 +33,7 @@ from gradci.services.db.workers import online_counts_by_device, record_heartbeat
 from gradci.services.reports.coverage import coverage_percent, status_counts
 from gradci.services.settings import Settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def result_count(url: str, run_id: int) -> int:

@@ -7,20 +7,19 @@ import copy
 import pytest
 from sqlalchemy import select
 
-from gradci.services.github import events, signature
-from gradci.services.github.events import DecisionKind
-from gradci.services.github.client import GitHubClient, GitHubError
-from gradci.services.reports.markdown import MARKER, render
 from gradci.services.db.models import Result
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run
 from gradci.services.db.session import session_scope
+from gradci.services.github import events, signature
+from gradci.services.github.client import GitHubClient, GitHubError
+from gradci.services.github.events import DecisionKind
 from gradci.services.reports.diff import tolerance_ratio
+from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.targets import Target, TargetConfigError, parse_report_config
-from tests.fake_github import FakeGitHub
-from tests.payloads import payload
-from tests.report_cases import report_of, stored_cell
-
+from tests.support.fake_github import FakeGitHub
+from tests.support.payloads import payload
+from tests.support.report_cases import cell, report_of, stored_cell
 
 
 def test_signature_roundtrip_and_rejections():
@@ -109,11 +108,6 @@ def test_one_comment_edited_in_place():
         client.upsert_comment("o/r", 7, f"{MARKER}\nsecond", MARKER)
         comments = gh.comments_on("o/r", 7)
         assert len(comments) == 1 and comments[0]["body"].endswith("second")
-
-
-def cell(scenario, status, backend="torch-rev", err=1e-12, dtype="float64"):
-    return dict(scenario=scenario, backend=backend, device="cpu", dtype=dtype, status=status, max_abs_err=err,
-                max_rel_err=err, atol=1e-9, rtol=1e-6, message="")
 
 
 def test_report_regressions_fixes_near_misses_and_patch(sqlite_url):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from gradci.services.db import queries
 from gradci.services.db.jobs import jobs_of_run, lock_run, store_jobs
 from gradci.services.db.models import JobStatus
@@ -17,6 +19,8 @@ from gradci.services.db.session import session_scope
 from gradci.services.planner import JobSpec
 from gradci.worker import execute
 from gradci.worker.execute import JobRef, ResultWriter
+
+pytestmark = pytest.mark.integration
 
 JOBS = 6
 

@@ -20,7 +20,8 @@ from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run
 from gradci.services.db.session import session_scope
 from gradci.services.settings import Settings
-from tests.conftest import REDIS_URL, synthetic_cell
+from tests.support.cells import synthetic_cell
+from tests.support.databases import flushed
 
 TOKEN = "schema-token"
 # A few seconds per operation on two busy cores; set higher for a deeper search.
@@ -40,8 +41,8 @@ LABELS = sorted(operations(schema_of(create_app(Settings(database_url="sqlite://
 
 
 @pytest.fixture(scope="module")
-def app(postgres_database: str, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
-    settings = Settings(database_url=postgres_database, broker_url=REDIS_URL, api_token=TOKEN,
+def app(postgres_database: str, redis_database: str, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    settings = Settings(database_url=postgres_database, broker_url=flushed(redis_database), api_token=TOKEN,
                         github_webhook_secret="schema-secret", workdir=tmp_path_factory.mktemp("work"))
     with session_scope(settings.database_url) as session:  # a run with cells, for the readers to find
         run_id = create_run(session).id
@@ -56,6 +57,7 @@ def api_operations(app: FastAPI) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("label", LABELS)
+@pytest.mark.integration
 def test_every_operation_answers_as_documented(api_operations: dict[str, Any], label: str) -> None:
     @given(case=api_operations[label].as_strategy())
     @hypothesis_settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,

@@ -17,8 +17,16 @@ import pytest
 from sqlalchemy import update
 
 from gradci.services.broker_messages import WAITING, broker_tasks
-from gradci.services.db.jobs import (Claim, claim_job, finish_job, holds_job, jobs_of_run, lock_run, renew_lease,
-                              store_jobs)
+from gradci.services.db.jobs import (
+    Claim,
+    claim_job,
+    finish_job,
+    holds_job,
+    jobs_of_run,
+    lock_run,
+    renew_lease,
+    store_jobs,
+)
 from gradci.services.db.models import Job, JobStatus, Run, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
@@ -122,6 +130,7 @@ def messages_in(settings: Settings) -> Counter:
                    for payload in payloads)
 
 
+@pytest.mark.integration
 def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings, make_run) -> None:
     url, send = settings.database_url, BrokerSenders(settings)
     run = make_run(url)
@@ -158,6 +167,7 @@ def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings
                                      (FINALIZE_RUN, unfinalized): 1}
 
 
+@pytest.mark.integration
 def test_a_message_a_worker_holds_counts_while_the_hold_is_credible(settings: Settings, make_run) -> None:
     url, send = settings.database_url, BrokerSenders(settings)
     (job_id,) = new_jobs(url, make_run(url), 1)

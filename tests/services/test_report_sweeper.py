@@ -5,7 +5,6 @@ and a real worker on Redis for the flood itself).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,8 +19,9 @@ from gradci.services.db.models import GitHubReport, ReportState, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.github.publish import claim_due_reports, owe_reports, publish_run, retry_delay_s
 from gradci.services.settings import Settings
-from tests.fake_github import FakeGitHub
-from tests.test_integration import free_port, service_env, spawn, stop, wait_for
+from tests.support.fake_github import FakeGitHub
+from tests.support.processes import free_port, service_env, stop, wait_for
+from tests.support.service import start_worker
 
 BASE_S = 30.0
 LONG_AGO = timedelta(hours=1)
@@ -83,6 +83,7 @@ def test_sweepers_at_once_send_each_report_once(settings: Settings, make_run) ->
     assert sorted(swept) == run_ids  # every report by exactly one sweeper
 
 
+@pytest.mark.integration
 def test_publishing_backs_off_while_github_is_down_and_starts_over_once_published(
         postgres_url: str, tmp_path: Path, clean_environment, make_run) -> None:
     settings = settings_for(postgres_url, tmp_path)  # one database is enough: GitHub's retries take seconds
@@ -105,6 +106,7 @@ def test_publishing_backs_off_while_github_is_down_and_starts_over_once_publishe
         assert github.statuses_for(f"{0:040x}")
 
 
+@pytest.mark.integration
 def test_pending_reports_do_not_flood_the_queue(postgres_url: str, redis_url: str, make_run, tmp_path: Path) -> None:
     """The issue's flood on a real worker: 60 reports pending for an hour, GitHub unreachable, a
     heartbeat every 0.2 s. Each report is sent once; before the sweeper, every heartbeat sent every
@@ -113,8 +115,7 @@ def test_pending_reports_do_not_flood_the_queue(postgres_url: str, redis_url: st
     pending_reports(postgres_url, make_run, reports)
     env = service_env(database_url=postgres_url, broker_url=redis_url, workdir=str(tmp_path),
                       github_api_url=f"http://127.0.0.1:{free_port()}", worker_heartbeat_s="0.2")
-    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"], env,
-                   tmp_path / "gradci.worker.log")
+    worker = start_worker(env, tmp_path)
     broker = redis.Redis.from_url(redis_url)
     try:
         wait_for(lambda: broker.llen("cpu") > 0, "the first reports sent", timeout_s=60, interval_s=0.05)

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,7 +24,8 @@ import redis
 
 from gradci.services.db.migrate import upgrade
 from gradci.services.db.session import dispose_engine
-from tests.test_integration import Service, _healthy, free_port, service_env, spawn, stop, wait_for
+from tests.support.processes import free_port, spawn, wait_for
+from tests.support.service import Service, running_service
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 POSTGRES_BIN = Path(shutil.which("postgres") or "/usr/local/bin/postgres").parent
@@ -119,9 +119,8 @@ class FaultyService(Service):
     redis: PrivateRedis | None = None
     postgres: PrivatePostgres | None = None
 
-    def start_worker(self) -> None:
-        self.worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "2"],
-                            self.env, self.logs / "gradci.worker.log")
+    def start_worker(self, device: str = "cpu", concurrency: int | None = 2) -> subprocess.Popen[bytes]:
+        return super().start_worker(device, concurrency)
 
     def kill_worker(self) -> None:
         """SIGKILL to the worker's whole process group: main process, pool and runners at once."""
@@ -137,8 +136,9 @@ class FaultyService(Service):
 
 
 @contextmanager
-def faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyService]:
-    """Private PostgreSQL and Redis, the API (uvicorn) and one worker, all stopped at the end."""
+def start_faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyService]:
+    """Private PostgreSQL and Redis, ``gradci api`` and one ``gradci worker`` (concurrency 2), all
+    stopped at the end."""
     folder = Path(tempfile.mkdtemp(prefix="gradci-faults-"))
     folder.chmod(0o755)  # the postgres user must reach its data folder inside
     postgres, broker = PrivatePostgres(folder / "postgres"), PrivateRedis(folder)
@@ -147,30 +147,18 @@ def faulty_service(repo: Path, sha: str, **settings: str) -> Iterator[FaultyServ
     logs.mkdir()
     workdir = folder / "work"  # private to root, as a pytest tmp_path is (the folder above is not)
     workdir.mkdir(mode=0o700)
-    api = None
-    service = None
     try:
         postgres.create()
         broker.start()
-        env = service_env(database_url=postgres.url, broker_url=broker.url, workdir=str(workdir),
-                          api_token="integration-token", **settings)
-        port = free_port()
-        api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.services.api.app:create_app", "--host",
-                     "127.0.0.1", "--port", str(port)], env, logs / "api.log")
-        service = FaultyService(url=f"http://127.0.0.1:{port}", database_url=postgres.url, broker_url=broker.url,
-                                repo=repo, sha=sha, workdir=workdir, logs=logs, env=env, redis=broker,
-                                postgres=postgres)
-        service.start_worker()
-        wait_for(lambda: _healthy(service.url), "the API and a cpu worker", timeout_s=90)
-        yield service
+        with running_service(postgres.url, broker.url, workdir, logs, repo=repo, sha=sha, concurrency=2,
+                             service_class=FaultyService, **settings) as service:
+            assert isinstance(service, FaultyService)
+            service.redis, service.postgres = broker, postgres
+            yield service
     finally:
         for log in ("gradci.worker.log", "api.log"):  # shown by pytest when a test failed
             if (logs / log).exists():
                 print(f"--- {log} ---\n" + (logs / log).read_text(errors="replace")[-8000:])
-        if service is not None and service.worker is not None:
-            stop(service.worker)
-        if api is not None:
-            stop(api)
         dispose_engine(postgres.url)
         postgres.stop()
         broker.kill()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PAYLOADS = Path(__file__).resolve().parent / "data" / "github-payloads"
+PAYLOADS = Path(__file__).resolve().parent.parent / "data" / "github-payloads"
 
 
 def payload(name: str) -> dict:

@@ -46,3 +46,9 @@ def report_of(database_url: str, head: Sequence[Mapping[str, Any]], head_fingerp
                          base_sha=BASE_SHA if base is not None else None, pr_number=pr_number)
         session.flush()
         return report_for_run(session, run)
+
+
+def cell(scenario, status, backend="torch-rev", err=1e-12, dtype="float64"):
+    """A report case's cell: scenario, status and error; the rest as any passing cpu cell."""
+    return dict(scenario=scenario, backend=backend, device="cpu", dtype=dtype, status=status, max_abs_err=err,
+                max_rel_err=err, atol=1e-9, rtol=1e-6, message="")

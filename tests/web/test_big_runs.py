@@ -14,27 +14,25 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import delete, text
-
 from fastapi.testclient import TestClient
+from sqlalchemy import delete, text
 
 from gradci.scenarios.contract.cell import STATUSES
 from gradci.services.db.models import Result, Run
 from gradci.services.db.queries import ATTENTION_ORDER
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import engine_for, session_scope
+from gradci.services.reports import finished
 from gradci.services.reports.markdown import LIST_LIMIT as COMMENT_LIST_LIMIT
 from gradci.services.reports.markdown import render
-from gradci.services.reports import finished
 from gradci.services.reports.model import LIST_LIMIT
 from gradci.services.reports.run_report import report_for_run, store_report
 from gradci.services.settings import Settings
-from tests.big_run_data import MATRIX_SIZE, BigRun, create_big_run
-from tests.report_cases import report_of
-from tests.served_app import ServedApp, served_app
-from tests.test_github_unit import cell
+from gradci.testing.big_runs import MATRIX_SIZE, BigRun, create_big_run
 from gradci.web.app import create_app
 from gradci.web.run_page import CELLS_PER_PAGE
+from tests.support.report_cases import cell, report_of
+from tests.support.service import ServedApp, served_app
 
 CELLS = 7143 * MATRIX_SIZE  # 200,004
 # What one request may add to the server's resident memory. Every cell as a Python object takes
@@ -89,6 +87,7 @@ def _count_testcases(response: httpx.Response) -> tuple[int, dict[str, int]]:
     return cases, {key: int(root.get(key)) for key in ("tests", "failures", "errors", "skipped")}
 
 
+@pytest.mark.integration
 def test_a_big_runs_answers_stay_small_and_true(postgres_database: str, big_run: BigRun, app: ServedApp) -> None:
     head = big_run.head_id
     by_status = _scalar_rows(postgres_database, "SELECT status, count(*) FROM results WHERE run_id = :r GROUP BY status",

@@ -10,71 +10,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.conftest import emptied
-from tests.service_processes import make_repository
-from tests.test_integration import (GRADCI_TOML, TOKEN, free_port, redis_broker, service_env, spawn,  # noqa: F401
-                                    stop, wait_for)
+from tests.support.processes import wait_for
+from tests.support.service import Service
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 PHONE = (400, 900)
 # DESIGN.md's pitfalls: offline, Chromium stalls on network calls that cannot succeed unless told not to.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000")
-
-# Quick scenarios, one that crashes, and slow ones: slow only where torch computes (the reference,
-# in numpy, stays quick), so a run of them lasts long enough to watch its page move.
-SCENARIOS_MODULE = '''
-import os
-import signal
-import time
-
-import numpy as np
-
-from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def poly(x):
-    xp = namespace(x)
-    return xp.sum(x ** 3 - 2 * x)
-
-
-def trig(x):
-    xp = namespace(x)
-    return xp.sum(xp.sin(x) * xp.cos(x))
-
-
-def segfault(x):
-    os.kill(os.getpid(), signal.SIGSEGV)
-
-
-def slow(x):
-    if type(x).__module__.startswith("torch"):
-        time.sleep(1.0)
-    return poly(x)
-
-
-def scenarios():
-    x = np.array([0.3, -0.2, 0.7])
-    made = [Scenario("ok/poly", "gradient", poly, x), Scenario("ok/trig", "gradient", trig, x),
-            Scenario("crash/segfault", "gradient", segfault, x)]
-    return made + [Scenario(f"slow/{i}", "gradient", slow, x) for i in range(5)]
-'''
-
 
 def _chromium_missing() -> str | None:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
@@ -83,49 +37,12 @@ def _chromium_missing() -> str | None:
     return f"{' and '.join(missing)} not installed (make test installs chromium and chromium-driver)"
 
 
-@pytest.fixture(scope="module")
-def service(postgres_database: str, redis_broker: str,  # noqa: F811 - redis_broker is test_integration's fixture
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """API and dashboard (uvicorn web.app) and one cpu worker on a git repository of the scenarios above."""
-    repo, logs = tmp_path_factory.mktemp("project"), tmp_path_factory.mktemp("logs")
-    sha = make_repository(repo, {"gradci.toml": GRADCI_TOML, "gradci_scenarios.py": textwrap.dedent(SCENARIOS_MODULE)})
-    env = service_env(database_url=emptied(postgres_database), broker_url=redis_broker, api_token=TOKEN,
-                      job_chunk_size="1",
-                      workdir=str(tmp_path_factory.mktemp("work")), worker_heartbeat_s="1", cell_timeout_s="60")
-    port = free_port()
-    api = spawn([sys.executable, "-m", "uvicorn", "--factory", "gradci.web.app:create_app", "--host", "127.0.0.1",
-                 "--port", str(port)], env, logs / "api.log")
-    try:
-        worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cpu", "--concurrency", "1"], env,
-                       logs / "gradci.worker.log")
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _worker_online(url), "the API and a cpu worker", timeout_s=90)
-            yield {"url": url, "repo": str(repo), "sha": sha, "logs": logs}
-        finally:
-            stop(worker)
-    finally:
-        stop(api)
+def submit(service: Service, **fields: Any) -> int:
+    return service.submit(**{"backends": ["torch-rev", "fd"], "dtypes": ["float64"], **fields})
 
 
-def _worker_online(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/api/health", timeout=5).json().get("workers_online", {}).get("cpu", 0) > 0
-    except (httpx.HTTPError, ValueError):
-        return False
-
-
-def submit(service: dict[str, Any], **fields: Any) -> int:
-    response = httpx.post(f"{service['url']}/api/runs", headers={"Authorization": f"Bearer {TOKEN}"},
-                          json={"repo": service["repo"], "sha": service["sha"], "backends": ["torch-rev", "fd"],
-                                "dtypes": ["float64"], **fields}, timeout=30)
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-def wait_finished(service: dict[str, Any], run_id: int) -> None:
-    wait_for(lambda: httpx.get(f"{service['url']}/api/runs/{run_id}", timeout=10).json()["status"]
-             in ("passed", "failed", "error", "cancelled"), f"run {run_id} to finish", timeout_s=180)
+def wait_finished(service: Service, run_id: int) -> None:
+    service.wait_finished(run_id, timeout_s=180)
 
 
 @pytest.fixture(scope="module")
@@ -211,12 +128,12 @@ def click_heatmap_cell(driver: Any, row: int, column: int, chart: str = "heatmap
     actions.perform()
 
 
-def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None:
-    first = submit(service, scenarios=["ok/*", "crash/*"])
-    wait_finished(service, first)
-    second = submit(service, scenarios=["ok/*", "crash/*"])
-    wait_finished(service, second)
-    url = service["url"]
+def test_run_cell_history_compare(dashboard_service: Service, browser: Any) -> None:
+    first = submit(dashboard_service, scenarios=["ok/*", "crash/*"])
+    wait_finished(dashboard_service, first)
+    second = submit(dashboard_service, scenarios=["ok/*", "crash/*"])
+    wait_finished(dashboard_service, second)
+    url = dashboard_service.url
 
     browser.get(f"{url}/")
     shoot(browser, "1-runs")
@@ -297,12 +214,12 @@ def test_run_cell_history_compare(service: dict[str, Any], browser: Any) -> None
     assert script_errors(browser) == []
 
 
-def test_a_running_runs_page_moves_without_reloading(service: dict[str, Any], browser: Any) -> None:
-    run_id = submit(service, scenarios="slow/*", backends=["torch-rev"])
-    browser.get(f"{service['url']}/runs/{run_id}")
+def test_a_running_runs_page_moves_without_reloading(dashboard_service: Service, browser: Any) -> None:
+    run_id = submit(dashboard_service, scenarios="slow/*", backends=["torch-rev"])
+    browser.get(f"{dashboard_service.url}/runs/{run_id}")
     browser.execute_script("window.loadedOnce = true")  # gone if the page reloads
-    jobs = lambda: browser.find_element("id", "jobs-text").text  # noqa: E731
-    passed = lambda: int(browser.find_element("css selector", '[data-count="pass"]').text)  # noqa: E731
+    jobs = lambda: browser.find_element("id", "jobs-text").text
+    passed = lambda: int(browser.find_element("css selector", '[data-count="pass"]').text)
     at_start = (jobs(), passed())
     shoot(browser, "8-live-start")
     polls = browser.execute_script("return performance.getEntriesByType('resource')"
@@ -317,7 +234,7 @@ def test_a_running_runs_page_moves_without_reloading(service: dict[str, Any], br
                                   ".filter(e => e.name.includes('live.json')).map(e => e.name)")
     assert len(sent) > polls and all("since=" in name for name in sent)  # each poll names the state it shows
     shoot(browser, "9-live-moving")
-    wait_finished(service, run_id)
+    wait_finished(dashboard_service, run_id)
     wait_until(browser, "return window.loadedOnce === undefined", "the finished run's page to reload once", 30)
     assert browser.find_element("id", "run-status").text == "passed"
     assert script_errors(browser) == []

@@ -1,7 +1,7 @@
 """The dashboard's pages, server-side, on real databases: the run page (headline, heatmap, filters,
 bounded pages, failures first, the live JSON), the cell page, the scenario history, compare, the
 runs and workers pages, the badge and the locally served plotly.js. The browser tests drive the same
-pages in Chromium (tests/test_browser.py)."""
+pages in Chromium (tests/web/test_browser.py)."""
 from __future__ import annotations
 
 import json
@@ -19,8 +19,8 @@ from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.reports import run_grid as matrix_module
-from gradci.services.reports.run_grid import ROWS_PER_PAGE
 from gradci.services.reports.diff import stored_tolerance_ratio, tolerance_ratio
+from gradci.services.reports.run_grid import ROWS_PER_PAGE
 from gradci.services.settings import Settings
 from gradci.web import heatmap
 from gradci.web.app import create_app
@@ -374,7 +374,7 @@ def test_runs_page_filters_and_shows_change_against_base(database_url: str, clie
         head.status, head.coverage = "failed", 75.0
         other = create_run(session, head_sha="d" * 40)
         ids = base.id, head.id, other.id
-    runs = lambda query="": re.findall(r'<td><a href="/runs/(\d+)">', client.get(f"/?{query}").text)  # noqa: E731
+    runs = lambda query="": re.findall(r'<td><a href="/runs/(\d+)">', client.get(f"/?{query}").text)
     assert runs() == [str(i) for i in reversed(ids)]
     assert runs("trigger=push") == [str(ids[0])] and runs("status=failed") == [str(ids[1])]
     assert runs("repo=o/r") == [str(ids[1]), str(ids[0])] and runs("repo=&status=&trigger=") == runs()

@@ -15,18 +15,18 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE, InventoryError
 from gradci.services.api.app import create_app
 from gradci.services.db.models import Worker
 from gradci.services.db.session import session_scope
 from gradci.services.settings import Settings
-from tests.conftest import TWO_GPUS
-from tests.test_integration import service_env, spawn, stop, wait_for
 from gradci.web.app import create_app as create_dashboard
 from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import discover_devices, gpu_records, parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
-from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE, InventoryError
-
+from tests.support.cells import TWO_GPUS
+from tests.support.processes import service_env, stop, wait_for
+from tests.support.service import start_worker
 
 
 def gradci_devices(*args: str, inventory: Path | None = None, command: str = "devices",
@@ -82,6 +82,7 @@ def test_workers_discover_and_serve_simulated_gpus(two_gpus: Path) -> None:
         parse_worker_device("cuda:2")
 
 
+@pytest.mark.integration
 def test_the_heartbeat_carries_the_device_record_to_the_api(clean_environment: None, two_gpus: Path,
                                                            sqlite_url: str, redis_url: str, tmp_path: Path) -> None:
     settings = Settings(database_url=sqlite_url, broker_url=redis_url, workdir=tmp_path / "work")
@@ -180,6 +181,7 @@ def test_nvml_gpus_are_numbered_as_cuda_will_see_them(visible: str | None, expec
     assert all(g["memory_free"] * 2 == g["memory_total"] for g in gpus)
 
 
+@pytest.mark.integration
 def test_a_worker_serves_a_simulated_gpu(sqlite_url: str, redis_url: str, tmp_path: Path) -> None:
     """`gradci worker --device cuda:1` on a machine without a GPU: it consumes that GPU's queues and
     its heartbeat names the GPU."""
@@ -187,7 +189,7 @@ def test_a_worker_serves_a_simulated_gpu(sqlite_url: str, redis_url: str, tmp_pa
     inventory.write_text(json.dumps(TWO_GPUS))
     env = service_env(database_url=sqlite_url, broker_url=redis_url, workdir=str(tmp_path / "work"),
                       worker_heartbeat_s="0.5", device_inventory=str(inventory))
-    worker = spawn([sys.executable, "-m", "gradci", "worker", "--device", "cuda:1"], env, tmp_path / "gradci.worker.log")
+    worker = start_worker(env, tmp_path, "cuda:1", None)
     try:
         def registered() -> Worker | None:
             with session_scope(sqlite_url, readonly=True) as session:

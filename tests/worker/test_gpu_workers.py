@@ -18,19 +18,30 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
 from gradci.services.api.app import create_app
 from gradci.services.db.jobs import Claim, claim_job, jobs_of_run, lock_run, store_jobs
 from gradci.services.db.session import dispose_engine, session_scope
 from gradci.services.planner import JobSpec
 from gradci.services.settings import Settings
-from tests.service_processes import alive, command_line, descendants, make_repository, wait_gone
-from tests.conftest import TWO_GPUS
-from tests.test_integration import assert_each_cell_once, free_port, results_of, service_env, spawn, stop, wait_for
 from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.runner import CellSpec, WarmRunner, close_shared_runner
-from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
+from tests.support.cells import TWO_GPUS
+from tests.support.processes import (
+    alive,
+    command_line,
+    descendants,
+    free_port,
+    service_env,
+    spawn,
+    stop,
+    wait_for,
+    wait_gone,
+)
+from tests.support.repos import make_repository
+from tests.support.service import assert_each_cell_once, results_of
 
 CELL_TIMEOUT_S = 60.0
 
@@ -400,7 +411,7 @@ def test_gradci_up_runs_one_pinned_worker_per_gpu(inventory: Path, tmp_path: Pat
 
 # --- scripts/gpu_check.sh, dry, against a simulated GPU ----------------------------------------------
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_gpu_check_runs_dry_and_prints_its_summary_last(inventory: Path, tmp_path: Path) -> None:

@@ -11,8 +11,6 @@ with that reason and the run finishes.
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -34,12 +32,14 @@ from gradci.services.db.waiting import overdue_runs, waiting_jobs
 from gradci.services.db.workers import gpu_workers
 from gradci.services.planner import GpuWorkers, JobSpec, PlanError, ScenarioInfo, plan_run, route
 from gradci.services.settings import Settings
-from tests.service_processes import make_repository, running_service
-from tests.conftest import TWO_GPUS
-from tests.test_integration import TOKEN, Service, jobs_of, results_of, spawn, stop, wait_for
 from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
+from tests.support.cells import TWO_GPUS
+from tests.support.databases import emptied, flushed
+from tests.support.processes import stop, wait_for
+from tests.support.repos import project_repository
+from tests.support.service import FINISHED, Service, jobs_of, results_of, running_service, start_worker
 
 H100 = DeviceOffer("cuda", "90", TWO_GPUS[0]["memory_total"], "NVIDIA H100 80GB HBM3")
 A100 = DeviceOffer("cuda", "80", TWO_GPUS[1]["memory_total"], "NVIDIA A100-SXM4-40GB")
@@ -198,51 +198,21 @@ def test_the_api_shows_waiting_jobs_and_the_overdue_ones_are_found(database_url:
 
 # --- end to end: real workers, PostgreSQL, Redis, HTTP ------------------------------------------------
 
-SCENARIOS_MODULE = '''
-import numpy as np
-from gradci import Scenario
-
-def square(x):
-    return (x ** 2).sum()
-
-def scenarios():
-    x = np.linspace(0.5, 1.5, 4)
-    def make(name, **kwargs):
-        return Scenario(name=name, operator="gradient", f=square, x=x, **kwargs)
-    return [make("plain/gradient", dtypes=("float64",)),  # fd checks float64 only
-            make("bf16/gradient", dtypes=("float32", "bfloat16")),
-            make("needs90/gradient", dtypes=("float32",), requirements={"min_capability": "90"}),
-            make("needs60gb/gradient", dtypes=("float32",), requirements={"min_memory": "60GB"}),
-            make("needs100gb/gradient", dtypes=("float32",), requirements={"min_memory": "100GB"})]
-'''
-GRADCI_TOML = '''
-[scenarios]
-modules = ["routing_scenarios"]
-
-[matrix]
-backends = ["fd"]
-'''
 DEVICE_WAIT_S = 2
-FINISHED = ("passed", "failed", "error", "cancelled")
 
 
 @pytest.fixture(scope="module")
-def service(postgres_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """The API and a CPU worker on PostgreSQL and Redis (this session's database number), whose jobs
-    wait GRADCI_DEVICE_WAIT=2 s for a device, and the simulated inventory the GPU workers will use."""
-    import redis
-
-    from tests.conftest import REDIS_URL
-
-    redis.Redis.from_url(REDIS_URL).flushdb()
+def routing_service(postgres_database: str, redis_database: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """``gradci api`` and a CPU worker on PostgreSQL and Redis checking ``tests/data/projects/routing``,
+    whose jobs wait GRADCI_DEVICE_WAIT=2 s for a device, and the simulated inventory the GPU workers
+    will use."""
     root = tmp_path_factory.mktemp("routing")
-    sha = make_repository(root / "repo", {"gradci.toml": GRADCI_TOML, "routing_scenarios.py":
-                                          textwrap.dedent(SCENARIOS_MODULE)})
-    logs = root / "logs"
-    logs.mkdir()
+    sha = project_repository("routing", root / "repo")
     inventory = root / "gpus.json"
     inventory.write_text(json.dumps(TWO_GPUS))
-    with running_service(postgres_database, REDIS_URL, root / "repo", sha, root / "work", logs,
+    with running_service(emptied(postgres_database), flushed(redis_database), root / "work", root / "logs",
+                         repo=root / "repo", sha=sha, concurrency=2, worker_heartbeat_s="1",
                          device_wait=str(DEVICE_WAIT_S), device_inventory=str(inventory)) as running:
         yield running
 
@@ -251,38 +221,40 @@ def finished(service: Service, run_id: int) -> dict[str, Any]:
     return wait_for(lambda: (run := service.run(run_id))["status"] in FINISHED and run, f"run {run_id} to finish")
 
 
-def test_a_job_no_online_worker_serves_says_why_then_its_cells_are_skipped(service: Service) -> None:
-    assert not [w for w in service.client().get("/api/workers").json() if w["device"] != "cpu" and w["online"]], \
+@pytest.mark.integration
+def test_a_job_no_online_worker_serves_says_why_then_its_cells_are_skipped(routing_service: Service) -> None:
+    assert not [w for w in routing_service.client().get("/api/workers").json() if w["device"] != "cpu" and w["online"]], \
         "this test needs no GPU worker online"
-    run_id = service.submit(devices=["cuda"], scenarios=["plain/*"])
-    run = wait_for(lambda: (run := service.run(run_id))["waiting"] and run, "the job to wait", interval_s=0.1)
+    run_id = routing_service.submit(devices=["cuda"], scenarios=["plain/*"])
+    run = wait_for(lambda: (run := routing_service.run(run_id))["waiting"] and run, "the job to wait", interval_s=0.1)
     reason = "waiting for a cuda worker; none online"
     assert [(w["queue"], w["reason"]) for w in run["waiting"]] == [("cuda", reason)]
-    status = CliRunner().invoke(cli, ["status", str(run_id), "--server", service.url], env={"GRADCI_API_TOKEN": TOKEN})
+    status = CliRunner().invoke(cli, ["status", str(run_id), "--server", routing_service.url], env={"GRADCI_API_TOKEN": routing_service.token})
     assert status.exit_code == 0, status.output
     assert f"1 job {reason} (since " in status.output
-    run = finished(service, run_id)
-    cells = results_of(service.database_url, run_id)
+    run = finished(routing_service, run_id)
+    cells = results_of(routing_service.database_url, run_id)
     assert run["status"] == "passed" and run["waiting"] == [] and len(cells) == 1
     assert (cells[0].status, cells[0].device, cells[0].backend) == ("skip", "cuda", "fd")
     assert cells[0].message == f"{reason} (gave up after {DEVICE_WAIT_S} s)"
-    [job] = jobs_of(service.database_url, run_id)
+    [job] = jobs_of(routing_service.database_url, run_id)
     assert (job.status, job.worker, job.message) == ("done", None, cells[0].message)
 
 
-def test_a_run_no_device_could_ever_run_errors_at_planning(service: Service) -> None:
-    run = finished(service, service.submit(devices=["cuda.sm80"], scenarios=["needs90/*"]))
+@pytest.mark.integration
+def test_a_run_no_device_could_ever_run_errors_at_planning(routing_service: Service) -> None:
+    run = finished(routing_service, routing_service.submit(devices=["cuda.sm80"], scenarios=["needs90/*"]))
     assert run["status"] == "error"
     assert run["error_message"] == ("no cell of this run can ever run: scenario 'needs90/gradient' requires "
                                     "compute capability 9.0 or newer; cuda.sm80 has 8.0")
     # On a CPU run, the GPU scenario's cells are skip with why, and the others run.
-    run_id = service.submit(devices=["cpu"], scenarios=["needs90/*", "plain/*"])
-    assert finished(service, run_id)["status"] == "passed"
-    cells = {cell.scenario: cell for cell in results_of(service.database_url, run_id)}
+    run_id = routing_service.submit(devices=["cpu"], scenarios=["needs90/*", "plain/*"])
+    assert finished(routing_service, run_id)["status"] == "passed"
+    cells = {cell.scenario: cell for cell in results_of(routing_service.database_url, run_id)}
     assert cells["plain/gradient"].status == "pass"
     assert (cells["needs90/gradient"].status, cells["needs90/gradient"].message) == (
         "skip", "requires a GPU (compute capability 9.0 or newer); cpu is not one")
-    with session_scope(service.database_url, readonly=True) as session:
+    with session_scope(routing_service.database_url, readonly=True) as session:
         catalog = {row.name: row.requirements for row in session.scalars(
             select(ScenarioCatalogEntry).where(ScenarioCatalogEntry.run_id == run_id))}
     assert catalog["needs90/gradient"] == {"min_capability": "90"} and catalog["plain/gradient"] == {}
@@ -290,13 +262,13 @@ def test_a_run_no_device_could_ever_run_errors_at_planning(service: Service) -> 
 
 
 @pytest.fixture
-def gpu_workers_online(service: Service) -> Iterator[None]:
+def gpu_workers_online(routing_service: Service) -> Iterator[None]:
     """`gradci worker --device cuda:0` (the H100, sm90) and `--device cuda:1` (the A100 40GB, sm80)."""
-    workers = [spawn([sys.executable, "-m", "gradci", "worker", "--device", device], service.env,
-                     service.logs / f"worker-{device.replace(':', '')}.log") for device in ("cuda:0", "cuda:1")]
+    workers = [start_worker(routing_service.env, routing_service.logs, device, None,
+                            log=f"worker-{device.replace(':', '')}.log") for device in ("cuda:0", "cuda:1")]
     try:
         def both_online() -> bool:
-            online = {w["device"] for w in service.client().get("/api/workers").json() if w["online"]}
+            online = {w["device"] for w in routing_service.client().get("/api/workers").json() if w["online"]}
             return {"cuda:0", "cuda:1"} <= online
         wait_for(both_online, "both GPU workers' heartbeats", timeout_s=120)
         yield
@@ -305,11 +277,12 @@ def gpu_workers_online(service: Service) -> Iterator[None]:
             stop(worker)
 
 
-def test_jobs_go_to_the_workers_whose_gpus_meet_their_needs(service: Service, gpu_workers_online: None) -> None:
-    run_id = service.submit(devices=["cuda"])
-    run = finished(service, run_id)
+@pytest.mark.integration
+def test_jobs_go_to_the_workers_whose_gpus_meet_their_needs(routing_service: Service, gpu_workers_online: None) -> None:
+    run_id = routing_service.submit(devices=["cuda"])
+    run = finished(routing_service, run_id)
     assert run["status"] == "passed", run
-    jobs = {tuple(job.scenarios): job for job in jobs_of(service.database_url, run_id)}
+    jobs = {tuple(job.scenarios): job for job in jobs_of(routing_service.database_url, run_id)}
     assert {names: job.queue for names, job in jobs.items()} == {
         ("plain/gradient",): "cuda", ("bf16/gradient",): "cuda.sm80",
         ("needs90/gradient", "needs60gb/gradient"): "cuda.sm90", ("needs100gb/gradient",): "cuda.mem100GB"}
@@ -317,7 +290,7 @@ def test_jobs_go_to_the_workers_whose_gpus_meet_their_needs(service: Service, gp
     assert ran_on[("bf16/gradient",)] == "cuda1"  # the A100: capability 8.0 suffices for bfloat16
     assert ran_on[("needs90/gradient", "needs60gb/gradient")] == "cuda0"  # the H100: 9.0, 80 GB
     assert ran_on[("plain/gradient",)] in ("cuda0", "cuda1")
-    cells = {(c.scenario, c.dtype): c for c in results_of(service.database_url, run_id) if c.device == "cuda"}
+    cells = {(c.scenario, c.dtype): c for c in results_of(routing_service.database_url, run_id) if c.device == "cuda"}
     assert len(cells) == 6 and cells[("bf16/gradient", "bfloat16")].job_id == jobs[("bf16/gradient",)].id
     # No worker has 100 GB: that job waited, then its cell is skip with why.
     assert cells[("needs100gb/gradient", "float32")].message == (

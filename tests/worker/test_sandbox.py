@@ -11,14 +11,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import textwrap
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from gradci.services.settings import write_secrets_dir
-from tests.service_processes import TOKEN, make_repository, running_service
-from tests.test_integration import Service, assert_each_cell_once, jobs_of, results_of
+from tests.support.databases import emptied, flushed
+from tests.support.repos import git, make_repository
+from tests.support.service import TOKEN, Service, assert_each_cell_once, jobs_of, results_of, running_service
 
 pytestmark = pytest.mark.integration
 
@@ -149,14 +150,13 @@ GRADCI_TOML = '[scenarios]\nmodules = ["{module}"]\n[matrix]\nbackends = ["fd"]\
 
 
 @pytest.fixture(scope="module")
-def service(postgres_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def sandboxed_service(postgres_database: str, redis_database: str,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """``gradci api`` and a ``gradci worker --concurrency 2`` whose own files hold secrets, checking a
+    repository of scenarios that probe for them, crash, hang or flood (written here: they name this
+    test's folders and secrets)."""
     from sqlalchemy.engine import make_url
 
-    from tests.conftest import REDIS_URL
-
-    import redis
-
-    redis.Redis.from_url(REDIS_URL).flushdb()
     base = tmp_path_factory.mktemp("sandbox")
     workdir, logs, home = base / "work", base / "logs", base / "service-home"
     for folder in (workdir, logs, home):
@@ -176,29 +176,30 @@ def service(postgres_database: str, tmp_path_factory: pytest.TempPathFactory) ->
         "hangs_at_import.py": "import time\nwhile True:\n    time.sleep(1)\n",
     })
     database_url = make_url(postgres_database).set(password=DB_PASSWORD).render_as_string(hide_password=False)
-    with running_service(database_url, REDIS_URL, repo, sha, workdir, logs, concurrency=2, job_chunk_size="3",
+    with running_service(emptied(database_url), flushed(redis_database), workdir, logs, repo=repo, sha=sha,
+                         concurrency=2, worker_heartbeat_s="1", job_chunk_size="3",
                          cell_timeout_s="5", runner_memory_limit_mb="4096", runner_output_limit_kb="16",
                          scenario_import_timeout_s="5", secrets_dir=str(workdir / "secrets")) as the_service:
         yield the_service
 
 
-def test_the_probe_finds_the_secrets_outside_the_sandbox(service: Service) -> None:
+def test_the_probe_finds_the_secrets_outside_the_sandbox(sandboxed_service: Service) -> None:
     """The control: run by this (root, unconfined) process, the probe finds the secrets in the
     worker's environment and the service's files — so its "found nothing" below means something."""
-    spec = importlib.util.spec_from_file_location("probe_control", service.repo / "service_scenarios.py")
+    spec = importlib.util.spec_from_file_location("probe_control", sandboxed_service.repo / "service_scenarios.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     found, environs = module.secrets_found()
-    assert service.worker is not None and f"/proc/{service.worker.pid}" in found
-    assert str(service.workdir / "secrets" / "gradci_github_token") in found
-    assert str(service.workdir / "gradci.db") in found and environs > 0
+    assert sandboxed_service.worker is not None and f"/proc/{sandboxed_service.worker.pid}" in found
+    assert str(sandboxed_service.workdir / "secrets" / "gradci_github_token") in found
+    assert str(sandboxed_service.workdir / "gradci.db") in found and environs > 0
 
 
-def test_scenario_code_reaches_no_secret_and_writes_only_its_scratch(service: Service) -> None:
+def test_scenario_code_reaches_no_secret_and_writes_only_its_scratch(sandboxed_service: Service) -> None:
     Path("/tmp/gradci-probe").unlink(missing_ok=True)  # the probe's target on this machine's /tmp
-    run_id = service.submit(scenarios=["bad/probe"])
-    run = service.wait_finished(run_id)
-    (result,) = results_of(service.database_url, run_id)
+    run_id = sandboxed_service.submit(scenarios=["bad/probe"])
+    run = sandboxed_service.wait_finished(run_id)
+    (result,) = results_of(sandboxed_service.database_url, run_id)
     message = result.message
     assert result.status == "error" and "found=" in message, message
     assert "found=[]" in message, message
@@ -211,25 +212,25 @@ def test_scenario_code_reaches_no_secret_and_writes_only_its_scratch(service: Se
     assert run["status"] == "failed"
 
 
-def test_secrets_appear_in_no_log_and_no_response(service: Service) -> None:
-    run_id = service.submit(scenarios=["ok/0"])
-    service.wait_finished(run_id)
-    with service.client() as client:
+def test_secrets_appear_in_no_log_and_no_response(sandboxed_service: Service) -> None:
+    run_id = sandboxed_service.submit(scenarios=["ok/0"])
+    sandboxed_service.wait_finished(run_id)
+    with sandboxed_service.client() as client:
         answers = [client.get(path).text for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}/results",
                                                       f"/api/runs/{run_id}/report", "/api/workers", "/api/health",
                                                       f"/runs/{run_id}", "/")]
-    for text in answers + [path.read_text(errors="replace") for path in service.logs.iterdir()]:
+    for text in answers + [path.read_text(errors="replace") for path in sandboxed_service.logs.iterdir()]:
         for secret in (GITHUB_TOKEN, WEBHOOK_SECRET, DB_PASSWORD, TOKEN):
             assert secret not in text
 
 
-def test_misbehaving_scenarios_are_error_cells_and_the_rest_passes(service: Service) -> None:
-    log = service.logs / "gradci.worker.log"
+def test_misbehaving_scenarios_are_error_cells_and_the_rest_passes(sandboxed_service: Service) -> None:
+    log = sandboxed_service.logs / "gradci.worker.log"
     log_before = log.stat().st_size
-    run_id = service.submit(scenarios=["ok/*", "bad/segfault", "bad/endless", "bad/allocate", "bad/exits",
+    run_id = sandboxed_service.submit(scenarios=["ok/*", "bad/segfault", "bad/endless", "bad/allocate", "bad/exits",
                                        "bad/floods", "bad/vector", "bad/nan", "bad/text"])
-    run = service.wait_finished(run_id)
-    results = {r.scenario: r for r in results_of(service.database_url, run_id)}
+    run = sandboxed_service.wait_finished(run_id)
+    results = {r.scenario: r for r in results_of(sandboxed_service.database_url, run_id)}
     assert_each_cell_once(list(results.values()))
     assert {name for name, r in results.items() if r.status == "pass"} == {f"ok/{i}" for i in range(4)} | {"bad/floods"}
     expected = {"bad/segfault": "killed by SIGSEGV", "bad/endless": "timeout after 5 s",
@@ -239,11 +240,11 @@ def test_misbehaving_scenarios_are_error_cells_and_the_rest_passes(service: Serv
     for name, reason in expected.items():
         assert results[name].status == "error" and reason in results[name].message, (name, results[name].message)
     assert run["status"] == "failed" and run["counts"]["pass"] == 5 and run["counts"]["error"] == 7
-    assert len(jobs_of(service.database_url, run_id)) == 4  # chunks of 3: the two pool processes shared them
+    assert len(jobs_of(sandboxed_service.database_url, run_id)) == 4  # chunks of 3: the two pool processes shared them
     # Megabytes printed, a bounded amount logged.
     assert log.stat().st_size - log_before < 512 << 10, log.stat().st_size - log_before
     assert "bytes of the runner's output dropped" in log.read_text(errors="replace")
-    assert service.worker is not None and service.worker.poll() is None
+    assert sandboxed_service.worker is not None and sandboxed_service.worker.poll() is None
 
 
 @pytest.mark.parametrize(("config", "reason"), [
@@ -255,18 +256,16 @@ def test_misbehaving_scenarios_are_error_cells_and_the_rest_passes(service: Serv
     (None, "gradci.toml: not found"),
 ])
 def test_a_project_that_cannot_be_loaded_ends_the_run_with_a_clear_error(
-    service: Service, config: str | None, reason: str
+    sandboxed_service: Service, config: str | None, reason: str
 ) -> None:
-    from tests.test_integration import git
-
     if config is None:
-        (service.repo / "gradci.toml").unlink()
+        (sandboxed_service.repo / "gradci.toml").unlink()
     else:
-        (service.repo / "gradci.toml").write_text(config)
-    git(service.repo, "add", "-A")
-    git(service.repo, "commit", "-q", "--allow-empty", "-m", f"a project that fails: {reason}")
-    sha = git(service.repo, "rev-parse", "HEAD")
-    run = service.wait_finished(service.submit(sha=sha))
+        (sandboxed_service.repo / "gradci.toml").write_text(config)
+    git(sandboxed_service.repo, "add", "-A")
+    git(sandboxed_service.repo, "commit", "-q", "--allow-empty", "-m", f"a project that fails: {reason}")
+    sha = git(sandboxed_service.repo, "rev-parse", "HEAD")
+    run = sandboxed_service.wait_finished(sandboxed_service.submit(sha=sha))
     assert run["status"] == "error" and reason in run["error_message"], run["error_message"]
-    assert service.worker is not None and service.worker.poll() is None
-    assert service.wait_finished(service.submit(scenarios=["ok/1"]))["status"] == "passed"
+    assert sandboxed_service.worker is not None and sandboxed_service.worker.poll() is None
+    assert sandboxed_service.wait_finished(sandboxed_service.submit(scenarios=["ok/1"]))["status"] == "passed"

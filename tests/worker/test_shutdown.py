@@ -8,54 +8,26 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.service_processes import (alive, descendants, make_repository, runners_below, running_service,
-                                     start_worker, wait_gone)
-from tests.test_integration import (Service, assert_each_cell_once, free_port, results_of, service_env, spawn,
-                                    stop, wait_for)
+from tests.support.processes import (
+    alive,
+    descendants,
+    free_port,
+    runners_below,
+    service_env,
+    spawn,
+    stop,
+    wait_for,
+    wait_gone,
+)
+from tests.support.service import Service, assert_each_cell_once, results_of
 
 pytestmark = pytest.mark.integration
 
 STOP_WITHIN_S = 10.0
-SLOW_SCENARIOS = '''
-import time
-
-import numpy as np
-
-from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def slow(x):
-    time.sleep(0.03)  # finite differences call it a few dozen times: about a second a cell
-    xp = namespace(x)
-    return xp.sum(x ** 2)
-
-
-def scenarios():
-    return [Scenario(f"slow/{i}", "gradient", slow, np.array([0.1 * i, 0.2]), dtypes=("float64",)) for i in range(6)]
-'''
-FILES = {"gradci.toml": '[scenarios]\nmodules = ["slow_scenarios"]\n[matrix]\nbackends = ["fd"]\ndtypes = ["float64"]\n',
-         "slow_scenarios.py": textwrap.dedent(SLOW_SCENARIOS)}
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    root = tmp_path_factory.mktemp("slow-repo")
-    return root, make_repository(root, FILES)
-
-
-@pytest.fixture
-def service(postgres_url: str, redis_url: str, repository: tuple[Path, str], tmp_path: Path) -> Iterator[Service]:
-    (tmp_path / "logs").mkdir()
-    with running_service(postgres_url, redis_url, *repository, tmp_path / "work", tmp_path / "logs",
-                         concurrency=2, job_chunk_size="3") as the_service:
-        yield the_service
 
 
 def running_tree(root_pid: int) -> set[int]:
@@ -65,18 +37,18 @@ def running_tree(root_pid: int) -> set[int]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_worker_leaves_nothing_and_its_jobs_run_again(service: Service, signum: int) -> None:
-    run_id = service.submit()
-    assert service.worker is not None
-    tree = running_tree(service.worker.pid)
-    wait_for(lambda: results_of(service.database_url, run_id), "a first cell", interval_s=0.1)
-    service.worker.send_signal(signum)
+def test_a_stopped_worker_leaves_nothing_and_its_jobs_run_again(fresh_service: Service, signum: int) -> None:
+    run_id = fresh_service.submit()
+    assert fresh_service.worker is not None
+    tree = running_tree(fresh_service.worker.pid)
+    wait_for(lambda: results_of(fresh_service.database_url, run_id), "a first cell", interval_s=0.1)
+    fresh_service.worker.send_signal(signum)
     assert wait_gone(tree, STOP_WITHIN_S) < STOP_WITHIN_S
-    assert len(results_of(service.database_url, run_id)) < 6, "the run finished before the worker was stopped"
-    service.worker.wait()
-    service.worker = start_worker(service.env, service.logs)
-    run = service.wait_finished(run_id)
-    results = results_of(service.database_url, run_id)
+    assert len(results_of(fresh_service.database_url, run_id)) < 6, "the run finished before the worker was stopped"
+    fresh_service.worker.wait()
+    fresh_service.start_worker(concurrency=2)
+    run = fresh_service.wait_finished(run_id)
+    results = results_of(fresh_service.database_url, run_id)
     assert_each_cell_once(results)
     assert run["status"] == "passed" and len(results) == 6 and {r.status for r in results} == {"pass"}
 
@@ -88,12 +60,13 @@ def _up(tmp_path: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize(("how", "during_run"), [("SIGINT", True), ("SIGTERM to its group", True),
                                                   ("SIGTERM", False)])
-def test_gradci_up_stops_with_nothing_left(repository: tuple[Path, str], tmp_path: Path, how: str,
+def test_gradci_up_stops_with_nothing_left(slow_project: tuple[Path, str], tmp_path: Path, how: str,
                                            during_run: bool) -> None:
-    from gradci.services.db.session import dispose_engine
     import httpx
 
-    repo, sha = repository
+    from gradci.services.db.session import dispose_engine
+
+    repo, sha = slow_project
     workdir, port = tmp_path / "gradci", free_port()
     up = _up(tmp_path, workdir, port)
     database_url = f"sqlite:///{workdir / 'gradci.db'}"

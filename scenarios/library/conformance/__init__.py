@@ -10,9 +10,18 @@ its own, selected with ``gradci.scenarios.library.family("frameworks")``.
 from __future__ import annotations
 
 from gradci.scenarios.authoring.scenario import Scenario
-from gradci.scenarios.library.conformance import (jax_lax, jax_nn, jax_numpy, jax_scipy_special, torch_functional,
-                                          torch_linalg, torch_reductions, torch_special)
-from gradci.scenarios.library.conformance._table import FAMILY, scenarios as table_scenarios
+from gradci.scenarios.library.conformance import (
+    jax_lax,
+    jax_nn,
+    jax_numpy,
+    jax_scipy_special,
+    torch_functional,
+    torch_linalg,
+    torch_reductions,
+    torch_special,
+)
+from gradci.scenarios.library.conformance._table import FAMILY
+from gradci.scenarios.library.conformance._table import scenarios as table_scenarios
 
 AREAS = {module.AREA: module.ROWS for module in (torch_functional, torch_special, torch_linalg, torch_reductions,
                                                  jax_numpy, jax_nn, jax_scipy_special, jax_lax)}

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library._common import derived, operator_tags, rng
+from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
 FAMILY = "frameworks"
 
@@ -95,7 +96,7 @@ class Row:
     # Cells not run, for every operator: {backend pattern: reason} (a derivative the framework lacks).
     skip: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Known framework bugs, per operator: {operator: {backend pattern: "upstream: <issue URL> ..."}}.
-    xfail: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    xfail: Mapping[str, Mapping[Any, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def framework(self) -> str:
@@ -121,7 +122,7 @@ def resolve(qualified: str) -> Callable:
     parts = qualified.split(".")
     for cut in range(len(parts), 0, -1):
         try:
-            target = importlib.import_module(".".join(parts[:cut]))
+            target: Any = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
             continue
         for attribute in parts[cut:]:

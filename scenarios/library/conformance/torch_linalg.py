@@ -1,8 +1,19 @@
 """torch.linalg: determinants, inverses and solves, factorizations, spectra, norms, matrix functions."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SECOND, Row,
-                                                 distinct_spectrum, on_every, spread, well_conditioned)
+from gradci.scenarios.library.conformance._table import (
+    FULL,
+    JACOBIAN,
+    JVP,
+    LOSS,
+    SECOND,
+    VJP,
+    Row,
+    distinct_spectrum,
+    on_every,
+    spread,
+    well_conditioned,
+)
 
 AREA = "torch.linalg"
 L = "torch.linalg."

@@ -1,8 +1,18 @@
 """Reductions, scans, sorting and strided views: torch functions whose backward gathers or scatters."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (FULL, JVP, VJP, JACOBIAN, LOSS, SCALAR, SECOND, Row, signed,
-                                                 spread)
+from gradci.scenarios.library.conformance._table import (
+    FULL,
+    JACOBIAN,
+    JVP,
+    LOSS,
+    SCALAR,
+    SECOND,
+    VJP,
+    Row,
+    signed,
+    spread,
+)
 
 AREA = "torch-reductions"
 

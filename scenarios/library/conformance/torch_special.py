@@ -1,8 +1,19 @@
 """torch.special: error functions, gamma family, Bessel functions, logits and entropies."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (FIRST, FULL, JVP, VJP, JACOBIAN, SCALAR, SECOND, Row, lacks,
-                                                 on_every, signed)
+from gradci.scenarios.library.conformance._table import (
+                                                 FIRST,
+                                                 FULL,
+                                                 JACOBIAN,
+                                                 JVP,
+                                                 SCALAR,
+                                                 SECOND,
+                                                 VJP,
+                                                 Row,
+                                                 lacks,
+                                                 on_every,
+                                                 signed,
+)
 
 AREA = "torch.special"
 S = "torch.special."

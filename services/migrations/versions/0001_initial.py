@@ -73,7 +73,8 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["parent_run_id"], ["runs.id"], name=op.f("fk_runs_parent_run_id_runs"), ondelete="SET NULL"
         ),
-        sa.ForeignKeyConstraint(["repository_id"], ["repositories.id"], name=op.f("fk_runs_repository_id_repositories")),
+        sa.ForeignKeyConstraint(["repository_id"], ["repositories.id"],
+                                name=op.f("fk_runs_repository_id_repositories")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
     )
     op.create_index(op.f("ix_runs_head_sha"), "runs", ["head_sha"])

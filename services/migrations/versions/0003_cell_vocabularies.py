@@ -26,7 +26,7 @@ def upgrade() -> None:
         op.execute(f"DELETE FROM results WHERE NOT ({check.sqltext})")
     with op.batch_alter_table("results") as batch:
         for check in _checks():
-            batch.create_check_constraint(check.name, check.sqltext)
+            batch.create_check_constraint(str(check.name), check.sqltext)
 
 
 def downgrade() -> None:

@@ -1,4 +1,4 @@
-"""Fixtures of the webhook tests, loaded with ``pytest_plugins = ["tests.webhook_fixtures"]``: the
+"""Fixtures of the webhook tests, (this folder's conftest): the
 settings of a service that accepts webhooks signed with ``SECRET``, and an in-process client of it."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from gradci.services.api.app import create_app
 from gradci.services.settings import Settings
-from tests.webhook_client import SECRET
+from tests.support.webhook_client import SECRET
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from bench.load import Server, api_server
 from gradci.services.db.migrate import upgrade
 from gradci.services.db.session import dispose_engine
 from gradci.services.github.signature import sign
-from tests.conftest import REDIS_URL
-from tests.payloads import payload
-from tests.webhook_client import deliver, runs, webhook_headers
+from tests.support.databases import flushed
+from tests.support.payloads import payload
+from tests.support.webhook_client import deliver, runs, webhook_headers
 
-pytest_plugins = ["tests.webhook_fixtures"]  # settings, client
+pytestmark = pytest.mark.integration
+
 
 MiB = 1024 * 1024
 CONCURRENT, LARGE = 16, 24 * MiB
@@ -37,13 +38,13 @@ def spill_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, spill_directory: Path) -> Iterator[Server]:
+def server(redis_database: str, tmp_path_factory: pytest.TempPathFactory, spill_directory: Path) -> Iterator[Server]:
     """One server for the module (starting one costs seconds); these requests never reach the
     database or the broker beyond a ping."""
     workdir = tmp_path_factory.mktemp("webhook-server")
     database_url = f"sqlite:///{workdir / 'gradci.db'}"
     upgrade(database_url)
-    with api_server(database_url, REDIS_URL, workdir, TMPDIR=str(spill_directory)) as served:
+    with api_server(database_url, flushed(redis_database), workdir, TMPDIR=str(spill_directory)) as served:
         yield served
     dispose_engine(database_url)
 

@@ -15,11 +15,12 @@ from gradci.services.api.app import create_app
 from gradci.services.db.models import Delivery
 from gradci.services.db.session import engine_for, session_scope
 from gradci.services.settings import Settings
-from tests.payloads import payload
-from tests.test_api import queued_plan_runs
-from tests.webhook_client import BASE, HEAD, closed_port, deliver, runs, webhook_headers
+from tests.support.broker import queued_plan_runs
+from tests.support.payloads import payload
+from tests.support.webhook_client import BASE, HEAD, closed_port, deliver, runs, webhook_headers
 
-pytest_plugins = ["tests.webhook_fixtures"]  # settings, client
+pytestmark = pytest.mark.integration
+
 
 
 def delivery_ids(url: str) -> list[str]:

@@ -3,7 +3,11 @@ server on PostgreSQL and Redis, each acknowledged, stored and planned exactly on
 target is the benchmark's to measure on a quiet machine, not a test's.)"""
 from __future__ import annotations
 
+import pytest
+
 from bench.load import webhook_load
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_short_webhook_load_loses_and_duplicates_nothing(clean_environment, postgres_url, redis_url):

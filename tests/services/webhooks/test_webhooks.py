@@ -12,11 +12,12 @@ from sqlalchemy import select
 from gradci.services.api.app import create_app
 from gradci.services.db.models import Delivery, GitHubReport
 from gradci.services.db.session import session_scope
-from tests.payloads import payload
-from tests.test_api import queued_plan_runs
-from tests.webhook_client import BASE, HEAD, deliver, runs
+from tests.support.broker import queued_plan_runs
+from tests.support.payloads import payload
+from tests.support.webhook_client import BASE, HEAD, deliver, runs
 
-pytest_plugins = ["tests.webhook_fixtures"]  # settings, client
+pytestmark = pytest.mark.integration
+
 
 
 def test_ping_and_signature_checks(client):

@@ -1,0 +1,1 @@
+"""The user's own `scenarios` package: input points (not gradci's engine)."""

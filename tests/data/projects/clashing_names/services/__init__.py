@@ -1,0 +1,1 @@
+"""The user's own `services` package: their pricing code (not gradci's server side)."""

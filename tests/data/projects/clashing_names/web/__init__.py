@@ -1,0 +1,1 @@
+"""The user's own `web` package: naming helpers (not gradci's dashboard)."""

@@ -1,0 +1,2 @@
+def label(area, name):
+    return f"{area}/{name}"

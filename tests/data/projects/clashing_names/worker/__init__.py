@@ -1,0 +1,1 @@
+"""The user's own `worker` package (not gradci's Celery worker)."""

@@ -1,0 +1,20 @@
+"""Fixtures of the end-to-end tests (conftest.py one level up has the ``redis_service``)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.faults import FaultyService, start_faulty_service
+from tests.support.repos import project_repository
+
+
+@pytest.fixture(scope="module")
+def faulty_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultyService]:
+    """A service on private PostgreSQL and Redis servers the test may stop and restart, checking
+    ``tests/data/projects/faults``; heartbeats, leases and the reconciler's grace shortened."""
+    repo = tmp_path_factory.mktemp("fault-project")
+    sha = project_repository("faults", repo)
+    with start_faulty_service(repo, sha, job_chunk_size="1", cell_timeout_s="60", max_job_attempts="3",
+                              worker_heartbeat_s="0.5", worker_online_s="3", reconcile_grace_s="3") as running:
+        yield running

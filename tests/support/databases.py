@@ -1,0 +1,72 @@
+"""The test session's PostgreSQL and Redis: where they are, emptying them, and claiming a Redis
+database number no other test session uses at the same time.
+
+PostgreSQL: one uniquely named database per session in the cluster behind ``GRADCI_TEST_POSTGRES_URL``.
+Redis: one database number per session among 1..12 of the server behind ``GRADCI_TEST_REDIS_URL``
+(its database part is ignored), claimed with a key in database 0, flushed before each user.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gradci.services.db.session import engine_for
+from gradci.testing.databases import admin_connection, scratch_database
+
+POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_SERVER_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_BASE = REDIS_SERVER_URL.rsplit("/", 1)[0] if REDIS_SERVER_URL.count("/") > 2 else REDIS_SERVER_URL
+REDIS_CLAIMABLE = range(1, 13)  # 0 holds the claims; bench/ uses 15
+TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "github_reports", "run_reports", "runs", "repositories",
+          "workers")
+
+__all__ = ["POSTGRES_ADMIN_URL", "REDIS_BASE", "TABLES", "RedisUnavailable", "admin_connection", "claimed_redis_database",
+           "emptied", "flushed", "scratch_database"]
+
+
+class RedisUnavailable(Exception):
+    """No Redis answers, or every database number is claimed."""
+
+
+def emptied(database_url: str) -> str:
+    """The PostgreSQL database with every table emptied. A service started over it must begin so: its
+    reconciler would otherwise plan the runs an earlier test left queued, and its jobs would wait
+    behind theirs."""
+    with engine_for(database_url).begin() as connection:
+        connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    return database_url
+
+
+def flushed(redis_url: str) -> str:
+    """The Redis database, flushed (no message an earlier test left)."""
+    import redis
+
+    with redis.Redis.from_url(redis_url, socket_connect_timeout=3) as client:
+        client.flushdb()
+    return redis_url
+
+
+@contextmanager
+def claimed_redis_database(base: str = REDIS_BASE) -> Iterator[str]:
+    """The URL of a Redis database number claimed for as long as the block runs; flushed on both ends."""
+    import redis
+
+    claims = redis.Redis.from_url(f"{base}/0", socket_connect_timeout=3)
+    try:
+        claims.ping()
+    except redis.ConnectionError as exc:
+        claims.close()
+        raise RedisUnavailable(f"Redis is not reachable at {base}: {exc}") from exc
+    number = next((n for n in REDIS_CLAIMABLE if claims.set(f"gradci-test-claim:{n}", os.getpid(), nx=True, ex=6 * 3600)),
+                  None)
+    if number is None:
+        claims.close()
+        raise RedisUnavailable("every Redis test database is claimed by another session")
+    url = flushed(f"{base}/{number}")
+    try:
+        yield url
+    finally:
+        flushed(url)
+        claims.delete(f"gradci-test-claim:{number}")
+        claims.close()

@@ -1,0 +1,53 @@
+"""The test layer's own rules: helpers in ``tests/support`` (and what ``bench/`` shares with the tests
+in ``gradci.testing``), fixtures in conftest.py files, test modules that import no other test module,
+and ``bench/`` and ``gradci.testing`` that import nothing from ``tests``."""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+
+
+def imported(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def ours(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*.py") if "data" not in p.relative_to(folder).parts[:1]]
+
+
+def test_bench_and_gradci_testing_import_nothing_from_tests() -> None:
+    offenders = {str(p.relative_to(ROOT)): name for folder in (ROOT / "bench", ROOT / "gradci" / "testing")
+                 for p in ours(folder) for name in imported(p) if name.split(".")[0] == "tests"}
+    assert offenders == {}
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    offenders = {str(p.relative_to(ROOT)): name for p in ours(TESTS) for name in imported(p)
+                 if name.startswith("tests.") and any(part.startswith(("test_", "conftest"))
+                                                      for part in name.split(".")[1:])}
+    assert offenders == {}, "helpers go to tests/support, fixtures to a conftest.py"
+
+
+def test_every_test_folder_is_a_package() -> None:
+    folders = {p.parent for p in ours(TESTS)}
+    assert [str(f.relative_to(ROOT)) for f in sorted(folders) if not (f / "__init__.py").exists()] == []
+
+
+def test_the_scenario_projects_are_files_and_import_nothing_from_tests() -> None:
+    projects = sorted((TESTS / "data" / "projects").iterdir())
+    assert {p.name for p in projects if p.is_dir()} >= {"service_checks", "dashboard", "routing", "slow", "faults",
+                                                        "clashing_names"}
+    for project in (p for p in projects if p.is_dir()):
+        assert (project / "gradci.toml").is_file(), project
+        # A checkout's runner cannot import this repository's tests/ (a project's own tests/ is its own).
+        assert [str(p) for p in project.rglob("*.py") for name in imported(p)
+                if name.split(".")[0] == "tests" and not (project / "tests").is_dir()] == []
