@@ -6,8 +6,11 @@ from it inherit the configuration.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import re
 import socket
+import threading
 from pathlib import Path
 
 from gradci.scenarios.contract.devices import CPU
@@ -76,8 +79,19 @@ class WorkerContext:
         """Runners see nothing of the workdir but the checkouts; the address-space limit holds on
         CPU workers only (CUDA reserves address space far beyond the memory it uses)."""
         limit = self.settings.runner_memory_limit_mb if self.device.index is None else 0
-        return SandboxPolicy(user=self.settings.runner_user or None, memory_limit_mb=limit or None,
-                             hidden=(self.workdir,))
+        user = f"{self.settings.runner_user}-{self.runner_slot()}" if self.settings.runner_user else None
+        return SandboxPolicy(user=user, memory_limit_mb=limit or None, hidden=(self.workdir,))
+
+    def runner_slot(self) -> str:
+        """This worker process's (and thread's) runner, among the machine's: its device and pool index.
+        Runners of different slots run as different users (``gradci-runner-cpu-0``, ...), so that
+        one run's runner cannot signal, trace or read another's."""
+        import billiard.process
+
+        index = getattr(billiard.process.current_process(), "index", None) or 0
+        thread = _thread_slot()
+        device = re.sub(r"[^a-z0-9]", "", self.device.name.lower()) or "dev"
+        return f"{device}-{index}" + (f"-{thread}" if thread else "")
 
     def run_on(self, job_device: str) -> str | None:
         """The device the runner computes a job's cells on (None: the job's own label)."""
@@ -86,6 +100,17 @@ class WorkerContext:
     def checkouts(self) -> Checkouts:
         token = self.settings.github_token.get_secret_value() if self.settings.github_token else None
         return Checkouts(self.workdir, github_token=token)
+
+
+_threads = threading.local()
+_thread_count = itertools.count()
+
+
+def _thread_slot() -> int:
+    """0 for the first thread to ask (the main thread of a prefork child), 1, 2... for the others (a threads pool)."""
+    if not hasattr(_threads, "slot"):
+        _threads.slot = next(_thread_count)
+    return _threads.slot
 
 
 def physical_gpu(cuda_index: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import hashlib
 import logging
 import os
 import select
@@ -81,6 +82,11 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
     return kept
 
 
+# (checkout, repository) whose code a runner holds; the built-in library's is (None, None).
+Tenant = tuple[str | None, str | None]
+BUILT_IN: Tenant = (None, None)
+
+
 class RunnerError(RuntimeError):
     """The runner died, hung or refused a request; the message says which."""
 
@@ -105,6 +111,7 @@ class CellSpec:
     run_on: str | None = None
     fingerprint: str | None = None
     family: str | None = None  # with source None: one family of the built-in library (None: all of it)
+    repository: str | None = None  # the checkout's repository: its runner's compilation cache is its own
 
     def error_cell(self, message: str) -> dict[str, Any]:
         return {"scenario": self.scenario, "operator": self.operator, "framework": self.framework,
@@ -149,6 +156,10 @@ class WarmRunner:
         self._scratch: Path | None = None
         self._buffer = b""
         self._warm: set[str] = set()
+        # Whose code this runner serves: (checkout, repository), None for the built-in library. A
+        # process that imported one checkout's code never serves another's (``_serve``).
+        self._tenant: Tenant = BUILT_IN
+        self.tenant_switches = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -166,7 +177,7 @@ class WarmRunner:
         self._discard()
         # A fresh scratch folder per start: nothing one runner wrote is there for the next.
         self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{threading.get_ident()}-{self.starts}"
-        cache = self.workdir / "runner" / "jax-cache"
+        cache = self.workdir / "runner" / "jax-cache" / cache_scope(self._tenant)
         layout = self.sandbox.layout(scratch=self._scratch, writable=(cache,), visible=self.visible)
         layout.prepare()
         # Simulated GPUs (the list itself: the runner's view may not hold the file) compute there too.
@@ -184,6 +195,19 @@ class WarmRunner:
         if not isinstance(ready, Ready):
             self._discard()
             raise RunnerError(f"the runner did not start: {ready}")
+
+    def _serve(self, source: str | None, repository: str | None) -> None:
+        """Before a request about ``source``'s code (None: the built-in library): a runner started for
+        another tenant is stopped, so that the next request starts one of this tenant's own, seeing
+        only this tenant's compilation cache. A scenario module may patch anything in the process it
+        is imported into — the engine's comparison included — so no process outlives its tenant."""
+        tenant = (source, repository or source) if source else BUILT_IN
+        if tenant != self._tenant:
+            if self.alive:
+                log.info("restarting the runner (pid %s): its next request is another checkout's", self.pid)
+                self.tenant_switches += 1
+                self.close()
+            self._tenant = tenant
 
     def _restart_if_due(self) -> None:
         """Between requests, never during one: a runner above its memory ceiling, or whose CUDA
@@ -304,10 +328,11 @@ class WarmRunner:
     # --- what the worker asks -------------------------------------------------------------------
 
     def list_source(self, source: str | None, *, availability: bool = False,
-                    family: str | None = None) -> ListReply:
+                    family: str | None = None, repository: str | None = None) -> ListReply:
         """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
         ``family`` of it). ``availability`` also says which backends can run here and which devices
         there are, at the price of importing every framework."""
+        self._serve(source, repository)
         request = ListRequest(source=source, family=family, availability=availability)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
         if isinstance(reply, Refusal):
@@ -347,6 +372,7 @@ class WarmRunner:
         count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
+        self._serve(first.source, first.repository)
         payload = CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
                                options=dict(options or {}))
@@ -363,6 +389,13 @@ class WarmRunner:
         assert isinstance(reply, CellsReply)
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         return [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
+
+
+def cache_scope(tenant: Tenant) -> str:
+    """The compilation cache's folder of a tenant: one per repository (a checkout's path where the
+    repository is not known), so that no repository loads a program another wrote."""
+    scope = tenant[1] or tenant[0]
+    return "built-in" if scope is None else hashlib.sha256(scope.encode()).hexdigest()[:24]
 
 
 # One runner per worker process, or per thread in a threads pool: a runner serves one request at a time.

@@ -23,6 +23,7 @@ class Source:
     scenarios: tuple[ScenarioInfo, ...]
     backends: dict[str, BackendEntry]  # name → framework, mode (and unavailable, when asked)
     file_matrix: Matrix  # the checkout's gradci.toml [matrix]
+    repository: str | None = None  # the run's repository URL (None: the built-in library)
 
     @functools.cached_property
     def by_name(self) -> dict[str, ScenarioInfo]:
@@ -62,10 +63,11 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
     if run.repo_url is not None:
         sha, path = checkouts.checkout(run.repo_url, run.revision)
         root = str(path)
-    listing = runner.list_source(root, availability=availability)
+    listing = runner.list_source(root, availability=availability, repository=run.repo_url)
     return Source(
         sha=sha,
         root=root,
+        repository=run.repo_url,
         scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing.scenarios),
         backends={item["name"]: item for item in listing.backends},
         file_matrix=Matrix.from_mapping(listing.file_matrix),
