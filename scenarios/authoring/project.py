@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import importlib
+import importlib.util
 import re
 import sys
 import tomllib
@@ -36,6 +37,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.expectations import AXES, Expect
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.contract.matrix import Matrix, MatrixError
@@ -148,11 +150,20 @@ def load_scenarios(project: Project) -> list[Scenario]:
     """Import each module from the repository root and collect its scenarios: a module named
     "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
     root = str(project.root)
+    _import_frameworks()
+    baseline = global_state.capture()
     sys.path.insert(0, root)
     try:
         found: list[Scenario] = []
         for entry in project.modules:
-            found.extend(_scenarios_of(entry))
+            made = _scenarios_of(entry)
+            # Each module's scenarios run in the state its import left; the next module starts from
+            # the baseline again (gradci.scenarios.adapters.global_state).
+            after = global_state.capture()
+            for scenario in made:
+                scenario.__dict__["_module_state"] = (after, global_state.changes(baseline, after))
+            global_state.restore(baseline)
+            found.extend(made)
     finally:
         if sys.path and sys.path[0] == root:
             sys.path.pop(0)
@@ -164,6 +175,19 @@ def load_scenarios(project: Project) -> list[Scenario]:
     if duplicates:
         raise ProjectError(f"duplicate scenario names: {', '.join(duplicates[:5])}")
     return found
+
+
+def _import_frameworks() -> None:
+    """The installed frameworks, imported and configured as the engine runs them, before any
+    scenario module: their state is the baseline each module's changes are measured against."""
+    from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
+
+    for name in ("torch", "jax"):
+        if importlib.util.find_spec(name) is not None:
+            try:
+                get_framework(name)
+            except FrameworkUnavailable:
+                continue
 
 
 def _scenarios_of(entry: str) -> list[Scenario]:

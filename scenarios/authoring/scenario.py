@@ -209,6 +209,11 @@ class Scenario:
         if callable(self.reference):
             self.reference = regroup(self.reference)
 
+    def module_state(self) -> tuple[dict[str, Any] | None, list[str]]:
+        """The framework state the scenario's module left at import (None: not loaded from a
+        module), and the changes it made then (``gradci.scenarios.adapters.global_state``)."""
+        return self.__dict__.get("_module_state", (None, []))
+
     def implementation(self, framework: str, dtype: str = "float64", device: str = "cpu") -> Callable | None:
         """The callable for ``framework`` (None when the scenario gives none), with the models it
         holds in ``dtype`` on ``device`` (the execution device): made now, outside any transform."""

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.expectations import first_applying
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
@@ -19,7 +20,7 @@ from gradci.scenarios.contract.simulated_gpus import simulated_gpus
 from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
 from gradci.scenarios.reference.step_spread import step_spread
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
-from gradci.scenarios.verdict.captured_warnings import captured_warnings
+from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
 from gradci.scenarios.verdict.exceptions import describe_exception
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
@@ -92,6 +93,37 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
                    dtypes: Sequence[str] | None, references: ReferenceCache,
                    progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
                    repeats: int | None = None) -> list[Cell]:
+    """``_check_scenario`` in the framework state its module set at import (none: the state as it
+    is), which is restored afterwards: no scenario changes the next one's defaults, seeds or
+    precision switches. What its module changed at import and what its cells changed while they
+    ran are named on every cell, as warnings."""
+    before = global_state.capture()
+    module_state, at_import = scenario.module_state()
+    if module_state is not None:
+        global_state.restore(module_state)
+    expected = global_state.capture()
+    try:
+        cells = _check_scenario(scenario, backends, devices, dtypes, references, None, peers, repeats)
+        while_running = global_state.changes(expected, global_state.capture())
+    finally:
+        global_state.restore(before)
+    # One line each (a cell keeps a few warnings): restored for the other modules, named here.
+    notes = [f"gradci: when its module was imported, {'; '.join(lines)} (restored for other modules' scenarios)"
+             for lines in (at_import,) if lines]
+    notes += [f"gradci: while this scenario's cells ran, {'; '.join(lines)} (restored afterwards)"
+              for lines in (while_running,) if lines]
+    for cell in cells:
+        if notes:
+            cell.warnings = merged(cell.warnings, notes)
+        if progress:
+            progress(cell)
+    return cells
+
+
+def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
+                    dtypes: Sequence[str] | None, references: ReferenceCache,
+                    progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
+                    repeats: int | None = None) -> list[Cell]:
     """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
     cells are computed only to compare the forward and reverse modes with (the service checks one
     backend a job) and are not returned; see ``_peer_cells``.
