@@ -3,13 +3,13 @@ by f, in the cell's dtype.
 
 - ``Scenario(..., f=loss, x=model)``, with ``loss(model, *contexts)``: x becomes the model's
   parameters (a dict by parameter name: torch's ``named_parameters``, equinox's leaf paths), and
-  each evaluation calls ``loss`` on the model with those parameters in place (torch through
-  ``torch.func.functional_call``, equinox through ``eqx.combine``), so every backend differentiates
-  with respect to them and the reference perturbs them.
-- A torch module that f captures (in its closure, defaults or the globals it names) follows the cell's dtype and device:
-  gradci hands each cell a function bound to a copy of the module in that dtype, made once per
-  dtype and device when the cell is prepared — never inside a transform, where ``Module.to`` fails.
-  The float64 CPU copy serves the reference.
+  each evaluation calls ``loss`` on the model with those parameters in place (torch: in a copy's
+  parameter slots, where they stay for the backward pass too; equinox through ``eqx.combine``), so
+  every backend differentiates with respect to them and the reference perturbs them.
+- A torch module that f captures (in its closure, defaults or the globals it names) follows the
+  cell's dtype and device: gradci hands each cell a function bound to a copy of the module in that
+  dtype, made once per dtype and device when the cell is prepared — never inside a transform,
+  where ``Module.to`` fails. The float64 CPU copy serves the reference.
 
 Frameworks are imported only when a scenario gives one of their modules.
 """
@@ -75,8 +75,11 @@ class ModuleAsInput:
 
 
 class _TorchBinding:
-    """f(model, *contexts) on a copy of the model per dtype and device, its parameters swapped in by
-    ``functional_call``: torch.autograd, torch.func and dual numbers all see them as inputs."""
+    """f(model, *contexts) on a copy of the model per dtype and device whose parameters *are* the
+    given tensors: they are put in the copy's parameter slots and stay there until the next call, so
+    that a rule that runs the model again in its backward (an adjoint ODE solver, a checkpoint) or
+    collects ``model.parameters()`` differentiates with respect to them too. torch.autograd,
+    torch.func and dual numbers all see them as inputs."""
 
     def __init__(self, module: Any, f: Callable) -> None:
         self.module, self.f = module, f
@@ -89,33 +92,18 @@ class _TorchBinding:
 
         key = (dtype, device)
         if key not in self._copies:
-            self._copies[key] = _Call(copy.deepcopy(self.module).to(dtype=getattr(torch, dtype), device=device), self.f)
+            self._copies[key] = copy.deepcopy(self.module).to(dtype=getattr(torch, dtype), device=device)
 
     def __call__(self, parameters: dict, *contexts: Any) -> Any:
-        import torch
-
         first = next(iter(parameters.values()))
         key = (str(first.dtype).removeprefix("torch."), "cpu" if first.device.type == "cpu" else str(first.device))
         self.prepare(*key)
-        wrapper = self._copies[key]
-        return torch.func.functional_call(wrapper, {f"model.{name}": value for name, value in parameters.items()},
-                                          contexts)
-
-
-def _Call(model: Any, f: Callable) -> Any:
-    import torch
-
-    class Call(torch.nn.Module):
-        """f(model, *contexts) as a module whose only child is the model, for functional_call."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *contexts: Any) -> Any:
-            return f(self.model, *contexts)
-
-    return Call()
+        model = self._copies[key]
+        for name, value in parameters.items():
+            owner_name, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(owner_name) if owner_name else model
+            owner._parameters[leaf] = value  # not a Parameter: the tensor itself, traced by whichever transform
+        return self.f(model, *contexts)
 
 
 class CapturedModules:

@@ -118,3 +118,34 @@ def test_an_equinox_module_as_x():
 def test_a_module_without_parameters_is_a_one_line_error():
     with pytest.raises(ScenarioInputError, match="no trainable floating-point parameters"):
         Scenario("empty", "gradient", mse, torch.nn.Tanh(), contexts=(INPUTS, TARGETS))
+
+
+class Recompute(torch.autograd.Function):
+    """A rule that runs the model again in its backward, with the parameters the model holds then
+    (as torchdiffeq's adjoint and activation checkpointing do)."""
+
+    @staticmethod
+    def forward(ctx, module, x, *params):
+        ctx.module = module
+        ctx.save_for_backward(x, *params)
+        with torch.no_grad():
+            return module(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, *params = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            out = ctx.module(x)
+            grads = torch.autograd.grad(out, (x, *params), grad, allow_unused=True)
+        return (None, *grads)
+
+
+def test_a_rule_that_runs_the_model_again_in_its_backward_is_checked_with_respect_to_the_parameters():
+    def loss(model, inputs):
+        return torch.sum(Recompute.apply(model, inputs, *model.parameters()) ** 2)
+
+    torch.manual_seed(0)
+    found = cells(Scenario("recompute", "gradient", loss, torch.nn.Linear(3, 2), contexts=(INPUTS,)),
+                  backends=["torch-rev"])
+    assert all(c.status == "pass" for c in found), [(c.dtype, c.message) for c in found]
