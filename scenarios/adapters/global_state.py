@@ -77,7 +77,8 @@ def _torch_settings() -> dict[str, Setting]:
             torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, str),
         "torch deterministic algorithms (torch.use_deterministic_algorithms)": (
             torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, str),
-        "torch gradient mode (torch.set_grad_enabled)": (torch.is_grad_enabled, lambda value: torch.set_grad_enabled(value), str),
+        "torch gradient mode (torch.set_grad_enabled)": (
+            torch.is_grad_enabled, lambda value: torch.set_grad_enabled(value), str),
         "torch's global random state (torch.manual_seed)": (
             read_random, lambda value: torch.random.set_rng_state(value[1]), lambda value: f"state {value[0]}"),
     }
@@ -108,7 +109,10 @@ State = dict[str, Any]
 
 
 def capture() -> State:
-    """The state of every framework imported so far."""
+    """The state of every framework imported so far, configured as the engine runs it first (jax's
+    x64 on): a framework a user imported before the engine did must not make that configuration a
+    change to undo."""
+    _configure_imported()
     state = {}
     for name, (read, _, _) in _settings().items():
         try:
@@ -116,6 +120,17 @@ def capture() -> State:
         except Exception:  # noqa: BLE001 -- a setting this build lacks (no CUDA backend): not part of the state
             continue
     return state
+
+
+def _configure_imported() -> None:
+    from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
+
+    for name in ("torch", "jax"):
+        if name in sys.modules:
+            try:
+                get_framework(name)
+            except FrameworkUnavailable:
+                continue
 
 
 def changes(before: State, after: State) -> list[str]:

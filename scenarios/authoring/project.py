@@ -41,6 +41,7 @@ from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.expectations import AXES, Expect
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.contract.matrix import Matrix, MatrixError
+from gradci.scenarios.verdict.exceptions import add_import_root
 
 CONFIG_NAME = "gradci.toml"
 
@@ -150,6 +151,7 @@ def load_scenarios(project: Project) -> list[Scenario]:
     """Import each module from the repository root and collect its scenarios: a module named
     "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
     root = str(project.root)
+    add_import_root(root)  # the user's files are named relative to it in cells' messages
     _import_frameworks()
     baseline = global_state.capture()
     sys.path.insert(0, root)

@@ -209,6 +209,10 @@ class Scenario:
         if callable(self.reference):
             self.reference = regroup(self.reference)
 
+    def implementation_missing(self, framework: str) -> bool:
+        """Whether f is given per framework and not for ``framework``."""
+        return isinstance(self.f, Mapping) and self.f.get(framework) is None
+
     def module_state(self) -> tuple[dict[str, Any] | None, list[str]]:
         """The framework state the scenario's module left at import (None: not loaded from a
         module), and the changes it made then (``gradci.scenarios.adapters.global_state``)."""

@@ -155,7 +155,7 @@ def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expect
         projection, noise_scale = probe_projection(flat, probe)
         if not np.isfinite(projection):
             return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
-                              message=f"non-finite result along a probe direction (got {projection})")
+                              message=_non_finite_message(flat, projection, probe))
         value, error = np.array([probe.value]), np.array([probe.error])
         scale = reliable_scale(value, error, tol)
         atol = tol.atol * scale
@@ -212,3 +212,12 @@ def probed_layout(result: Any, operator: str, x: Any) -> np.ndarray:
 def probes_result_size(reference: Reference) -> int:
     probe = reference.probes[0]
     return probe.u.size * (probe.w.size if probe.w is not None else 1)
+
+
+def _non_finite_message(flat: np.ndarray, projection: float, probe: Probe) -> str:
+    """Which of the result's elements are not finite, where the reference along the probe is."""
+    bad = np.flatnonzero(~np.isfinite(flat))
+    where = (f"{bad.size} of {flat.size} elements are NaN or infinite (the first is element {int(bad[0])})"
+             if bad.size else f"its projection overflows ({projection})")
+    return (f"non-finite result: {where}, where the reference is finite (along a probe direction, "
+            f"{probe.value:.6g})")

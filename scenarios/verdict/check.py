@@ -32,6 +32,8 @@ from gradci.scenarios.verdict.tolerances import Tolerance, agreement_tolerance, 
 TIMING_REPEATS = 3
 TIMING_BUDGET_S = 0.05
 MESSAGE_LIMIT = 500
+# Frameworks whose backends run the scenario's own implementation (fd runs any, in float64).
+DIFFERENTIATING = ("jax", "torch")
 
 
 @dataclasses.dataclass
@@ -165,11 +167,16 @@ def _declined(cell: Cell, scenario: Scenario) -> bool:
     """Whether the scenario itself rules the cell out (a declared skip, a dtype it does not declare);
     the cell then says why."""
     skip = first_applying(scenario.skip, cell.backend, cell.device, cell.dtype)
+    # A framework the scenario has no implementation for: skipped before its reference is made, so
+    # that a reference that fails is charged to the cells that needed it, not to these.
+    missing = cell.framework in DIFFERENTIATING and scenario.implementation_missing(cell.framework)
     if skip:
         cell.message = f"skipped: {skip.reason}"[:MESSAGE_LIMIT]
+    elif missing:
+        cell.message = f"the scenario has no {cell.framework} implementation"
     elif cell.dtype not in scenario.dtypes:
         cell.message = f"the scenario does not declare {cell.dtype}"
-    return bool(skip) or cell.dtype not in scenario.dtypes
+    return bool(skip) or missing or cell.dtype not in scenario.dtypes
 
 
 def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[str]:

@@ -17,6 +17,31 @@ from pathlib import Path
 
 FULL_TEXT_LIMIT = 4096
 
+# Framework messages that do not say what to do, and what to do: (a piece of the message, the hint).
+HINTS = (
+    ("does not require grad and does not have a grad_fn",
+     "a gradient the backward returned cannot be differentiated again (a backward written with .detach(), "
+     "numpy or no_grad, or marked once_differentiable): second-order cells need a differentiable backward"),
+    ("must override the setup_context staticmethod",
+     "torch.func needs autograd.Functions in the setup_context style; until then declare the torch-func-* "
+     "cells expected to fail ([[expect]] in gradci.toml)"),
+    ("implement the jvp function for custom autograd.Function",
+     "forward mode needs the Function's jvp staticmethod (with ctx.save_for_forward); or declare the "
+     "forward cells expected to fail"),
+    ("can't apply forward-mode autodiff (jvp) to a custom_vjp function",
+     "a jax.custom_vjp has no forward mode: declare the jax-fwd cells expected to fail, or use custom_jvp"),
+    ("Custom JVP rule must produce primal and tangent outputs with corresponding",
+     "the custom_jvp rule's tangent has another dtype than its output: under jax_enable_x64 a float32 input "
+     "promoted to float64 inside the rule (an int64 count, a float64 constant) gives this"),
+)
+
+# Import roots of the projects whose scenarios were loaded: user files are named relative to them.
+_roots: set[Path] = set()
+
+
+def add_import_root(root: Path | str) -> None:
+    _roots.add(Path(root).resolve())
+
 
 @cache
 def _not_users() -> tuple[str, ...]:
@@ -42,7 +67,7 @@ def _is_users(filename: str) -> bool:
 def _shown(filename: str) -> str:
     """The file relative to the longest import root it lies under (else as given)."""
     resolved = Path(filename).resolve()
-    roots = [Path(entry or ".").resolve() for entry in sys.path]
+    roots = [Path(entry or ".").resolve() for entry in sys.path] + list(_roots)
     under = [root for root in roots if resolved.is_relative_to(root)]
     return str(resolved.relative_to(max(under, key=lambda r: len(r.parts)))) if under else filename
 
@@ -61,7 +86,11 @@ def describe_exception(exc: BaseException, limit: int) -> str:
     lines = str(exc).strip().splitlines()
     where = user_frame(exc)
     text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    return (f"{text} (at {where})" if where else text)[:limit]
+    hint = next((hint for piece, hint in HINTS if piece in str(exc)), "")
+    suffix = " ".join(filter(None, (f"(at {where})" if where else "", f"— {hint}" if hint else "")))
+    if len(text) + len(suffix) + 1 > limit:  # the place and the hint matter more than the rest of the line
+        text = text[:max(limit - len(suffix) - 2, 40)] + "…"
+    return f"{text} {suffix}".strip()[:limit]
 
 
 def full_text(exc: BaseException) -> str:

@@ -102,3 +102,50 @@ def test_a_tuple_x_for_a_function_of_several_arguments_is_a_hint_when_the_scenar
     Scenario("pair", "gradient", f, x, wrt=(0, 1))                      # the fix the hint names
     Scenario("pair", "gradient", lambda pair: (pair[0] * pair[1]).sum(), x)  # one argument taking the tuple
     Scenario("pair", "gradient", f, np.ones(2), contexts=(np.ones(2),))     # the rest given as contexts
+
+
+def test_cells_of_a_framework_the_scenario_does_not_implement_are_skipped_before_its_reference():
+    """A jax-only scenario whose reference fails: its jax cells are errors, its torch cells skips."""
+    pytest.importorskip("torch")
+    import jax.numpy as jnp
+
+    def broken_reference(x):
+        raise ValueError("no closed form here")
+
+    s = Scenario("jax-only", "gradient", {"jax": lambda x: jnp.sum(x ** 2)}, np.array([1.0, 2.0]),
+                 reference=broken_reference)
+    cells = {c.backend: c for c in gradci.check([s], backends=["jax-rev", "torch-rev"], devices=["cpu"],
+                                                 dtypes=["float64"]).cells}
+    assert cells["jax-rev"].status == "error" and "no closed form here" in cells["jax-rev"].message
+    assert cells["torch-rev"].status == "skip" and "no torch implementation" in cells["torch-rev"].message
+
+
+def test_a_framework_error_that_does_not_say_what_to_do_gets_a_hint():
+    torch = pytest.importorskip("torch")
+
+    class OldStyle(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    s = Scenario("old", "gradient", {"torch": lambda x: torch.sum(OldStyle.apply(x))}, np.array([1.0]))
+    (cell,) = gradci.check([s], backends=["torch-func-rev"], devices=["cpu"], dtypes=["float64"]).cells
+    assert cell.status == "error"
+    assert "setup_context" in cell.message and "[[expect]] in gradci.toml" in cell.message, cell.message
+
+
+def test_a_non_finite_probed_result_names_its_elements():
+    from gradci.scenarios.reference.data import Probe
+    from gradci.scenarios.verdict.against_reference import compare_probes
+    from gradci.scenarios.verdict.tolerances import tolerance_for
+
+    result = np.array([1.0, np.nan, 2.0, np.inf])
+    probe = Probe(u=np.full(4, 0.5), w=None, value=1.5, error=1e-12)
+    comparison = compare_probes(result, [probe], tolerance_for("float64"), 4)
+    assert not comparison.ok
+    assert "2 of 4 elements are NaN or infinite (the first is element 1)" in comparison.message
+    assert "where the reference is finite" in comparison.message
