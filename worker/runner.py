@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -89,6 +90,10 @@ BUILT_IN: Tenant = (None, None)
 
 class RunnerError(RuntimeError):
     """The runner died, hung or refused a request; the message says which."""
+
+
+class RunnerDied(RunnerError):
+    """The runner process died (a signal, an exit) while answering: a crash in the cell it checked."""
 
 
 class RunnerTimeout(RunnerError):
@@ -291,8 +296,13 @@ class WarmRunner:
             returncode = self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             returncode = None
+        output = self._output
+        self._output = None  # closed here, for the traceback it holds
+        tail = output.close() if output is not None else ""
         self._discard()
-        raise RunnerError(f"runner {describe_exit(returncode)} while {what} (it was restarted)")
+        frames = crash_frames(tail, self._tenant[0])
+        where = f"; innermost user frames (faulthandler): {frames}" if frames else ""
+        raise RunnerDied(f"runner {describe_exit(returncode)} while {what} (it was restarted){where}")
 
     def request(self, payload: Request, timeout_s: float, *, what: str) -> Answer:
         """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
@@ -376,10 +386,17 @@ class WarmRunner:
         payload = CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
                                options=dict(options or {}))
-        what = "checking this cell" if count == 1 else f"checking a cell of this scenario's {count}"
+        what = (f"checking {first.backend} {first.operator or 'cell'} {first.dtype} on {first.device}" if count == 1
+                else f"checking a cell of this scenario's {count}")
         try:
             self.warm([*backends, *peers])
             reply = self.request(payload, timeout_s, what=what)
+        except RunnerDied as exc:
+            if count > 1:  # which cell crashed: each alone, in a fresh runner; the others keep their verdicts
+                log.warning("scenario %s: %s; checking its %d cells one by one", first.scenario, exc, len(specs))
+                return [cell for spec in specs for cell in self.run_cells([spec], timeout_s, peers, options)]
+            log.warning("scenario %s (%s on %s, %s): %s", first.scenario, first.backend, first.device, first.dtype, exc)
+            return [spec.error_cell(str(exc)) for spec in specs]
         except RunnerError as exc:
             log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
                         ",".join(dtypes), exc)
@@ -419,3 +436,23 @@ def close_shared_runner() -> None:
     if runner is not None:
         runner.close()
         _local.runner = None
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)', re.M)
+CRASH_FRAMES = 3
+
+
+def crash_frames(output: str, root: str | None = None) -> str:
+    """The innermost frames of the user's code in the last faulthandler traceback of ``output``
+    ("pkg/model.py:12 in f; ..."), at most ``CRASH_FRAMES``, files relative to the checkout's
+    ``root`` where they lie in it; "" where there is none."""
+    from gradci.scenarios.verdict.exceptions import is_users_file
+
+    start = output.rfind("Fatal Python error")
+    frames = [m for m in _FRAME.finditer(output[start:] if start >= 0 else output) if is_users_file(m["file"])]
+
+    def shown(path: str) -> str:
+        return str(Path(path).relative_to(root)) if root and Path(path).is_relative_to(root) else path
+
+    # faulthandler prints the most recent call first
+    return "; ".join(f"{shown(m['file'])}:{m['line']} in {m['name']}" for m in frames[:CRASH_FRAMES])

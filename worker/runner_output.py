@@ -10,12 +10,15 @@ import os
 import threading
 from typing import IO
 
+TAIL_BYTES = 16 << 10  # the last output of a request kept whatever the budget: a crash's traceback is there
+
 
 class OutputDrain:
     def __init__(self, stream: IO[bytes], limit_bytes: int, sink_fd: int = 2) -> None:
         self.stream, self.limit_bytes, self.sink_fd = stream, limit_bytes, sink_fd
         self._lock = threading.Lock()
         self._left = limit_bytes
+        self._tail = b""
         self.dropped = 0
         self._thread = threading.Thread(target=self._pump, name="gradci-runner-output", daemon=True)
         self._thread.start()
@@ -25,6 +28,7 @@ class OutputDrain:
             with self._lock:
                 kept, self._left = chunk[:max(self._left, 0)], self._left - len(chunk)
                 self.dropped += len(chunk) - len(kept)
+                self._tail = (self._tail + chunk)[-TAIL_BYTES:]
             if kept:
                 os.write(self.sink_fd, kept)
 
@@ -32,12 +36,16 @@ class OutputDrain:
         """A fresh budget; a line in the log for what the last one dropped (called when a request
         was answered: what the runner printed for it came before its answer)."""
         with self._lock:
-            dropped, self.dropped, self._left = self.dropped, 0, self.limit_bytes
+            dropped, self.dropped, self._left, self._tail = self.dropped, 0, self.limit_bytes, b""
         if dropped:
             os.write(self.sink_fd, f"\n[gradci: {dropped} bytes of the runner's output dropped, over the limit of "
                                    f"{self.limit_bytes} bytes per request]\n".encode())
 
-    def close(self) -> None:
-        """Wait for the pipe's end (the runner is dead by now) and report what was dropped."""
+    def close(self) -> str:
+        """Wait for the pipe's end (the runner is dead by now), report what was dropped, and give
+        the end of what the runner printed for its last request."""
         self._thread.join(timeout=5)
+        with self._lock:
+            tail = self._tail.decode(errors="replace")
         self.next_request()
+        return tail

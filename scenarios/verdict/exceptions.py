@@ -46,15 +46,29 @@ def add_import_root(root: Path | str) -> None:
 @cache
 def _not_users() -> tuple[str, ...]:
     """Folders whose code is not the user's: gradci's own layers, the standard library, installed packages."""
-    import gradci.scenarios
+    import importlib.util
 
-    folders = {str(Path(gradci.scenarios.__file__).resolve().parent)}
+    folders = set()
+    for name in ("gradci", "gradci.scenarios", "gradci.services", "gradci.worker", "gradci.web"):
+        spec = importlib.util.find_spec(name)  # each layer's folder: in a wheel one, in an editable install five
+        if spec is not None and spec.submodule_search_locations:
+            folders |= {str(Path(location).resolve()) for location in spec.submodule_search_locations}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:
             folders.add(str(Path(path).resolve()))
     folders |= {str(Path(p).resolve()) for p in sys.path if "site-packages" in p or "dist-packages" in p}
     return tuple(sorted(folders))
+
+
+def is_users_file(filename: str) -> bool:
+    """Whether ``filename`` is the user's code: not gradci's, the standard library's or an installed package's."""
+    return _is_users(filename)
+
+
+def shown_file(filename: str) -> str:
+    """``filename`` as a user finds it: relative to the import root it lies under."""
+    return _shown(filename)
 
 
 def _is_users(filename: str) -> bool:

@@ -20,6 +20,9 @@ import gradci
 from gradci.scenarios.authoring.project import load_project, load_scenarios
 from tests.support import planted
 
+# Each test runs `gradci check` with its sandboxed runner: seconds to tens of seconds apiece.
+pytestmark = pytest.mark.slow
+
 GRADCI = [sys.executable, "-m", "gradci"]
 PLANTED_WARNING = "gradci-planted-warning: this scenario warns on every call"
 

@@ -46,6 +46,7 @@ def test_the_repository_has_packages_named_like_gradcis_layers(user_repository: 
     assert all(f"import {name}." in module for name in OUR_NAMES) and "from gradci import" in module
 
 
+@pytest.mark.slow
 def test_gradci_check_passes_on_the_repository(user_repository: tuple[Path, str], tmp_path: Path) -> None:
     repo, _ = user_repository
     out = subprocess.run([sys.executable, "-m", "gradci", "check", "--repo", str(repo), "--format", "json"],
@@ -62,6 +63,7 @@ def users_pytest(repo: Path, **env: str) -> subprocess.CompletedProcess[str]:
                           env=clean_env(**env), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_users_own_pytest_passes_at_the_repositorys_root(user_repository: tuple[Path, str]) -> None:
     repo, _ = user_repository
     out = users_pytest(repo)
@@ -69,6 +71,7 @@ def test_the_users_own_pytest_passes_at_the_repositorys_root(user_repository: tu
     assert "2 passed" in out.stdout
 
 
+@pytest.mark.slow
 def test_the_users_test_fails_when_an_installed_package_claims_services(user_repository: tuple[Path, str],
                                                                          tmp_path: Path) -> None:
     """The control: a top-level ``services`` imported at start-up from outside the repository (as

@@ -137,6 +137,7 @@ def test_closure_twins_compute_what_their_context_twins_compute(library, by_name
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.slow
 def test_closures_cast_captured_data_like_the_input(library, by_name, framework):
     # Captured numpy float64 constants must follow x into float32: otherwise torch raises on mixed
     # dtypes and jax silently promotes the result to float64.
@@ -236,6 +237,7 @@ def test_where_trick_is_expected_to_fail_only_in_reverse_mode(by_name):
     assert not by_name["delicate/sinc-where/jvp"].xfail
 
 
+@pytest.mark.slow
 def test_sinc_hessians_have_an_exact_reference_that_decides_every_cell(by_name):
     import jax
     import jax.numpy as jnp
@@ -281,6 +283,7 @@ REPRESENTATIVE = (
 )
 
 
+@pytest.mark.slow
 def test_representative_subset_passes_the_engine(by_name):
     pytest.importorskip("torch")
     pytest.importorskip("jax")

@@ -57,6 +57,7 @@ def by_server(patterns: str, names: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("patterns", PATTERNS)
+@pytest.mark.slow
 def test_every_entry_point_selects_the_same_scenarios(patterns: str, library_names, tmp_path) -> None:
     expected = by_check(patterns)
     assert 0 < len(expected) < len(library_names)  # each pattern is a real selection, not all or none
@@ -64,6 +65,7 @@ def test_every_entry_point_selects_the_same_scenarios(patterns: str, library_nam
     assert by_server(patterns, library_names) == expected
 
 
+@pytest.mark.slow
 def test_a_plain_word_is_a_substring_and_a_glob_matches_the_whole_name(library_names) -> None:
     assert set(by_check("conv")) > set(by_check("conv*"))  # "conv" occurs inside the names, not at the start
     assert by_check("conv*") == []

@@ -54,6 +54,7 @@ def test_this_machine_lists_its_cpu_and_the_gpus_torch_sees() -> None:
     assert inventory["simulated"] is None
 
 
+@pytest.mark.slow
 def test_a_simulated_inventory_is_listed_in_place_of_the_machines_gpus(tmp_path: Path) -> None:
     path = tmp_path / "gpus.json"
     path.write_text(json.dumps(TWO_GPUS))

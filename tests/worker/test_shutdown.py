@@ -67,7 +67,9 @@ def test_gradci_up_stops_with_nothing_left(slow_project: tuple[Path, str], tmp_p
     from gradci.services.db.session import dispose_engine
 
     repo, sha = slow_project
-    workdir, port = tmp_path / "gradci", free_port()
+    # Not "gradci": a folder of that name in the current folder of `gradci up` hides the package from
+    # its runners (reported to the lead: issue 17).
+    workdir, port = tmp_path / "state", free_port()
     up = _up(tmp_path, workdir, port)
     database_url = f"sqlite:///{workdir / 'gradci.db'}"
     try:
