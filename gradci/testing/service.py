@@ -17,7 +17,7 @@ import httpx
 from gradci.testing.processes import RUN_TIMEOUT_S, free_port, service_env, spawn, stop, wait_for
 
 TOKEN = "integration-token"
-FINISHED = ("passed", "failed", "error", "cancelled")
+FINISHED = ("passed", "failed", "error", "cancelled", "skipped")
 GRADCI = [sys.executable, "-m", "gradci"]
 
 

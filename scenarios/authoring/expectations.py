@@ -74,7 +74,7 @@ def expectations(given: Any, kind: str, scenario: str) -> tuple[Expect, ...]:
     if isinstance(given, Sequence) and not isinstance(given, str) and all(isinstance(e, Expect) for e in given):
         return tuple(_checked(e, kind, scenario) for e in given)
     raise TypeError(f"scenario {scenario!r}: {kind} must be a dict {{backend pattern or (backend, device, "
-                    f"dtype) patterns: reason}} or a list of scenarios.Expect; got {type(given).__name__} "
+                    f"dtype) patterns: reason}} or a list of gradci.Expect; got {type(given).__name__} "
                     f"{str(given)[:80]!r}")
 
 

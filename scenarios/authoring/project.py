@@ -206,13 +206,16 @@ def _scenarios_of(entry: str) -> list[Scenario]:
     if not callable(factory) or isinstance(factory, types.ModuleType):
         given = "nothing" if factory is None else f"a {type(factory).__name__}"
         raise ProjectError(f"scenario module {name!r}: {function} is {given}; expected a function returning "
-                           f"a list of scenarios.Scenario")
+                           f"a list of gradci.Scenario")
     try:
         made = list(factory())
     except Exception as exc:  # noqa: BLE001 - user code may raise anything: reported as the project's error
         raise ProjectError(f"{name}.{function}() failed: {type(exc).__name__}: {exc}") from None
+    if not made:
+        raise ProjectError(f"scenario module {name!r}: {function}() returned no scenarios; give it at least one, "
+                           f"or remove {entry!r} from gradci.toml's [scenarios] modules")
     bad = [type(s).__name__ for s in made if not isinstance(s, Scenario)]
     if bad:
         raise ProjectError(f"{name}.{function}() returned a {bad[0]} among its scenarios; expected only "
-                           f"scenarios.Scenario")
+                           f"gradci.Scenario")
     return made

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, lazyload
 
-from gradci.scenarios.contract.cell import FAILING
+from gradci.scenarios.contract.cell import COUNTED, FAILING, Status
 from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     Job,
@@ -220,7 +220,20 @@ def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[st
                                        f"({first.backend} on {first.device}): {first.message}")
     if any(counts.get(status, 0) for status in FAILING):
         return RunStatus.failed.value, None
+    if not any(counts.get(status, 0) for status in COUNTED):  # nothing that did not run reads as a pass
+        return RunStatus.skipped.value, nothing_checked(session, run.id, counts)
     return RunStatus.passed.value, None
+
+
+def nothing_checked(session: Session, run_id: int, counts: dict[str, int]) -> str:
+    """Why a run checked nothing: its cells' most common skip reason."""
+    total = sum(counts.values())
+    if not total:
+        return "the run has no cells"
+    reason, count = session.execute(
+        select(Result.message, func.count()).where(Result.run_id == run_id, Result.status == Status.SKIP.value)
+        .group_by(Result.message).order_by(func.count().desc()).limit(1)).one_or_none() or ("", 0)
+    return f"every cell was skipped ({total}); the most common reason ({count}): {reason or 'none given'}"
 
 
 def runs_reporting_against(session: Session, run: Run) -> list[int]:

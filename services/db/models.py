@@ -58,9 +58,11 @@ class RunStatus(Vocabulary):
     failed = "failed"
     cancelled = "cancelled"
     error = "error"
+    skipped = "skipped"  # finished, and nothing was checked: every cell skipped (no device, every scenario skipped)
 
 
-FINISHED_RUN_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.cancelled, RunStatus.error})
+FINISHED_RUN_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.cancelled, RunStatus.error,
+                                   RunStatus.skipped})
 
 
 class JobStatus(Vocabulary):

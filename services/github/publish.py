@@ -46,6 +46,9 @@ def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str,
         why = "cancelled (superseded or closed)" if run.status == RunStatus.cancelled.value else \
             f"error: {run.error_message or 'the run failed'}"
         return "final", [(c, "error", f"Run {why}") for c in contexts], None
+    if run.status == RunStatus.skipped.value:  # never success: nothing was checked
+        description = f"Nothing checked: {run.error_message or 'every cell was skipped'}"
+        return "final", [(c, "failure", description) for c in contexts], report_for_run(session, run)
     finished = run.status in (RunStatus.passed.value, RunStatus.failed.value)
     base = waiting_for_base(session, run)
     if not finished or base is not None:
@@ -73,6 +76,10 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
             return "none"
         phase, statuses, report = plan_statuses(session, run)
         body = render(report, dashboard_url(settings, run.id)) if report is not None and run.pr_number else None
+        if body is not None and run.status == RunStatus.skipped.value:
+            body = (f"**Nothing was checked**: {run.error_message or 'every cell was skipped'}. A run that ran "
+                    f"no cell is not a pass: bring a worker for its devices online, or check why its scenarios "
+                    f"skip.\n\n{body}")
         full_name, sha, pr_number = row.full_name, run.head_sha, run.pr_number
         now = utcnow()
         # Due again after the backoff, should this attempt fail or never finish (its worker died).

@@ -21,7 +21,8 @@ from gradci.services.db.models import Run, RunStatus
 
 T = TypeVar("T")
 SIZE = 64
-FINAL = frozenset({RunStatus.passed.value, RunStatus.failed.value})  # runs whose cells are final
+FINAL = frozenset({RunStatus.passed.value, RunStatus.failed.value,  # runs whose cells are final
+                   RunStatus.skipped.value})
 
 
 

@@ -149,7 +149,7 @@ def test_a_module_entry_may_name_its_function(tmp_path):
 
 
 @pytest.mark.parametrize("entry, expected", [
-    ("mypkg.grad_scenarios", "scenarios is a module; expected a function"),
+    ("mypkg.grad_scenarios", "scenarios is nothing; expected a function"),  # the default factory, absent
     ("mypkg.grad_scenarios:missing", "missing is nothing; expected a function"),
     ("mypkg.grad_scenarios:np", "np is a module; expected a function"),
     ("mypkg grad:x", "is not \"package.module\" or \"package.module:function\""),

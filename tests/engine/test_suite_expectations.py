@@ -53,3 +53,10 @@ def test_a_broken_expect_table_is_one_line_naming_it(tmp_path: Path, table: str,
     (tmp_path / "gradci.toml").write_text(top + '[scenarios]\nmodules = ["m"]\n' + tables)
     with pytest.raises(ProjectError, match=says):
         load_project(tmp_path)
+
+
+def test_a_module_with_no_scenarios_is_an_error_naming_it(tmp_path: Path):
+    (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["empty_module"]\n')
+    (tmp_path / "empty_module.py").write_text("def scenarios():\n    return []\n")
+    with pytest.raises(ProjectError, match="scenario module 'empty_module': scenarios\\(\\) returned no scenarios"):
+        load_scenarios(load_project(tmp_path))
