@@ -35,6 +35,7 @@ class ScenarioEntry(TypedDict):
     tags: list[str]
     fingerprint: str
     requirements: dict[str, Any]
+    function: str  # the function's fingerprint: scenarios sharing it share references and evaluations
 
 
 class BackendEntry(TypedDict):

@@ -12,7 +12,17 @@ from rich.table import Table
 
 import gradci
 from gradci.cli.client import coverage_text
-from gradci.cli.sandboxed import DEFAULT_CELL_TIMEOUT_S, Target, check_planned, local_jobs, local_runner
+from gradci.cli.sandboxed import (
+    DEFAULT_CELL_TIMEOUT_S,
+    Target,
+    check_in_parallel,
+    check_planned,
+    default_parallelism,
+    local_jobs,
+    local_runner,
+    local_runner_for,
+    thread_limits,
+)
 from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
 from gradci.scenarios.contract.devices import CPU, CUDA
@@ -49,19 +59,24 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 
 
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
-              family: str | None = None, verbose: bool = False, repeats: int | None = None) -> int:
+              family: str | None = None, verbose: bool = False, repeats: int | None = None,
+              parallel: int | None = None) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
         if repeats is not None and repeats < 1:
             raise UsageError(f"--repeats must be a whole number of at least 1, not {repeats}")
+        if parallel is not None and parallel < 1:
+            raise UsageError(f"-j must be a whole number of at least 1, not {parallel}")
         target, timeout_s = gather(repo, flags, cell_timeout_s, family)
         if repeats is None and target.source:  # the flag over gradci.toml's [check] repeats
             repeats = load_project(target.source).repeats
         for name in target.matrix.backends or []:
             gradci.get_backend(name)
-        cells = _check_with_progress(target, timeout_s, err, {} if repeats is None else {"repeats": repeats})
+        wanted = parallel or default_parallelism(target.matrix)
+        cells, runners = _check_with_progress(target, timeout_s, err, {} if repeats is None else {"repeats": repeats},
+                                              wanted)
     except (UsageError, ProjectError, RunnerError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
@@ -71,6 +86,9 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         stream = open(output, "w") if output else sys.stdout
         console = Console(file=stream, width=None if stream.isatty() else 160)
         render_table(report.cells, console, verbose=verbose)
+        if runners > 1:
+            console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
+                          "others' load; -j 1 for timings")
     elif output:
         Path(output).write_text(text[fmt]())
     else:
@@ -78,20 +96,39 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict) -> list[Cell]:
-    """The cells, with a bar on stderr when it is a terminal (whatever the report's format and
-    destination: the bar never reaches stdout, nor a log that is not a terminal). ``options``: the
-    engine's (``check_scenario``'s keyword arguments)."""
+def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
+                         parallel: int = 1) -> tuple[list[Cell], int]:
+    """(the cells, the number of runners that checked them), with a bar on stderr when it is a
+    terminal (whatever the report's format and destination: the bar never reaches stdout, nor a log
+    that is not a terminal). ``options``: the engine's (``check_scenario``'s keyword arguments);
+    ``parallel``: at most this many sandboxed runners at once."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
         task = progress.add_task("starting the runner", total=None)
-        planned = [with_agreement(specs) for specs in local_jobs(runner, target)]
+        runner.extra_env.update(thread_limits(parallel))
+        functions: dict[str, str] = {}
+        planned = [with_agreement(specs) for specs in local_jobs(runner, target, functions)]
         if not planned:
             raise UsageError("no scenario matches")
         progress.update(task, total=len(planned))
-        return check_planned(_WithOptions(runner, options), planned,
-                             lambda done, name: progress.update(task, completed=done, description=name[:40]))
+
+        def advance(done: int, name: str) -> None:
+            progress.update(task, completed=done, description=name[:40])
+
+        count = min(parallel, len(set(functions.values())) or 1)
+        if count <= 1:
+            return check_planned(_WithOptions(runner, options), planned, advance), 1
+        visible = (Path(target.source),) if target.source else ()
+        others = [local_runner_for(visible, cell_timeout_s, target.matrix) for _ in range(count - 1)]
+        for other in others:
+            other.extra_env.update(thread_limits(parallel))
+        try:
+            runners = [_WithOptions(one, options) for one in (runner, *others)]
+            return check_in_parallel(runners, planned, functions, advance), count
+        finally:
+            for other in others:
+                other.close()
 
 
 def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:

@@ -41,6 +41,9 @@ def check(
                                                       "cell_timeout_s, else 300)."),
     family: str | None = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list the warnings each cell raised."),
+    jobs: int | None = typer.Option(None, "-j", "--jobs", metavar="N",
+                                    help="Sandboxed runners checking at once (default: the usable cores, bounded "
+                                         "by memory). Scenarios of one function share a runner."),
     repeats: int | None = typer.Option(None, "--repeats", metavar="N",
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
@@ -50,7 +53,8 @@ def check(
     from gradci.cli.check import run_check
 
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
-                               cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats))
+                               cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
+                               parallel=jobs))
 
 
 @app.command()

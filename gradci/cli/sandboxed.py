@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,12 +73,14 @@ def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
         runner.close()
 
 
-def local_jobs(runner: WarmRunner, target: Target) -> list[list[CellSpec]]:
+def local_jobs(runner: WarmRunner, target: Target, functions: dict[str, str] | None = None) -> list[list[CellSpec]]:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
     ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
-    that is not there."""
+    that is not there. ``functions``, when given, gets each scenario's function fingerprint."""
     listing = runner.list_source(target.source, availability=True, family=target.family)
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
+    if functions is not None:
+        functions.update({s["name"]: s["function"] for s in chosen})
     backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items() if b["unavailable"] is None]
     found = listing.devices or []  # asked for: availability=True
@@ -106,6 +110,75 @@ def check_planned(runner: CellRunner, planned: list[list[CellSpec]],
             on_scenario(done, specs[0].scenario)
             cells += [cell_of(record) for record in runner.run_cells(specs)]
     return cells
+
+
+def check_in_parallel(runners: Sequence[CellRunner], planned: list[list[CellSpec]], functions: dict[str, str],
+                      on_scenario: Callable[[int, str], None] = lambda done, name: None) -> list[Cell]:
+    """``check_planned`` over several runners at once: the scenarios of one function go to one
+    runner together (its references and f's evaluations are shared there, as in one runner), the
+    largest groups first; the cells come back in ``planned``'s order, whichever runner checked them."""
+    groups: dict[str, list[int]] = {}
+    for index, specs in enumerate(planned):
+        if specs:
+            groups.setdefault(functions.get(specs[0].scenario, specs[0].scenario), []).append(index)
+    work: queue.Queue[list[int]] = queue.Queue()
+    for indices in sorted(groups.values(), key=lambda group: -sum(len(planned[i]) for i in group)):
+        work.put(indices)
+    results: dict[int, list[Cell]] = {}
+    lock = threading.Lock()
+
+    def serve(runner: CellRunner) -> None:
+        while True:
+            try:
+                indices = work.get_nowait()
+            except queue.Empty:
+                return
+            for index in indices:
+                with lock:
+                    on_scenario(len(results), planned[index][0].scenario)
+                cells = [cell_of(record) for record in runner.run_cells(planned[index])]
+                with lock:
+                    results[index] = cells
+
+    threads = [threading.Thread(target=serve, args=(runner,), name=f"gradci-check-{n}", daemon=True)
+               for n, runner in enumerate(runners)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [cell for index in sorted(results) for cell in results[index]]
+
+
+def default_parallelism(matrix: Matrix) -> int:
+    """How many runners ``gradci check`` starts by default: the usable cores, bounded by memory so
+    that that many runners fit under their memory ceiling (GRADCI_RUNNER_MAX_RSS_MB, else the
+    address-space limit)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    settings = get_settings()
+    ceiling_mb = settings.runner_max_rss_mb or memory_limit_mb(matrix) or 8192
+    return max(1, min(cores, _available_memory_mb() // ceiling_mb))
+
+
+def thread_limits(runners: int) -> dict[str, str]:
+    """Each runner's share of the cores for the frameworks' own thread pools, when several runners
+    check at once: torch's and BLAS's threads and XLA's intra-op pool would otherwise each claim
+    every core and contend (nothing set with one runner: the frameworks' defaults)."""
+    if runners <= 1:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = str(max(1, cores // runners))
+    return {"OMP_NUM_THREADS": share, "MKL_NUM_THREADS": share, "OPENBLAS_NUM_THREADS": share}
+
+
+def _available_memory_mb() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 1 << 30  # unknown: memory does not bound it
 
 
 def cell_of(record: dict[str, Any]) -> Cell:
