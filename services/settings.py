@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     runner_user: str = "gradci-runner"
     runner_memory_limit_mb: int = Field(8192, ge=0)
     runner_output_limit_kb: int = Field(64, ge=0)
+    # The runner's scratch folder (its HOME, TMPDIR, caches), capped: a tmpfs of this size where it
+    # has namespaces, and no file past it anywhere (0: no cap).
+    runner_scratch_mb: int = Field(1024, ge=0)
     scenario_import_timeout_s: float = Field(600.0, gt=0)
     # A runner whose resident memory exceeds this after a request is restarted before the next one
     # (0: never), so that a worker's memory stays bounded over long runs; on GPU workers, the share

@@ -80,7 +80,8 @@ class WorkerContext:
         CPU workers only (CUDA reserves address space far beyond the memory it uses)."""
         limit = self.settings.runner_memory_limit_mb if self.device.index is None else 0
         user = f"{self.settings.runner_user}-{self.runner_slot()}" if self.settings.runner_user else None
-        return SandboxPolicy(user=user, memory_limit_mb=limit or None, hidden=(self.workdir,))
+        return SandboxPolicy(user=user, memory_limit_mb=limit or None, hidden=(self.workdir,),
+                             scratch_mb=self.settings.runner_scratch_mb or None)
 
     def runner_slot(self) -> str:
         """This worker process's (and thread's) runner, among the machine's: its device and pool index.

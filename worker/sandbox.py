@@ -72,6 +72,7 @@ class SandboxPolicy:
     user: str | None = DEFAULT_RUNNER_USER
     memory_limit_mb: int | None = None
     hidden: tuple[Path, ...] = ()
+    scratch_mb: int | None = None  # the scratch folder's size (a tmpfs in the runner's namespace)
 
     def layout(self, *, scratch: Path, writable: tuple[Path, ...] = (), visible: tuple[Path, ...] = ()) -> Layout:
         """The sandbox of one runner: ``scratch`` is its working folder, ``writable`` (a compilation
@@ -88,6 +89,7 @@ class SandboxPolicy:
         return Layout(
             uid=account.pw_uid if account else None, gid=account.pw_gid if account else None, parent=os.getpid(),
             namespaces=namespaces_available(), scratch=str(scratch), memory_limit_mb=self.memory_limit_mb,
+            scratch_mb=self.scratch_mb,
             overlays=[{"path": str(path), "keep": [str(p) for p in needed if _under(p, path)],
                        "size": PRIVATE_TMP.get(str(path), "1m"),
                        "mode": "1777" if str(path) in PRIVATE_TMP else "0755"}
@@ -108,6 +110,7 @@ class Layout:
     memory_limit_mb: int | None
     overlays: list[dict[str, Any]]
     writable: list[str]
+    scratch_mb: int | None = None  # the scratch folder's size in MB (None: uncapped)
 
     def command(self) -> list[str]:
         # -P: this part runs as root in the runner's folder; nothing there is imported.
@@ -248,6 +251,17 @@ def cover(overlays: list[dict[str, Any]], writable: list[str]) -> None:
 def confine(layout: dict[str, Any]) -> None:
     if layout["namespaces"]:
         cover(layout["overlays"], layout["writable"])
+        if layout["scratch_mb"]:  # what scenario code writes lands in memory, capped, never on the disk
+            _mount("tmpfs", layout["scratch"], "tmpfs", _MS_NOSUID | _MS_NODEV,
+                   f"mode=0700,size={layout['scratch_mb']}m")
+            if layout["uid"] is not None:
+                os.chown(layout["scratch"], layout["uid"], layout["gid"])
+    if layout["scratch_mb"]:
+        # No file past the cap anywhere it may write (the only bound without namespaces); a write
+        # past it fails with EFBIG instead of killing the runner with SIGXFSZ.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        cap = layout["scratch_mb"] << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting scenario writes no core file
     if layout["memory_limit_mb"]:
         limit = layout["memory_limit_mb"] << 20

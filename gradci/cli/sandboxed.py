@@ -57,7 +57,8 @@ def local_runner_for(visible: tuple[Path, ...], cell_timeout_s: float, matrix: M
     machine), seeing ``visible`` (the repository) besides the interpreter; started on first use."""
     workdir = cache_folder()
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(matrix or Matrix()), hidden=(workdir,))
+    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(matrix or Matrix()), hidden=(workdir,),
+                            scratch_mb=get_settings().runner_scratch_mb or None)
     return WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible,
                       max_rss_mb=get_settings().runner_max_rss_mb)
 

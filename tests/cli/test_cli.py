@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs `gradci check` as a subprocess: about ten seconds apiece.
+pytestmark = pytest.mark.slow
+
 GRADCI = [sys.executable, "-m", "gradci"]
 
 SCENARIOS = '''

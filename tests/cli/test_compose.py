@@ -29,7 +29,10 @@ def gradci_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def setting_names() -> set[str]:
-    return {f"GRADCI_{name.upper()}" for name in Settings.model_fields}
+    """The settings, and GRADCI_SECRETS_DIR, which says where the secret ones are read from."""
+    from gradci.services.settings import SECRETS_DIR_VARIABLE
+
+    return {f"GRADCI_{name.upper()}" for name in Settings.model_fields} | {SECRETS_DIR_VARIABLE}
 
 
 def test_the_expected_services_exist(compose: dict[str, Any]) -> None:
@@ -58,8 +61,36 @@ def test_every_gradci_variable_is_a_setting(compose: dict[str, Any]) -> None:
     for name, service in gradci_services(compose).items():
         environment = service.get("environment", {})
         gradci_vars = {key for key in environment if key.startswith("GRADCI_")}
-        assert {"GRADCI_DATABASE_URL", "GRADCI_BROKER_URL"} <= gradci_vars, name
+        assert environment.get("GRADCI_SECRETS_DIR") == "/run/secrets", name
         assert gradci_vars <= known, f"{name} sets unknown variables {sorted(gradci_vars - known)}"
+
+
+def test_secrets_are_docker_secrets_never_environment_variables(compose: dict[str, Any]) -> None:
+    from gradci.services.settings import SECRET_SETTINGS, secret_file_name
+
+    secret_variables = {f"GRADCI_{name.upper()}" for name in SECRET_SETTINGS}
+    declared = set(compose["secrets"])
+    for name, service in compose["services"].items():
+        environment = service.get("environment", {})
+        assert not secret_variables & set(environment), f"{name} passes a secret in its environment"
+        assert not any("PASSWORD" in key and not key.endswith("_FILE") for key in environment), name
+        assert set(service.get("secrets", [])) <= declared, name
+    for name in gradci_services(compose):
+        given = set(compose["services"][name]["secrets"])
+        assert {secret_file_name(s) for s in ("database_url", "broker_url", "api_token")} <= given, name
+    assert all(not str(spec.get("file", "")).startswith("/") for spec in compose["secrets"].values())
+
+
+def test_workers_get_what_the_sandbox_needs(compose: dict[str, Any]) -> None:
+    """Root (to drop runners to their users) and the right to make namespaces; docs/service.md's
+    reduced mode is what runs without them."""
+    for name in ("worker-cpu", "worker-cuda"):
+        worker = compose["services"][name]
+        assert worker["user"] == "root", name
+        assert "SYS_ADMIN" in worker["cap_add"], name
+        assert "apparmor:unconfined" in worker["security_opt"], name
+    assert "user" not in compose["services"]["api"]  # the API runs as the image's unprivileged user
+    assert "reduced mode" in (ROOT / "docs" / "service.md").read_text().lower()
 
 
 def test_the_dockerfile_runs_gradci_and_sets_only_settings() -> None:

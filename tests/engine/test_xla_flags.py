@@ -55,6 +55,7 @@ def _compiled_options(tmp_path: Path, user_flags: str = "") -> str:
 
 
 @pytest.mark.skipif(xla_flags.nvidia_gpu_present(), reason="the O0 settings apply only without an NVIDIA GPU")
+@pytest.mark.slow
 def test_the_settings_reach_xla_and_the_users_win(tmp_path: Path) -> None:
     ours = _compiled_options(tmp_path / "ours")
     assert "xla_cpu_use_fusion_emitters: false" in ours and "xla_backend_optimization_level: 0" in ours

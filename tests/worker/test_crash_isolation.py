@@ -78,3 +78,47 @@ Current thread 0x00007f (most recent call first):
 '''
     assert crash_frames(output, "/work/checkouts/abc") == "pkg/kernels.py:40 in launch; pkg/model.py:12 in forward"
     assert crash_frames("nothing useful") == ""
+
+
+WRITER = '''
+import os
+
+import numpy as np
+
+from gradci import Scenario
+
+
+def fills_the_disk(x):
+    with open("ballast.bin", "wb") as out:  # the runner's working folder: its scratch
+        for _ in range(64):
+            out.write(b"\\\\0" * (1 << 20))
+    return np.sum(x ** 2)
+
+
+def scenarios():
+    return [Scenario("fills-the-disk", "gradient", fills_the_disk, np.array([1.0]), dtypes=("float64",))]
+'''
+
+
+def test_a_scenario_that_writes_past_the_scratch_cap_is_an_error_and_the_disk_is_untouched(tmp_path: Path) -> None:
+    from gradci.worker.sandbox import SandboxPolicy
+
+    root = tmp_path / "writer"
+    root.mkdir()
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["writer"]\n')
+    (root / "writer.py").write_text(textwrap.dedent(WRITER))
+    for folder in (tmp_path, root):
+        folder.chmod(0o755)
+    work = tmp_path / "work"
+    runner = WarmRunner(cell_timeout_s=120, workdir=work, visible=(root,),
+                        sandbox=SandboxPolicy(user=None, hidden=(work,), scratch_mb=8))
+    try:
+        runner.list_source(str(root))
+        cell = runner.run_cell(CellSpec(scenario="fills-the-disk", backend="fd", device="cpu", dtype="float64",
+                                        operator="gradient", framework="numpy", mode="finite", source=str(root)))
+    finally:
+        runner.close()
+    assert cell["status"] == "error", cell
+    assert "No space left on device" in cell["message"] or "File too large" in cell["message"], cell["message"]
+    written = sum(f.stat().st_size for f in work.rglob("*") if f.is_file())
+    assert written < 8 << 20, written  # nothing of the 64 MB reached the machine's disk

@@ -38,6 +38,7 @@ def gradci_devices(*args: str, inventory: Path | None = None, command: str = "de
                           timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_this_machine_lists_its_cpu_and_the_gpus_torch_sees() -> None:
     done = gradci_devices("--json")
     assert done.returncode == 0, done.stderr

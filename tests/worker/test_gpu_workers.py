@@ -188,6 +188,7 @@ def test_a_gpu_workers_runner_sees_its_gpu_and_gets_memory_caps(gpu_context: Wor
     ("illegal-address", "torch-func-rev", "CUDA illegal memory access", "an illegal memory access was encountered"),
     ("xla-oom", "jax-rev", "device out of memory", "RESOURCE_EXHAUSTED: Out of memory"),
 ])
+@pytest.mark.slow
 def test_a_cuda_fault_is_an_error_cell_and_the_runner_restarts_before_the_next_cell(
         gpu_runner: WarmRunner, project: Path, scenario: str, backend: str, fault: str, raised: str) -> None:
     check(gpu_runner, project, "smooth", backend)
@@ -233,6 +234,7 @@ def test_a_real_cuda_out_of_memory_restarts_the_runner(project: Path, tmp_path: 
         runner.close()
 
 
+@pytest.mark.slow
 def test_a_runner_above_its_memory_ceiling_restarts_between_requests(project: Path, tmp_path: Path) -> None:
     runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, visible=(project,), max_rss_mb=1)
     pids = []
@@ -247,6 +249,7 @@ def test_a_runner_above_its_memory_ceiling_restarts_between_requests(project: Pa
     assert runner.peak_rss_bytes > 1 << 20
 
 
+@pytest.mark.slow
 def test_a_runner_below_its_ceiling_stays(project: Path, tmp_path: Path) -> None:
     runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, visible=(project,), max_rss_mb=100_000)
     try:

@@ -129,6 +129,7 @@ def test_a_crash_is_an_error_cell_and_the_next_cell_runs_in_a_new_runner(
     assert runner.starts == starts + 1 and runner.pid != pid
 
 
+@pytest.mark.slow
 def test_a_hang_times_out_and_the_runner_is_restarted(runner: WarmRunner, project: Path) -> None:
     starts = runner.starts
     result = cell(runner, project, "hang", timeout_s=2)
