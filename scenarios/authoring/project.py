@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import re
 import sys
+import time
 import tomllib
 import types
 from pathlib import Path
@@ -158,12 +159,15 @@ def load_scenarios(project: Project) -> list[Scenario]:
     try:
         found: list[Scenario] = []
         for entry in project.modules:
+            start = time.perf_counter()
             made = _scenarios_of(entry)
+            elapsed_ms = (time.perf_counter() - start) * 1e3  # the import and the scenarios() call
             # Each module's scenarios run in the state its import left; the next module starts from
             # the baseline again (gradci.scenarios.adapters.global_state).
             after = global_state.capture()
             for scenario in made:
                 scenario.__dict__["_module_state"] = (after, global_state.changes(baseline, after))
+                scenario.__dict__["_import_ms"] = elapsed_ms
             global_state.restore(baseline)
             found.extend(made)
     finally:

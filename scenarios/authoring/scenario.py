@@ -213,6 +213,10 @@ class Scenario:
         """Whether f is given per framework and not for ``framework``."""
         return isinstance(self.f, Mapping) and self.f.get(framework) is None
 
+    def import_ms(self) -> float | None:
+        """How long its module took to import (None: not loaded from a gradci.toml module)."""
+        return self.__dict__.get("_import_ms")
+
     def module_state(self) -> tuple[dict[str, Any] | None, list[str]]:
         """The framework state the scenario's module left at import (None: not loaded from a
         module), and the changes it made then (``gradci.scenarios.adapters.global_state``)."""

@@ -125,6 +125,11 @@ class Cell:
     # A nondeterminism check (repeats > 1): the largest difference between repeated results, 0.0
     # where they were bitwise identical; None where the cell was not repeated.
     repeat_spread: float | None = None
+    # What the cell's scenario cost before any backend ran, the same on each of its cells: its
+    # reference (None: it needed none, or it was shared with another scenario of the same function
+    # already computed), and the import of its module (None: the built-in library, or in-process).
+    reference_ms: float | None = None
+    import_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN and infinite errors become None with the message saying why."""

@@ -157,6 +157,9 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
         _apply_xfail(cell, scenario, raised.get(cell.key))
     targets = _agreement_targets(devices, computed)
     cells += _agreement_cells(scenario, backends, targets, dtypes, cells, results, reference)
+    for cell in cells:  # what the scenario cost before any backend ran, on each of its cells
+        cell.reference_ms = reference.elapsed_ms if reference else None
+        cell.import_ms = scenario.import_ms()
     for cell in cells:
         if progress:
             progress(cell)
@@ -264,13 +267,17 @@ class _Reference:
     refs: Any = None
     error: str | None = None
     exception: BaseException | None = None
+    elapsed_ms: float | None = None  # what getting it took (near 0 where the cache or memo had it)
 
 
 def _reference(scenario: Scenario, references: ReferenceCache) -> _Reference:
+    start = time.perf_counter()
     try:
-        return _Reference(*references.get(scenario))
+        found = _Reference(*references.get(scenario))
     except Exception as exc:  # noqa: BLE001 - a broken scenario is an error cell, never a crashed run
-        return _Reference(error=f"reference failed: {_describe(exc)}", exception=exc)
+        found = _Reference(error=f"reference failed: {_describe(exc)}", exception=exc)
+    found.elapsed_ms = (time.perf_counter() - start) * 1e3
+    return found
 
 
 def _new_cell(scenario: Scenario, backend: Backend, device: str, dtype: str) -> Cell:

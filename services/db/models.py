@@ -262,6 +262,8 @@ class Result(Base):
         reference_error: Mapped[float | None]
         precision: Mapped[str]
         repeat_spread: Mapped[float | None]
+        reference_ms: Mapped[float | None]
+        import_ms: Mapped[float | None]
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gradci
@@ -60,3 +61,14 @@ def test_a_module_with_no_scenarios_is_an_error_naming_it(tmp_path: Path):
     (tmp_path / "empty_module.py").write_text("def scenarios():\n    return []\n")
     with pytest.raises(ProjectError, match="scenario module 'empty_module': scenarios\\(\\) returned no scenarios"):
         load_scenarios(load_project(tmp_path))
+
+
+def test_each_cell_carries_its_scenarios_reference_time_and_its_modules_import_time():
+    pytest.importorskip("torch")
+    project = load_project(PROJECT)
+    cells = gradci.check(load_scenarios(project), backends=["torch-rev"], devices=["cpu"], dtypes=["float64"]).cells
+    assert cells and all(c.import_ms is not None and c.import_ms > 0 for c in cells)
+    assert all(c.reference_ms is not None and c.reference_ms >= 0 for c in cells)
+    in_process = gradci.check([gradci.Scenario("plain", "gradient", lambda x: (x ** 2).sum(), np.ones(2))],
+                              backends=["fd"], devices=["cpu"], dtypes=["float64"]).cells
+    assert in_process[0].import_ms is None and in_process[0].reference_ms > 0
