@@ -281,7 +281,9 @@ def confine(layout: dict[str, Any]) -> None:
 
 def main() -> None:
     confine(json.loads(sys.argv[1]))
-    os.execv(sys.executable, [sys.executable, "-m", RUNNER_MODULE])
+    # -P: the working folder (its scratch) is not an import root; a folder named like one of our
+    # packages there, or in a workdir above it, must never shadow the installed gradci.
+    os.execv(sys.executable, [sys.executable, "-P", "-m", RUNNER_MODULE])
 
 
 if __name__ == "__main__":

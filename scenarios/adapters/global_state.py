@@ -155,5 +155,7 @@ def restore(state: State) -> None:
     """Every setting of ``state`` back as it was (those that differ now)."""
     current = capture()
     for name, (_, write, _) in _settings().items():
-        if name in state and name in current and not _same(state[name], current[name]):
+        # A setting that cannot be read now (torch refuses to read its precision once the switches
+        # disagree) is written back all the same.
+        if name in state and (name not in current or not _same(state[name], current[name])):
             write(state[name])

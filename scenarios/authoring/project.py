@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import importlib
-import importlib.util
 import re
 import sys
 import time
@@ -153,7 +152,9 @@ def load_scenarios(project: Project) -> list[Scenario]:
     "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
     root = str(project.root)
     add_import_root(root)  # the user's files are named relative to it in cells' messages
-    _import_frameworks()
+    # The frameworks imported so far (a runner imports its cells' frameworks before their source):
+    # their state is the baseline each module's changes are measured against. Importing the others
+    # here would cost every cell request of a fresh runner their import, within its timeout.
     baseline = global_state.capture()
     sys.path.insert(0, root)
     try:
@@ -181,19 +182,6 @@ def load_scenarios(project: Project) -> list[Scenario]:
     if duplicates:
         raise ProjectError(f"duplicate scenario names: {', '.join(duplicates[:5])}")
     return found
-
-
-def _import_frameworks() -> None:
-    """The installed frameworks, imported and configured as the engine runs them, before any
-    scenario module: their state is the baseline each module's changes are measured against."""
-    from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
-
-    for name in ("torch", "jax"):
-        if importlib.util.find_spec(name) is not None:
-            try:
-                get_framework(name)
-            except FrameworkUnavailable:
-                continue
 
 
 def _scenarios_of(entry: str) -> list[Scenario]:

@@ -1,5 +1,5 @@
 """The database schema as SQLAlchemy 2 typed models. ``migrations/versions`` must build the same
-tables; ``tests/test_db.py`` compares the two."""
+tables; ``tests/services/test_db.py`` compares the two."""
 from __future__ import annotations
 
 from datetime import UTC, datetime

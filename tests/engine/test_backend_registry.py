@@ -25,7 +25,7 @@ def test_entry_point_backend_is_listed_and_runs(tmp_path):
         def make():
             return TorchFuncBackend("my-torch-rev", "reverse")
     ''', '''
-        import numpy as np, scenarios
+        import numpy as np, gradci
         from gradci import Scenario, namespace
         assert "my-torch-rev" in gradci.backend_names(), gradci.backend_names()
         s = Scenario("sq", "gradient", lambda x: namespace(x).sum(x * x), np.array([1.0, 2.0]))

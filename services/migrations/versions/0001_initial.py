@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-30
 
 Frozen copy of services/db/models.py at this revision (a migration must not change when the
-models do); tests/test_db.py checks that the two still agree.
+models do); tests/services/test_db.py checks that the two still agree.
 """
 from __future__ import annotations
 
