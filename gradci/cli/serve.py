@@ -79,7 +79,9 @@ def child_environment(settings: Settings, port: int, token: str) -> dict[str, st
 def start_services(settings: Settings, port: int, token: str, devices: list[str], supervisor: Supervisor) -> None:
     env = child_environment(settings, port, token)
     logs = Path(settings.workdir) / "logs"
-    gradci = [sys.executable, "-m", "gradci"]
+    # -P: the folder `gradci up` runs in is no import root of the API and workers: a folder named
+    # gradci there (its own workdir, say) must not become the `gradci` package of an editable install.
+    gradci = [sys.executable, "-P", "-m", "gradci"]
     supervisor.add("api", [*gradci, "api", "--host", settings.api_host, "--port", str(port)], env, logs / "api.log")
     for device in devices:
         supervisor.add(f"worker {device}", [*gradci, "worker", "--device", device], env,

@@ -18,7 +18,7 @@ from gradci.testing.processes import RUN_TIMEOUT_S, free_port, service_env, spaw
 
 TOKEN = "integration-token"
 FINISHED = ("passed", "failed", "error", "cancelled", "skipped")
-GRADCI = [sys.executable, "-m", "gradci"]
+GRADCI = [sys.executable, "-P", "-m", "gradci"]  # -P: no folder it starts in shadows gradci
 
 
 def start_api(env: dict[str, str], logs: Path, port: int, *options: str) -> subprocess.Popen[bytes]:

@@ -158,9 +158,9 @@ def test_embedded_mode_serves_the_same_path(checks_project: tuple[Path, str], tm
     """`gradci up` on SQLite and the SQLite transport: the demo, a repository run submitted with
     `gradci submit --wait`, `gradci status`, and a killed worker restarted by the supervisor."""
     repo, sha = checks_project
-    # Not "gradci": a folder of that name in the current folder of `gradci up` hides the package from
-    # its runners (reported to the lead: issue 17).
-    workdir, port = tmp_path / "state", free_port()
+    # Named gradci, in the folder `gradci up` runs in: with an editable install a folder of that name
+    # on the import path would become the `gradci` package; the services it starts never import from it.
+    workdir, port = tmp_path / "gradci", free_port()
     env = service_env(workdir=str(workdir), worker_heartbeat_s="1", job_chunk_size="2")
     up = spawn([sys.executable, "-m", "gradci", "up", "--demo", "--port", str(port), "--backends", "fd",
                 "--dtypes", "float64", "--scenarios", "elementary/num-to-num/*"], env, tmp_path / "up.log", cwd=tmp_path)
