@@ -44,7 +44,7 @@ def queues_of_worker(device: str, capability: str | None = None) -> list[str]:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Reliability as Celery's docs and DESIGN.md's pitfalls advise: acknowledged only when done
+    """Reliability as Celery's docs advise: acknowledged only when done
     (``acks_late``), requeued when the process died (``reject_on_worker_lost``), one task reserved
     at a time, soft and hard time limits, and a broker visibility timeout that outlives the hard
     limit so that Redis never hands a running job to a second worker. Redelivery is bounded by the

@@ -171,6 +171,14 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
             table.add_row(c.scenario, c.backend, c.device, c.dtype, c.status, _num(c.max_abs_err),
                           _num(c.max_rel_err), _num(c.atol), _num(c.rtol), c.message)
         console.print(table)
+    detailed = [c for c in failing if c.detail and c.detail != c.message]
+    if detailed and verbose:  # the whole exception, where the message has its first line only
+        table = Table(title=f"the exceptions of {len(detailed)} cells in full")
+        for column in ("scenario", "backend", "device", "dtype", "exception"):
+            table.add_column(column, overflow="fold")
+        for c in detailed:
+            table.add_row(c.scenario, c.backend, c.device, c.dtype, c.detail)
+        console.print(table)
     warned = [c for c in cells if c.warnings]
     if warned and verbose:
         table = Table(title=f"warnings raised in {len(warned)} of {len(cells)} cells")

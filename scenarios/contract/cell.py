@@ -130,6 +130,9 @@ class Cell:
     # already computed), and the import of its module (None: the built-in library, or in-process).
     reference_ms: float | None = None
     import_ms: float | None = None
+    # The whole text of the exception an error cell's computation raised (every line, bounded to
+    # 4 KB): the message keeps its first line and where it was raised; this keeps the rest.
+    detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN and infinite errors become None with the message saying why."""
@@ -149,7 +152,7 @@ FIELD_NAMES = tuple(field.name for field in FIELDS)
 FLOAT_FIELDS = tuple(field.name for field in FIELDS if field.type == "float | None")
 INT_FIELDS = tuple(field.name for field in FIELDS if field.type == "int | None")
 # Free text, empty when there is nothing to say (the store keeps them as unbounded text).
-TEXT_FIELDS = ("message", "warnings", "reference", "precision")
+TEXT_FIELDS = ("message", "warnings", "reference", "precision", "detail")
 
 
 def validate_cell(fields: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from gradci.scenarios.reference.step_spread import step_spread
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
-from gradci.scenarios.verdict.exceptions import describe_exception
+from gradci.scenarios.verdict.exceptions import describe_exception, full_text
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
@@ -146,6 +146,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                 if not _declined(cell, scenario):
                     if (reference := reference or _reference(scenario, references)).error:
                         cell.status, cell.message = Status.ERROR, reference.error
+                        cell.detail = full_text(reference.exception) if reference.exception else ""
                         raised[cell.key] = reference.exception
                     else:
                         results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
@@ -317,6 +318,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
         return None
     except Exception as exc:  # noqa: BLE001 - the backend could not differentiate it: truthfully an error
         cell.status, cell.message = in_place_culprit(exc) or (Status.ERROR, _describe(exc))
+        cell.detail = full_text(exc)
         if raised is not None:
             raised[cell.key] = exc
         return None

@@ -264,6 +264,7 @@ class Result(Base):
         repeat_spread: Mapped[float | None]
         reference_ms: Mapped[float | None]
         import_ms: Mapped[float | None]
+        detail: Mapped[str]
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

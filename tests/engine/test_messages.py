@@ -149,3 +149,14 @@ def test_a_non_finite_probed_result_names_its_elements():
     assert not comparison.ok
     assert "2 of 4 elements are NaN or infinite (the first is element 1)" in comparison.message
     assert "where the reference is finite" in comparison.message
+
+
+def test_an_error_cell_keeps_the_whole_exception_text_bounded():
+    def raises(x):
+        raise ValueError("the first line\n" + "\n".join(f"the reason, line {i}" for i in range(2000)))
+
+    (cell,) = gradci.check([Scenario("multi-line", "gradient", raises, np.array([1.0]))], backends=["fd"],
+                           devices=["cpu"], dtypes=["float64"]).cells
+    assert cell.status == "error" and "the first line" in cell.message and "line 3" not in cell.message
+    assert cell.detail.startswith("ValueError: the first line\nthe reason, line 0\nthe reason, line 1")
+    assert len(cell.detail) <= 4096 and cell.detail.endswith("(truncated)")

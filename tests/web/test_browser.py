@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 PHONE = (400, 900)
-# DESIGN.md's pitfalls: offline, Chromium stalls on network calls that cannot succeed unless told not to.
+# Offline, Chromium stalls on network calls that cannot succeed unless told not to.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000")
 
