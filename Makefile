@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint services browser
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 bench: $(STAMP) services
 	$(PY) bench/engine.py

@@ -234,7 +234,9 @@ def test_a_job_no_online_worker_serves_says_why_then_its_cells_are_skipped(routi
     assert f"1 job {reason} (since " in status.output
     run = finished(routing_service, run_id)
     cells = results_of(routing_service.database_url, run_id)
-    assert run["status"] == "passed" and run["waiting"] == [] and len(cells) == 1
+    # Its one cell skipped: the run checked nothing, and says so rather than passing.
+    assert run["status"] == "skipped" and run["waiting"] == [] and len(cells) == 1
+    assert reason in run["error_message"]
     assert (cells[0].status, cells[0].device, cells[0].backend) == ("skip", "cuda", "fd")
     assert cells[0].message == f"{reason} (gave up after {DEVICE_WAIT_S} s)"
     [job] = jobs_of(routing_service.database_url, run_id)
@@ -281,7 +283,9 @@ def gpu_workers_online(routing_service: Service) -> Iterator[None]:
 def test_jobs_go_to_the_workers_whose_gpus_meet_their_needs(routing_service: Service, gpu_workers_online: None) -> None:
     run_id = routing_service.submit(devices=["cuda"])
     run = finished(routing_service, run_id)
-    assert run["status"] == "passed", run
+    # fd, the project's one backend, computes on the cpu: every cuda cell is a skip, and a run that
+    # checked nothing says so rather than passing. Where the jobs went is what this test is about.
+    assert run["status"] == "skipped", run
     jobs = {tuple(job.scenarios): job for job in jobs_of(routing_service.database_url, run_id)}
     assert {names: job.queue for names, job in jobs.items()} == {
         ("plain/gradient",): "cuda", ("bf16/gradient",): "cuda.sm80",
