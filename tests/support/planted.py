@@ -4,42 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from gradci import Scenario, namespace
+from gradci.testing.planted import torch_elementwise
 
 X = np.array([0.3, -0.7, 1.1, 0.5])
-
-
-def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
-    """An elementwise torch.autograd.Function (setup_context style, so torch.func can use it) whose
-    backward and jvp rules are scaled: 1.0 is correct. Either scale may be a callable of x, to plant an
-    error in some elements only."""
-    import torch
-
-    class Elementwise(torch.autograd.Function):
-        generate_vmap_rule = True
-
-        @staticmethod
-        def forward(x):
-            return forward(x)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            scale = backward_scale(x) if callable(backward_scale) else backward_scale
-            return grad * derivative(x) * scale
-
-    if jvp_rule:
-        def jvp(ctx, tangent):
-            (x,) = ctx.saved_tensors
-            scale = jvp_scale(x) if callable(jvp_scale) else jvp_scale
-            return tangent * derivative(x) * scale
-
-        Elementwise.jvp = staticmethod(jvp)
-    return Elementwise.apply
 
 
 def torch_sin(backward_scale: float = 1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):

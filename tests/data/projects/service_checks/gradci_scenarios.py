@@ -6,6 +6,7 @@ import numpy as np
 
 from gradci import Scenario
 from gradci.scenarios.authoring.namespace import namespace
+from gradci.testing.planted import torch_elementwise
 
 
 def poly(x):
@@ -60,38 +61,3 @@ def scenarios():
         Scenario("crash/segfault", "gradient", segfault, x),
     ]
     return made + [Scenario(f"slow/{i}", "gradient", slow, x) for i in range(6)]
-
-
-# A copy of tests/support/planted.py's torch_elementwise: a checkout's runner cannot import tests/.
-def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
-    """An elementwise torch.autograd.Function (setup_context style, so torch.func can use it) whose
-    backward and jvp rules are scaled: 1.0 is correct. Either scale may be a callable of x, to plant an
-    error in some elements only."""
-    import torch
-
-    class Elementwise(torch.autograd.Function):
-        generate_vmap_rule = True
-
-        @staticmethod
-        def forward(x):
-            return forward(x)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            scale = backward_scale(x) if callable(backward_scale) else backward_scale
-            return grad * derivative(x) * scale
-
-    if jvp_rule:
-        def jvp(ctx, tangent):
-            (x,) = ctx.saved_tensors
-            scale = jvp_scale(x) if callable(jvp_scale) else jvp_scale
-            return tangent * derivative(x) * scale
-
-        Elementwise.jvp = staticmethod(jvp)
-    return Elementwise.apply
