@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 import httpx
@@ -48,8 +49,7 @@ P99_TARGET_MS = 100
 GITHUB_TIMEOUT_S = 10
 
 
-@dataclasses.dataclass(frozen=True)
-class WebhookDelivery:
+class WebhookDelivery(NamedTuple):
     delivery_id: str
     head_sha: str
     body: bytes

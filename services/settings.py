@@ -44,11 +44,11 @@ class Settings(BaseSettings):
     github_token: SecretStr | None = None
     github_api_url: str = "https://api.github.com"
     github_webhook_secret: SecretStr | None = None
-    # Which repositories may run (fnmatch patterns over URL or owner/name); empty allows all.
-    allowed_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Public clone URL of an "owner/name" repository. Credentials are added by the worker at
     # clone time, never stored in the database.
     clone_url_template: str = "https://github.com/{full_name}.git"
+    # Which repositories may run (fnmatch patterns over URL or owner/name); empty allows all.
+    allowed_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Jobs
     job_chunk_size: int = Field(25, ge=1)

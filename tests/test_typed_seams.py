@@ -12,21 +12,6 @@ import pytest
 from gradci.scenarios.contract.cell import FIELDS, STATUSES, Cell, Status
 from gradci.services.db import models
 from gradci.worker import context, runner_messages
-from gradci.worker.runner_messages import (
-    Beat,
-    CellsReply,
-    CellsRequest,
-    ListReply,
-    ListRequest,
-    ProtocolError,
-    Ready,
-    Refusal,
-    WarmReply,
-    WarmRequest,
-    parse_answer,
-    parse_request,
-    request_to_json,
-)
 
 
 def test_the_server_and_the_engine_share_one_status() -> None:
@@ -44,35 +29,35 @@ def test_a_cells_status_is_stored_and_serialised_as_its_word() -> None:
 
 
 @pytest.mark.parametrize("request_", [
-    ListRequest(source="/repo", family=None, availability=True),
-    WarmRequest(backends=["jax-rev", "fd"]),
-    CellsRequest(scenario="s", backends=["fd"], devices=["cpu"], dtypes=["float64"], peers=["jax-fwd"],
-                 options={"repeats": 2}),
+    runner_messages.ListRequest(source="/repo", family=None, availability=True),
+    runner_messages.WarmRequest(backends=["jax-rev", "fd"]),
+    runner_messages.CellsRequest(scenario="s", backends=["fd"], devices=["cpu"], dtypes=["float64"], peers=["jax-fwd"],
+                                 options={"repeats": 2}),
 ])
 def test_requests_cross_the_wire_unchanged(request_) -> None:
-    line = request_to_json(request_)
+    line = runner_messages.request_to_json(request_)
     assert json.loads(line)["op"] == request_.op
-    assert parse_request(line) == request_
+    assert runner_messages.parse_request(line) == request_
 
 
 @pytest.mark.parametrize("answer", [
-    ListReply(scenarios=[], backends=[{"name": "fd", "framework": "numpy", "mode": "finite"}], file_matrix={},
-              devices=["cpu"], rss_bytes=1 << 20),
-    WarmReply(unavailable={"jax-rev": None}, device_memory={"torch_applied": False}, rss_bytes=None),
-    CellsReply(cells=[{"scenario": "s", "status": "pass"}], restart="device out of memory", rss_bytes=3),
+    runner_messages.ListReply(scenarios=[], backends=[{"name": "fd", "framework": "numpy", "mode": "finite"}], file_matrix={},
+                              devices=["cpu"], rss_bytes=1 << 20),
+    runner_messages.WarmReply(unavailable={"jax-rev": None}, device_memory={"torch_applied": False}, rss_bytes=None),
+    runner_messages.CellsReply(cells=[{"scenario": "s", "status": "pass"}], restart="device out of memory", rss_bytes=3),
 ])
 def test_answers_cross_the_wire_unchanged(answer) -> None:
-    assert parse_answer(answer.to_json(), type(answer)) == answer
+    assert runner_messages.parse_answer(answer.to_json(), type(answer)) == answer
 
 
 def test_the_runners_other_lines_are_told_apart() -> None:
-    assert parse_answer(Ready(pid=7, rss_bytes=1).to_json(), CellsReply) == Ready(pid=7, rss_bytes=1)
-    assert parse_answer(Beat().to_json(), CellsReply) == Beat()
-    assert parse_answer(Refusal(error="no").to_json(), ListReply) == Refusal(error="no")
-    with pytest.raises(ProtocolError, match="unknown request 'zap'"):
-        parse_request('{"op": "zap"}')
-    with pytest.raises(ProtocolError):
-        parse_answer('{"ok": true, "cells": [], "surprise": 1}', CellsReply)
+    assert runner_messages.parse_answer(runner_messages.Ready(pid=7, rss_bytes=1).to_json(), runner_messages.CellsReply) == runner_messages.Ready(pid=7, rss_bytes=1)
+    assert runner_messages.parse_answer(runner_messages.Beat().to_json(), runner_messages.CellsReply) == runner_messages.Beat()
+    assert runner_messages.parse_answer(runner_messages.Refusal(error="no").to_json(), runner_messages.ListReply) == runner_messages.Refusal(error="no")
+    with pytest.raises(runner_messages.ProtocolError, match="unknown request 'zap'"):
+        runner_messages.parse_request('{"op": "zap"}')
+    with pytest.raises(runner_messages.ProtocolError):
+        runner_messages.parse_answer('{"ok": true, "cells": [], "surprise": 1}', runner_messages.CellsReply)
 
 
 def test_the_messages_module_imports_only_the_standard_library() -> None:

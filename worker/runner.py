@@ -35,28 +35,13 @@ from typing import Any, TypeVar
 
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.contract.simulated_gpus import inline_inventory
+from gradci.worker import runner_messages as messages
 from gradci.worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
-from gradci.worker.runner_messages import (
-    Answer,
-    Beat,
-    CellsReply,
-    CellsRequest,
-    ListReply,
-    ListRequest,
-    ProtocolError,
-    Ready,
-    Refusal,
-    Request,
-    WarmReply,
-    WarmRequest,
-    parse_answer,
-    request_to_json,
-)
 from gradci.worker.runner_output import OutputDrain
 from gradci.worker.sandbox import SandboxPolicy
 
 log = logging.getLogger(__name__)
-A = TypeVar("A", bound=Answer)
+A = TypeVar("A", bound=messages.Answer)
 
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
@@ -196,8 +181,8 @@ class WarmRunner:
         self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)
         self.starts += 1
         self._buffer, self._warm, self._restart_due = b"", set(), None
-        ready = self._read_answer(Ready, self.startup_timeout_s, what="starting")
-        if not isinstance(ready, Ready):
+        ready = self._read_answer(messages.Ready, self.startup_timeout_s, what="starting")
+        if not isinstance(ready, messages.Ready):
             self._discard()
             raise RunnerError(f"the runner did not start: {ready}")
 
@@ -224,11 +209,11 @@ class WarmRunner:
             self.close()
         self._restart_due = None
 
-    def _note(self, reply: Answer) -> None:
+    def _note(self, reply: messages.Answer) -> None:
         """What an answer says about the runner itself: its memory, and whether it must restart."""
         rss = reply.rss_bytes or 0
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        if isinstance(reply, CellsReply) and reply.restart:
+        if isinstance(reply, messages.CellsReply) and reply.restart:
             self._restart_due = reply.restart
         elif self.max_rss_mb and rss > self.max_rss_mb << 20:
             self._restart_due = f"{rss >> 20} MB resident, above the ceiling of {self.max_rss_mb} MB"
@@ -268,7 +253,9 @@ class WarmRunner:
 
     # --- the protocol ---------------------------------------------------------------------------
 
-    def _read_answer(self, expected: type[A], timeout_s: float, *, what: str) -> A | Ready | Refusal | Beat:
+    def _read_answer(
+        self, expected: type[A], timeout_s: float, *, what: str
+    ) -> A | messages.Ready | messages.Refusal | messages.Beat:
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         deadline = time.monotonic() + timeout_s
@@ -285,8 +272,8 @@ class WarmRunner:
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
-            return parse_answer(line, expected)
-        except (ProtocolError, ValueError) as exc:
+            return messages.parse_answer(line, expected)
+        except (messages.ProtocolError, ValueError) as exc:
             self._discard()
             raise RunnerError(f"the runner answered {line[:200]!r} while {what}: {exc} (it was restarted)") from None
 
@@ -304,7 +291,7 @@ class WarmRunner:
         where = f"; innermost user frames (faulthandler): {frames}" if frames else ""
         raise RunnerDied(f"runner {describe_exit(returncode)} while {what} (it was restarted){where}")
 
-    def request(self, payload: Request, timeout_s: float, *, what: str) -> Answer:
+    def request(self, payload: messages.Request, timeout_s: float, *, what: str) -> messages.Answer:
         """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
         runner's last word that a cell started; start the runner first when it is not running (or
         restart it, when the previous answer asked for that)."""
@@ -314,15 +301,15 @@ class WarmRunner:
         output = self._output
         try:
             try:
-                self._process.stdin.write(request_to_json(payload).encode() + b"\n")
+                self._process.stdin.write(messages.request_to_json(payload).encode() + b"\n")
                 self._process.stdin.flush()
             except (BrokenPipeError, OSError):
                 self._on_death(what)
             reply = self._read_answer(payload.answer, timeout_s, what=what)
-            while isinstance(reply, Beat):  # the next cell started: its own timeout begins
+            while isinstance(reply, messages.Beat):  # the next cell started: its own timeout begins
                 reply = self._read_answer(payload.answer, timeout_s, what=what)
             output.next_request()
-            if isinstance(reply, Ready):
+            if isinstance(reply, messages.Ready):
                 self._discard()
                 raise RunnerError(f"the runner said it started again while {what} (it was restarted)")
             self._note(reply)
@@ -338,25 +325,26 @@ class WarmRunner:
     # --- what the worker asks -------------------------------------------------------------------
 
     def list_source(self, source: str | None, *, availability: bool = False,
-                    family: str | None = None, repository: str | None = None) -> ListReply:
+                    family: str | None = None, repository: str | None = None) -> messages.ListReply:
         """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
         ``family`` of it). ``availability`` also says which backends can run here and which devices
         there are, at the price of importing every framework."""
         self._serve(source, repository)
-        request = ListRequest(source=source, family=family, availability=availability)
+        request = messages.ListRequest(source=source, family=family, availability=availability)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
-        if isinstance(reply, Refusal):
+        if isinstance(reply, messages.Refusal):
             raise RunnerError(reply.error)
-        assert isinstance(reply, ListReply)
+        assert isinstance(reply, messages.ListReply)
         return reply
 
     def warm(self, backends: list[str]) -> None:
         """Import the frameworks of ``backends`` once, outside any cell's timeout."""
         missing = [name for name in backends if name not in self._warm]
         if missing:
-            reply = self.request(WarmRequest(backends=missing), self.startup_timeout_s, what="importing frameworks")
+            reply = self.request(messages.WarmRequest(backends=missing), self.startup_timeout_s,
+                                 what="importing frameworks")
             self._warm.update(missing)
-            if isinstance(reply, WarmReply):
+            if isinstance(reply, messages.WarmReply):
                 self.device_memory = reply.device_memory
 
     def run_cell(self, spec: CellSpec, timeout_s: float | None = None, peers: Sequence[str] = (),
@@ -383,7 +371,7 @@ class WarmRunner:
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
         self._serve(first.source, first.repository)
-        payload = CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
+        payload = messages.CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
                                options=dict(options or {}))
         what = (f"checking {first.backend} {first.operator or 'cell'} {first.dtype} on {first.device}" if count == 1
@@ -401,9 +389,9 @@ class WarmRunner:
             log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
                         ",".join(dtypes), exc)
             return [spec.error_cell(str(exc)) for spec in specs]
-        if isinstance(reply, Refusal):
+        if isinstance(reply, messages.Refusal):
             return [spec.error_cell(reply.error) for spec in specs]
-        assert isinstance(reply, CellsReply)
+        assert isinstance(reply, messages.CellsReply)
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         return [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
 

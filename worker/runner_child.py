@@ -42,23 +42,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from gradci.scenarios.contract.cell import Status
 from gradci.services.secrecy import forbid_inspection
-from gradci.worker.runner_messages import (
-    Answer,
-    BackendEntry,
-    Beat,
-    CellsReply,
-    CellsRequest,
-    ListReply,
-    ListRequest,
-    ProtocolError,
-    Ready,
-    Refusal,
-    Request,
-    ScenarioEntry,
-    WarmReply,
-    WarmRequest,
-    parse_request,
-)
+from gradci.worker import runner_messages as messages
 
 if TYPE_CHECKING:
     from gradci.scenarios.backends import Backend
@@ -90,7 +74,7 @@ class SourceCache:
         self.file_matrix: dict[str, Any] = {}
         # Every job lists its source: each scenario is fingerprinted once per runner, not per job.
         self.fingerprints: dict[str, str] = {}
-        self.listing: list[ScenarioEntry] = []
+        self.listing: list[messages.ScenarioEntry] = []
 
     def get(self, root: str | None, family: str | None = None) -> SourceCache:
         if self.loaded and (root, family) == (self.root, self.family):
@@ -101,7 +85,7 @@ class SourceCache:
         self.scenarios = {scenario.name: scenario for scenario in found}
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
-            ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
+            messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
                           fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
                           function=s.function_fingerprint())
             for s in found
@@ -135,12 +119,12 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 
 
-def list_source(cache: SourceCache, request: ListRequest) -> ListReply:
+def list_source(cache: SourceCache, request: messages.ListRequest) -> messages.ListReply:
     from gradci.scenarios.backends import registry
 
     source = cache.get(request.source, request.family)
-    backends = [BackendEntry(name=b.name, framework=b.framework, mode=b.mode) for b in registry().values()]
-    reply = ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
+    backends = [messages.BackendEntry(name=b.name, framework=b.framework, mode=b.mode) for b in registry().values()]
+    reply = messages.ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
     if request.availability:
         from gradci.scenarios.verdict.check import available_devices
 
@@ -151,12 +135,12 @@ def list_source(cache: SourceCache, request: ListRequest) -> ListReply:
     return reply
 
 
-def warm(request: WarmRequest) -> WarmReply:
+def warm(request: messages.WarmRequest) -> messages.WarmReply:
     from gradci.scenarios.backends import get_backend
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.backends}
-    return WarmReply(unavailable=reasons, device_memory=cap_device_memory())
+    return messages.WarmReply(unavailable=reasons, device_memory=cap_device_memory())
 
 
 _torch_capped: dict[str, Any] | None = None
@@ -209,7 +193,9 @@ class AnnouncingBackend:
         return self._backend.prepare(*args, **kwargs)
 
 
-def check_cells(cache: SourceCache, request: CellsRequest, beat: Callable[[], None]) -> CellsReply | Refusal:
+def check_cells(
+    cache: SourceCache, request: messages.CellsRequest, beat: Callable[[], None]
+) -> messages.CellsReply | messages.Refusal:
     from gradci.scenarios.backends import get_backend
     from gradci.scenarios.reference.finite_differences import shared_cache
     from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
@@ -218,7 +204,7 @@ def check_cells(cache: SourceCache, request: CellsRequest, beat: Callable[[], No
     source = cache.get(request.source, request.family)
     scenario = source.scenarios.get(request.scenario)
     if scenario is None:
-        return Refusal(error=f"scenario {request.scenario!r} is not declared by this checkout")
+        return messages.Refusal(error=f"scenario {request.scenario!r} is not declared by this checkout")
     cap_device_memory()  # a scenario module may have imported torch since the runner warmed up
     def announcing(names: Iterable[str]) -> list[Backend]:  # each an AnnouncingBackend: a Backend by delegation
         return cast("list[Backend]", [AnnouncingBackend(get_backend(name), beat) for name in names])
@@ -238,7 +224,8 @@ def check_cells(cache: SourceCache, request: CellsRequest, beat: Callable[[], No
         elif cell.status == Status.ERROR and "MemoryError" in cell.message:
             cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     fingerprint = source.fingerprints[scenario.name]
-    return CellsReply(cells=[{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells], restart=restart)
+    stamped = [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]
+    return messages.CellsReply(cells=stamped, restart=restart)
 
 
 def _memory_limit() -> str:
@@ -246,35 +233,35 @@ def _memory_limit() -> str:
     return "no address-space limit" if limit == resource.RLIM_INFINITY else f"the runner's limit is {limit >> 20} MB"
 
 
-def handle(cache: SourceCache, request: Request, beat: Callable[[], None]) -> Answer:
+def handle(cache: SourceCache, request: messages.Request, beat: Callable[[], None]) -> messages.Answer:
     try:
-        if isinstance(request, ListRequest):
+        if isinstance(request, messages.ListRequest):
             return list_source(cache, request)
-        if isinstance(request, WarmRequest):
+        if isinstance(request, messages.WarmRequest):
             return warm(request)
         return check_cells(cache, request, beat)
     except BaseException as exc:  # noqa: BLE001 - user code may raise anything (SystemExit too); the runner stays up
-        return Refusal(error=_describe(exc))
+        return messages.Refusal(error=_describe(exc))
 
 
-def answer(cache: SourceCache, line: str, beat: Callable[[], None]) -> Answer:
+def answer(cache: SourceCache, line: str, beat: Callable[[], None]) -> messages.Answer:
     try:
-        request = parse_request(line)
-    except (ProtocolError, ValueError) as exc:
-        return Refusal(error=str(exc))
+        request = messages.parse_request(line)
+    except (messages.ProtocolError, ValueError) as exc:
+        return messages.Refusal(error=str(exc))
     return handle(cache, request, beat)
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:
-    def send(message: Answer | Beat) -> None:
+    def send(message: messages.Answer | messages.Beat) -> None:
         replies.write(message.to_json() + "\n")
         replies.flush()
 
     cache = SourceCache()
-    send(Ready(pid=os.getpid(), rss_bytes=resident_bytes()))
+    send(messages.Ready(pid=os.getpid(), rss_bytes=resident_bytes()))
     for line in requests:
         if line.strip():
-            reply = answer(cache, line, beat=lambda: send(Beat()))
+            reply = answer(cache, line, beat=lambda: send(messages.Beat()))
             # After every answer: the parent restarts a runner above its memory ceiling between requests.
             reply.rss_bytes = resident_bytes()
             send(reply)

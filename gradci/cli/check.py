@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -173,20 +174,12 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
         console.print(table)
     detailed = [c for c in failing if c.detail and c.detail != c.message]
     if detailed and verbose:  # the whole exception, where the message has its first line only
-        table = Table(title=f"the exceptions of {len(detailed)} cells in full")
-        for column in ("scenario", "backend", "device", "dtype", "exception"):
-            table.add_column(column, overflow="fold")
-        for c in detailed:
-            table.add_row(c.scenario, c.backend, c.device, c.dtype, c.detail)
-        console.print(table)
+        console.print(_cells_with("exception", f"the exceptions of {len(detailed)} cells in full", detailed,
+                                  lambda c: c.detail))
     warned = [c for c in cells if c.warnings]
     if warned and verbose:
-        table = Table(title=f"warnings raised in {len(warned)} of {len(cells)} cells")
-        for column in ("scenario", "backend", "device", "dtype", "warnings"):
-            table.add_column(column, overflow="fold")
-        for c in warned:
-            table.add_row(c.scenario, c.backend, c.device, c.dtype, c.warnings)
-        console.print(table)
+        console.print(_cells_with("warnings", f"warnings raised in {len(warned)} of {len(cells)} cells", warned,
+                                  lambda c: c.warnings))
     elif warned:
         console.print(f"warnings raised in {len(warned)} of {len(cells)} cells: -v shows them")
     unreproducible = [c for c in cells if c.repeat_spread]
@@ -197,6 +190,16 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
     totals: Counter[str] = Counter(c.status for c in cells)
     coverage = coverage_text(coverage_percent(totals))
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage}")
+
+
+def _cells_with(column: str, title: str, cells: list[Cell], text: Callable[[Cell], str | None]) -> Table:
+    """A table of cells, each with one long text (its exception, its warnings) folded to fit."""
+    table = Table(title=title)
+    for name in ("scenario", "backend", "device", "dtype", column):
+        table.add_column(name, overflow="fold")
+    for c in cells:
+        table.add_row(c.scenario, c.backend, c.device, c.dtype, text(c))
+    return table
 
 
 def _num(value: float | None) -> str:

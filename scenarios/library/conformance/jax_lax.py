@@ -1,16 +1,7 @@
 """jax.lax: primitives, cumulative reductions, control flow, windows and convolutions, lax.linalg."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (
-    JACOBIAN,
-    JVP,
-    VJP,
-    Row,
-    distinct_spectrum,
-    signed,
-    spread,
-    well_conditioned,
-)
+from ._table import JACOBIAN, JVP, VJP, Row, distinct_spectrum, signed, spread, well_conditioned
 
 AREA = "jax.lax"
 X = "jax.lax."

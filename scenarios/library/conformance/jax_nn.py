@@ -1,7 +1,7 @@
 """jax.nn: activations, the softmax family and standardize; dropout from jax.random under a fixed key."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import JACOBIAN, JVP, VJP, Row, signed
+from ._table import JACOBIAN, JVP, VJP, Row, signed
 
 AREA = "jax.nn"
 N = "jax.nn."

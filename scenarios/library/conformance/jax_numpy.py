@@ -3,16 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradci.scenarios.library.conformance._table import (
-    JACOBIAN,
-    JVP,
-    VJP,
-    Row,
-    distinct_spectrum,
-    signed,
-    spread,
-    well_conditioned,
-)
+from ._table import JACOBIAN, JVP, VJP, Row, distinct_spectrum, signed, spread, well_conditioned
 
 AREA = "jax.numpy"
 J = "jax.numpy."

@@ -1,7 +1,7 @@
 """jax.scipy.special: error functions, gamma and beta families, Bessel functions, entropies."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import JACOBIAN, JVP, VJP, Row, signed
+from ._table import JACOBIAN, JVP, VJP, Row, signed
 
 AREA = "jax.scipy.special"
 S = "jax.scipy.special."

@@ -1,21 +1,7 @@
 """torch.nn.functional: activations, normalisations, convolutions, pooling, resampling, losses."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (
-    FULL,
-    JACOBIAN,
-    JVP,
-    LOSS,
-    SCALAR,
-    SECOND,
-    VJP,
-    Row,
-    indices,
-    lacks,
-    signed,
-    spread,
-    uniform,
-)
+from ._table import FULL, JACOBIAN, JVP, LOSS, SCALAR, SECOND, VJP, Row, indices, lacks, signed, spread, uniform
 
 AREA = "torch.nn.functional"
 F = "torch.nn.functional."

@@ -1,19 +1,7 @@
 """torch.linalg: determinants, inverses and solves, factorizations, spectra, norms, matrix functions."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (
-    FULL,
-    JACOBIAN,
-    JVP,
-    LOSS,
-    SECOND,
-    VJP,
-    Row,
-    distinct_spectrum,
-    on_every,
-    spread,
-    well_conditioned,
-)
+from ._table import FULL, JACOBIAN, JVP, LOSS, SECOND, VJP, Row, distinct_spectrum, on_every, spread, well_conditioned
 
 AREA = "torch.linalg"
 L = "torch.linalg."

@@ -1,18 +1,7 @@
 """Reductions, scans, sorting and strided views: torch functions whose backward gathers or scatters."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (
-    FULL,
-    JACOBIAN,
-    JVP,
-    LOSS,
-    SCALAR,
-    SECOND,
-    VJP,
-    Row,
-    signed,
-    spread,
-)
+from ._table import FULL, JACOBIAN, JVP, LOSS, SCALAR, SECOND, VJP, Row, signed, spread
 
 AREA = "torch-reductions"
 

@@ -1,19 +1,7 @@
 """torch.special: error functions, gamma family, Bessel functions, logits and entropies."""
 from __future__ import annotations
 
-from gradci.scenarios.library.conformance._table import (
-                                                 FIRST,
-                                                 FULL,
-                                                 JACOBIAN,
-                                                 JVP,
-                                                 SCALAR,
-                                                 SECOND,
-                                                 VJP,
-                                                 Row,
-                                                 lacks,
-                                                 on_every,
-                                                 signed,
-)
+from ._table import FIRST, FULL, JACOBIAN, JVP, SCALAR, SECOND, VJP, Row, lacks, on_every, signed
 
 AREA = "torch.special"
 S = "torch.special."
