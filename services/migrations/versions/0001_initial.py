@@ -15,8 +15,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)

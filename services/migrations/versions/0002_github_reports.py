@@ -12,8 +12,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)

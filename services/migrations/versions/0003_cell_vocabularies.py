@@ -11,8 +11,6 @@ from gradci.services.db.models import cell_vocabulary_checks
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 NEW_CHECKS = ("operator", "framework", "mode", "dtype")
 

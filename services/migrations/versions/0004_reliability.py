@@ -8,8 +8,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 TIMESTAMP = sa.DateTime(timezone=True)
 

@@ -7,8 +7,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

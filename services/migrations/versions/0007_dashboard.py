@@ -10,8 +10,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -10,8 +10,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 

@@ -6,8 +6,6 @@ from alembic import op
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 BEFORE = ("queued", "running", "passed", "failed", "cancelled", "error")
 AFTER = (*BEFORE, "skipped")
