@@ -66,10 +66,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args.append(str(toml))
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _Runners.omitted:
+        terminalreporter.write_line(f"gradci: {_Runners.omitted} cells not made: backends of a framework the "
+                                    "scenario gives no f for (a torch-only scenario has no jax cells)")
+
+
 class _Runners:
     """This pytest process's runner (one per xdist worker), started when the first cells are listed."""
 
     runner: Any = None
+    # Cells not made as items: backends of a framework a scenario gives no f for (told in the summary).
+    omitted: int = 0
     # Where the gradci.toml files written for @scenario_tests functions live: shown to the runner.
     folder: Path | None = None
 
@@ -126,7 +134,8 @@ class _CellSource(pytest.Collector):
             planned = local_jobs(runner, Target(source, project.matrix.overridden(flags)))
         except (RunnerError, ValueError) as exc:
             raise self.CollectError(f"gradci: {exc}") from None
-        for specs in planned:
+        _Runners.omitted += planned.omitted
+        for specs in planned.scenarios:
             for spec in specs:
                 yield CellItem.from_parent(self, name=f"{spec.scenario}[{spec.backend}-{spec.device}-{spec.dtype}]",
                                            spec=spec)

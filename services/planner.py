@@ -39,12 +39,17 @@ class ScenarioInfo:
     tags: tuple[str, ...] = ()
     fingerprint: str | None = None
     requirements: Requirements = Requirements()
+    lacks: tuple[str, ...] = ()  # frameworks it gives no f for: their backends get no cell of it
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScenarioInfo:
         return cls(name=data["name"], operator=data.get("operator", ""), dtypes=tuple(data.get("dtypes", ())),
                    tags=tuple(data.get("tags", ())), fingerprint=data.get("fingerprint"),
-                   requirements=Requirements.from_dict(data.get("requirements")))
+                   requirements=Requirements.from_dict(data.get("requirements")), lacks=tuple(data.get("lacks", ())))
+
+    def has_cells_for(self, framework: str | None) -> bool:
+        """Whether a backend of ``framework`` (None: not known) gets cells of this scenario."""
+        return framework not in self.lacks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,7 @@ class Plan:
     scenarios: tuple[ScenarioInfo, ...]
     jobs: tuple[JobSpec, ...]
     skipped: tuple[Skipped, ...] = ()
+    omitted: int = 0  # cells not made: backends of a framework a scenario gives no f for
 
     @property
     def cell_count(self) -> int:
@@ -179,20 +185,33 @@ def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | 
 
 
 def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
-              gpus: GpuWorkers = GpuWorkers()) -> list[JobSpec]:
+              gpus: GpuWorkers = GpuWorkers(), frameworks: Mapping[str, str] | None = None) -> list[JobSpec]:
     """device × backend × chunks of the scenarios that can run on the device, in a stable order; the
-    scenarios of a device are first grouped by the queue their needs route them to."""
+    scenarios of a device are first grouped by the queue their needs route them to. ``frameworks``
+    (backend → its framework) leaves out the scenarios a backend has no cells of."""
     specs = []
     assert matrix.devices is not None and matrix.backends is not None, "a resolved matrix"
+    framework_of = frameworks or {}
     for device in matrix.devices:
-        queues: dict[str, list[str]] = {}
+        queues: dict[str, list[ScenarioInfo]] = {}
         for info in runnable.get(device, ()):
             need = needs(info.requirements, cell_dtypes(info.dtypes, matrix.dtypes))
-            queues.setdefault(route(need, device, gpus), []).append(info.name)
-        specs += [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
-                  for backend in matrix.backends for queue, names in queues.items()
-                  for chunk in chunked(names, chunk_size)]
+            queues.setdefault(route(need, device, gpus), []).append(info)
+        for backend in matrix.backends:
+            for queue, infos in queues.items():
+                names = [info.name for info in infos if info.has_cells_for(framework_of.get(backend))]
+                specs += [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
+                          for chunk in chunked(names, chunk_size)]
     return specs
+
+
+def omitted_cells(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix,
+                  frameworks: Mapping[str, str]) -> int:
+    """How many cells ``job_specs`` leaves out: a backend × device × dtype of each scenario that
+    gives no f for the backend's framework."""
+    assert matrix.backends is not None, "a resolved matrix"
+    return sum(len(cell_dtypes(info.dtypes, matrix.dtypes)) for infos in runnable.values() for info in infos
+               for backend in matrix.backends if not info.has_cells_for(frameworks.get(backend)))
 
 
 def split_runnable(scenarios: Sequence[ScenarioInfo], matrix: Matrix) -> tuple[dict[str, list[ScenarioInfo]],
@@ -222,6 +241,7 @@ def plan_run(
     default_devices: Sequence[str] = (CPU,),
     chunk_size: int = 25,
     gpus: GpuWorkers = GpuWorkers(),
+    frameworks: Mapping[str, str] | None = None,
 ) -> Plan:
     """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
     A run none of whose cells could ever run is a ``PlanError`` giving the first reason."""
@@ -233,11 +253,15 @@ def plan_run(
         raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
                         "the repository declares no scenario")
     runnable, skipped = split_runnable(chosen, matrix)
-    jobs = job_specs(runnable, matrix, chunk_size, gpus)
+    jobs = job_specs(runnable, matrix, chunk_size, gpus, frameworks)
     if not jobs:
+        if not skipped:
+            raise PlanError(f"no backend of {', '.join(matrix.backends or ())} checks the chosen scenarios: "
+                            "they give f for other frameworks only")
         first = skipped[0]
         raise PlanError(f"no cell of this run can ever run: scenario {first.scenario!r} {first.reason}")
-    return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(jobs), skipped=tuple(skipped))
+    return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(jobs), skipped=tuple(skipped),
+                omitted=omitted_cells(runnable, matrix, frameworks or {}))
 
 
 def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequence[str]],

@@ -86,8 +86,8 @@ class SourceCache:
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
             messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
-                          fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
-                          function=s.function_fingerprint())
+                                   fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
+                                   function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()))
             for s in found
         ]
         self.loaded = True

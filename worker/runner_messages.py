@@ -36,6 +36,7 @@ class ScenarioEntry(TypedDict):
     fingerprint: str
     requirements: dict[str, Any]
     function: str  # the function's fingerprint: scenarios sharing it share references and evaluations
+    lacks: list[str]  # frameworks it gives no f for: their backends get no cell of it
 
 
 class BackendEntry(TypedDict):

@@ -29,6 +29,11 @@ class Source:
     def by_name(self) -> dict[str, ScenarioInfo]:
         return {info.name: info for info in self.scenarios}
 
+    @functools.cached_property
+    def frameworks(self) -> dict[str, str]:
+        """Each backend's framework (the planner leaves a scenario out of another framework's jobs)."""
+        return {name: info["framework"] for name, info in self.backends.items()}
+
     @property
     def available_backends(self) -> list[str]:
         """Backends that can run on this worker (listed with ``availability=True``)."""

@@ -76,17 +76,17 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         for name in target.matrix.backends or []:
             gradci.get_backend(name)
         wanted = parallel or default_parallelism(target.matrix)
-        cells, runners = _check_with_progress(target, timeout_s, err, {} if repeats is None else {"repeats": repeats},
-                                              wanted)
+        cells, runners, omitted = _check_with_progress(target, timeout_s, err,
+                                                       {} if repeats is None else {"repeats": repeats}, wanted)
     except (UsageError, ProjectError, RunnerError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
-    report = gradci.Report(cells)
+    report = gradci.Report(cells, omitted)
     text = {"json": lambda: cells_to_json(report.cells), "junit": lambda: cells_to_junit(report.cells)}
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
         console = Console(file=stream, width=None if stream.isatty() else 160)
-        render_table(report.cells, console, verbose=verbose)
+        render_table(report.cells, console, verbose=verbose, omitted=report.omitted)
         if runners > 1:
             console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
                           "others' load; -j 1 for timings")
@@ -98,8 +98,8 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
 
 
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
-                         parallel: int = 1) -> tuple[list[Cell], int]:
-    """(the cells, the number of runners that checked them), with a bar on stderr when it is a
+                         parallel: int = 1) -> tuple[list[Cell], int, int]:
+    """(the cells, the number of runners that checked them, the cells not made), with a bar on stderr when it is a
     terminal (whatever the report's format and destination: the bar never reaches stdout, nor a log
     that is not a terminal). ``options``: the engine's (``check_scenario``'s keyword arguments);
     ``parallel``: at most this many sandboxed runners at once."""
@@ -108,8 +108,8 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
             local_runner(target, cell_timeout_s) as runner:
         task = progress.add_task("starting the runner", total=None)
         runner.extra_env.update(thread_limits(parallel))
-        functions: dict[str, str] = {}
-        planned = [with_agreement(specs) for specs in local_jobs(runner, target, functions)]
+        plan = local_jobs(runner, target)
+        planned, functions = [with_agreement(specs) for specs in plan.scenarios], plan.functions
         if not planned:
             raise UsageError("no scenario matches")
         progress.update(task, total=len(planned))
@@ -119,14 +119,14 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
         count = min(parallel, len(set(functions.values())) or 1)
         if count <= 1:
-            return check_planned(_WithOptions(runner, options), planned, advance), 1
+            return check_planned(_WithOptions(runner, options), planned, advance), 1, plan.omitted
         visible = (Path(target.source),) if target.source else ()
         others = [local_runner_for(visible, cell_timeout_s, target.matrix) for _ in range(count - 1)]
         for other in others:
             other.extra_env.update(thread_limits(parallel))
         try:
             runners = [_WithOptions(one, options) for one in (runner, *others)]
-            return check_in_parallel(runners, planned, functions, advance), count
+            return check_in_parallel(runners, planned, functions, advance), count, plan.omitted
         finally:
             for other in others:
                 other.close()
@@ -151,7 +151,7 @@ class _WithOptions:
         return self.runner.run_cells(specs, options=self.options, **kwargs)
 
 
-def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> None:
+def render_table(cells: list[Cell], console: Console, verbose: bool = False, omitted: int = 0) -> None:
     groups: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
     for cell in cells:
         groups[(cell.backend, cell.device, cell.dtype)][cell.status] += 1
@@ -190,6 +190,9 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False) -> 
     totals: Counter[str] = Counter(c.status for c in cells)
     coverage = coverage_text(coverage_percent(totals))
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage}")
+    if omitted:
+        console.print(f"{omitted} cells not made: backends of a framework the scenario gives no f for "
+                      "(a torch-only scenario has no jax cells)")
 
 
 def _cells_with(column: str, title: str, cells: list[Cell], text: Callable[[Cell], str | None]) -> Table:

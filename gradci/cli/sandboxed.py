@@ -74,25 +74,36 @@ def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
         runner.close()
 
 
-def local_jobs(runner: WarmRunner, target: Target, functions: dict[str, str] | None = None) -> list[list[CellSpec]]:
+@dataclasses.dataclass(frozen=True)
+class LocalPlan:
+    """The cells ``gradci check`` asks the runner for."""
+
+    scenarios: list[list[CellSpec]]  # each chosen scenario's cells, in the engine's order
+    functions: dict[str, str]  # scenario → its function's fingerprint (scenarios sharing one stay together)
+    # Cells not made: backends of a framework a scenario gives no f for (counted, not listed).
+    omitted: int = 0
+
+
+def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
     ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
-    that is not there. ``functions``, when given, gets each scenario's function fingerprint."""
+    that is not there."""
     listing = runner.list_source(target.source, availability=True, family=target.family)
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
-    if functions is not None:
-        functions.update({s["name"]: s["function"] for s in chosen})
     backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items() if b["unavailable"] is None]
     found = listing.devices or []  # asked for: availability=True
     devices = found if target.matrix.devices is None else expand_devices(target.matrix.devices, found)
-    return [[CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
-                      framework=backends[name]["framework"], mode=backends[name]["mode"], source=target.source,
-                      fingerprint=s["fingerprint"], family=target.family)
-             for device in devices
-             for dtype in (target.matrix.dtypes if target.matrix.dtypes is not None else s["dtypes"])
-             for name in names]
-            for s in chosen]
+    planned, omitted = [], 0
+    for s in chosen:
+        dtypes = target.matrix.dtypes if target.matrix.dtypes is not None else s["dtypes"]
+        own = [name for name in names if backends[name]["framework"] not in s.get("lacks", ())]
+        omitted += (len(names) - len(own)) * len(devices) * len(dtypes)
+        planned.append([CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
+                                 framework=backends[name]["framework"], mode=backends[name]["mode"],
+                                 source=target.source, fingerprint=s["fingerprint"], family=target.family)
+                        for device in devices for dtype in dtypes for name in own])
+    return LocalPlan(planned, {s["name"]: s["function"] for s in chosen}, omitted)
 
 
 class CellRunner(Protocol):

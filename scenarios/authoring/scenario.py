@@ -18,7 +18,7 @@ from gradci.scenarios.authoring.fingerprints import fingerprint_of
 from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
 from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, is_module
 from gradci.scenarios.authoring.precision import precision_setting
-from gradci.scenarios.contract.cell import FRAMEWORKS
+from gradci.scenarios.contract.cell import DIFFERENTIATING, FRAMEWORKS
 from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
@@ -212,6 +212,11 @@ class Scenario:
     def implementation_missing(self, framework: str) -> bool:
         """Whether f is given per framework and not for ``framework``."""
         return isinstance(self.f, Mapping) and self.f.get(framework) is None
+
+    def lacked_frameworks(self) -> tuple[str, ...]:
+        """The differentiating frameworks f is not given for: their backends get no cells of this
+        scenario (not listed as skipped, only counted), as a torch-only rule has nothing to say to jax."""
+        return tuple(framework for framework in DIFFERENTIATING if self.implementation_missing(framework))
 
     def import_ms(self) -> float | None:
         """How long its module took to import (None: not loaded from a gradci.toml module)."""

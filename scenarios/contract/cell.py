@@ -56,6 +56,8 @@ OPERATORS = (
 MODES = ("reverse", "forward", "finite")
 # The frameworks a backend computes with ("numpy": the finite-difference reference backend).
 FRAMEWORKS = ("jax", "torch", "numpy")
+# Those a scenario gives f for (a dict of f by framework): a backend of another gets no cell of it.
+DIFFERENTIATING = ("jax", "torch")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 # Which vocabulary each constrained field takes its values from.

@@ -104,19 +104,38 @@ def test_a_tuple_x_for_a_function_of_several_arguments_is_a_hint_when_the_scenar
     Scenario("pair", "gradient", f, np.ones(2), contexts=(np.ones(2),))     # the rest given as contexts
 
 
-def test_cells_of_a_framework_the_scenario_does_not_implement_are_skipped_before_its_reference():
-    """A jax-only scenario whose reference fails: its jax cells are errors, its torch cells skips."""
+def test_a_single_framework_scenario_makes_no_cells_for_the_other_frameworks_backends():
+    """A jax-only scenario whose reference fails: its jax cells are errors; torch's backends make no
+    cell of it, only a count. Asked for one anyway (a job planned by an older planner), the torch
+    cell is a skip decided before the reference is made, so the failing reference is not charged to it."""
     pytest.importorskip("torch")
     import jax.numpy as jnp
+
+    from gradci.scenarios.backends import get_backend
+    from gradci.scenarios.reference.finite_differences import ReferenceCache
+    from gradci.scenarios.verdict.check import check_scenario
 
     def broken_reference(x):
         raise ValueError("no closed form here")
 
     s = Scenario("jax-only", "gradient", {"jax": lambda x: jnp.sum(x ** 2)}, np.array([1.0, 2.0]),
                  reference=broken_reference)
-    cells = {c.backend: c for c in gradci.check([s], backends=["jax-rev", "torch-rev"], devices=["cpu"],
-                                                 dtypes=["float64"]).cells}
-    assert cells["jax-rev"].status == "error" and "no closed form here" in cells["jax-rev"].message
+    report = gradci.check([s], backends=["jax-rev", "torch-rev", "torch-func-rev"], devices=["cpu"],
+                          dtypes=["float64", "float32"])
+    assert {c.backend for c in report.cells} == {"jax-rev"}
+    assert all(c.status == "error" and "no closed form here" in c.message for c in report.cells)
+    assert report.omitted == 2 * 2  # two torch backends × two dtypes
+
+    both = Scenario("both", "gradient", {"jax": lambda x: jnp.sum(x ** 2), "torch": lambda x: (x ** 2).sum()},
+                    np.array([1.0, 2.0]))
+    twin = gradci.check([both], backends=["jax-rev", "torch-rev"], devices=["cpu"], dtypes=["float64"])
+    assert {c.backend: c.status for c in twin.cells} == {"jax-rev": "pass", "torch-rev": "pass"}
+    assert twin.omitted == 0
+
+    asked = check_scenario(s, [get_backend("jax-rev"), get_backend("torch-rev")], ["cpu"], ["float64"],
+                           ReferenceCache())
+    cells = {c.backend: c for c in asked}
+    assert cells["jax-rev"].status == "error"
     assert cells["torch-rev"].status == "skip" and "no torch implementation" in cells["torch-rev"].message
 
 

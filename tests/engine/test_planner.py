@@ -91,3 +91,21 @@ def test_chunked() -> None:
                                                ("cuda.sm90", "cuda.sm90")])
 def test_queues_by_device(device: str, queue: str) -> None:
     assert queue_for_device(device) == queue
+
+
+FRAMEWORKS = {"jax-rev": "jax", "torch-rev": "torch", "fd": "numpy"}
+
+
+def test_a_single_framework_scenario_has_no_jobs_of_the_other_frameworks_backends() -> None:
+    torch_only = ScenarioInfo(name="rules/torch", dtypes=("float64", "float32"), lacks=("jax",))
+    both = ScenarioInfo(name="rules/both", dtypes=("float64", "float32"))
+    result = plan_run((torch_only, both), run_matrix=Matrix.of(backends=["jax-rev", "torch-rev", "fd"]),
+                      file_matrix=Matrix(), available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)
+    checked = {(job.backend, name) for job in result.jobs for name in job.scenarios}
+    assert ("jax-rev", "rules/torch") not in checked  # not listed as skips: not made at all
+    assert {("torch-rev", "rules/torch"), ("fd", "rules/torch"), ("jax-rev", "rules/both")} <= checked
+    assert result.omitted == 2  # jax-rev × its two dtypes, counted for the summary
+    assert result.cell_count == 3 * 2 * 2 - 2
+    with pytest.raises(PlanError, match="no backend of jax-rev checks the chosen scenarios"):
+        plan_run((torch_only,), run_matrix=Matrix.of(backends=["jax-rev"]), file_matrix=Matrix(),
+                 available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)

@@ -27,7 +27,7 @@ def checked_by_cli(repo: str | None, flags: Matrix) -> list[str]:
     """The scenarios `gradci check` checks: listed and selected through its runner."""
     target, timeout_s = gather(repo, flags, None, None)
     with local_runner(target, timeout_s) as runner:
-        return [specs[0].scenario for specs in local_jobs(runner, target) if specs]
+        return [specs[0].scenario for specs in local_jobs(runner, target).scenarios if specs]
 
 
 def by_check(patterns: str) -> list[str]:
