@@ -94,6 +94,9 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         Path(output).write_text(text[fmt]())
     else:
         sys.stdout.write(text[fmt]() + "\n")
+    if report.ok and (why := report.nothing_checked()):  # nothing that did not run reads as a pass
+        err.print(f"nothing was checked: {why}", markup=False, highlight=False)
+        return EXIT_FAILED
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

@@ -49,7 +49,8 @@ def check(
                                                "are bitwise reproducible (default: each scenario's repeats)."),
 ) -> None:
     """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
-    error or xpass. With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too."""
+    error or xpass and some cell was checked (not every one skipped). With cpu and cuda devices,
+    CPU–GPU agreement cells (cuda:N-vs-cpu) come too."""
     from gradci.cli.check import run_check
 
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,

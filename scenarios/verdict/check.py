@@ -14,7 +14,7 @@ from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.expectations import first_applying
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
-from gradci.scenarios.contract.cell import DIFFERENTIATING, FAILING, Cell, Status
+from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from gradci.scenarios.contract.simulated_gpus import simulated_gpus
 from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
@@ -52,6 +52,18 @@ class Report:
 
     def failing(self) -> list[Cell]:
         return [cell for cell in self.cells if cell.status in FAILING]
+
+    def nothing_checked(self) -> str | None:
+        """Why no cell was checked at all (every one skipped or declared failing), None when some
+        were: a check that checked nothing is not a pass."""
+        if any(cell.status in COUNTED for cell in self.cells):
+            return None
+        if not self.cells:
+            return f"no cell was made ({self.omitted} not made: no backend of the scenarios' frameworks)"
+        reasons = Counter(cell.message for cell in self.cells if cell.status == Status.SKIP)
+        reason, count = reasons.most_common(1)[0] if reasons else ("", 0)
+        return (f"every cell was skipped or declared failing ({len(self.cells)}); the most common reason "
+                f"({count}): {reason or 'none given'}")
 
 
 def available_devices() -> list[str]:
