@@ -1,6 +1,6 @@
-"""The one place the API touches the queue: sending ``plan_run`` and ``publish_github`` by name,
-and probing the broker. The producer app comes from ``gradci.services.queues``: the API never imports the
-worker's tasks (nor the frameworks they load)."""
+"""The one place the API touches the queue: sending ``plan_run``, ``finalize_run`` (an upload run
+whose shards are in) and ``publish_github`` by name, and probing the broker. The producer app comes
+from ``gradci.services.queues``: the API never imports the worker's tasks (nor the frameworks they load)."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +8,14 @@ import threading
 from celery import Celery
 from kombu import Connection
 
-from gradci.services.queues import BROKER_TIMEOUT_S, CONTROL_QUEUE, PLAN_RUN, PUBLISH_GITHUB, create_celery
+from gradci.services.queues import (
+    BROKER_TIMEOUT_S,
+    CONTROL_QUEUE,
+    FINALIZE_RUN,
+    PLAN_RUN,
+    PUBLISH_GITHUB,
+    create_celery,
+)
 from gradci.services.settings import Settings
 
 
@@ -53,6 +60,11 @@ def submit_plan(run_id: int, settings: Settings) -> None:
     """Queue ``gradci.plan_run(run_id)``. Call it after the run's row is committed: a fast worker
     could otherwise look for a run that does not exist yet."""
     _send(PLAN_RUN, run_id, settings)
+
+
+def submit_finalize(run_id: int, settings: Settings) -> None:
+    """Queue ``gradci.finalize_run(run_id)``: an upload run closed, its report is due."""
+    _send(FINALIZE_RUN, run_id, settings)
 
 
 def submit_publish(run_id: int, settings: Settings) -> None:

@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     # are stored as skip with the reason, and the run finishes (services/db/waiting.py).
     device_wait: float = Field(3600.0, gt=0)
 
+    # --- Uploads from a project's own CI (POST /api/uploads, services/uploads/) ---
+    # An upload run finishes when its expected shards have all arrived, or this many seconds after
+    # its first upload (GRADCI_UPLOAD_WAIT); a body over upload_max_bytes is refused (413).
+    upload_wait: float = Field(1800.0, gt=0)
+    upload_max_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    # GitHub Actions' OIDC id tokens: the issuer whose published keys sign them (matched exactly;
+    # plain http only on loopback) and the audience they must name (None: the public URL).
+    oidc_issuer: str = "https://token.actions.githubusercontent.com"
+    oidc_audience: str | None = None
+
     # --- Reliability (worker/recovery.py, services/github/publish.py) ---
     # A queued job or run whose message is in no queue this long after it was sent is sent again.
     reconcile_grace_s: float = Field(60.0, gt=0)

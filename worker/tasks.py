@@ -19,6 +19,7 @@ from gradci.services.db import jobs as job_store
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
+from gradci.services.db.uploads import close_overdue
 from gradci.services.db.workers import elected_worker
 from gradci.services.github.publish import claim_due_reports, owe_reports
 from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
@@ -122,7 +123,8 @@ def reconciler() -> Reconciler:
 
 def periodic_chores(worker_name: str, healthy_for_s: float) -> None:
     """After each heartbeat, on the one elected worker of the control queue: send again what the
-    broker lost, then the GitHub reports whose backoff has expired — one message per report per step."""
+    broker lost, finish the upload runs whose wait for shards is over (GRADCI_UPLOAD_WAIT), then the
+    GitHub reports whose backoff has expired — one message per report per step."""
     context = current()
     settings = context.settings
     if CONTROL_QUEUE not in context.device.queues:
@@ -132,5 +134,9 @@ def periodic_chores(worker_name: str, healthy_for_s: float) -> None:
             return
     if healthy_for_s >= SETTLE_BEATS * settings.worker_heartbeat_s:
         reconciler()()
+    with session_scope(settings.database_url) as session:
+        overdue = close_overdue(session, limit=REPORTS_PER_SWEEP)
+    for run_id in overdue:  # closed by this worker's conditional update: its one finalisation
+        send_finalize(run_id)
     for run_id in claim_due_reports(settings, limit=REPORTS_PER_SWEEP):
         send_publish(run_id)

@@ -5,7 +5,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
-from gradci.services.api import health, metrics, reports, runs, webhooks, workers
+from gradci.services.api import health, metrics, reports, runs, uploads, webhooks, workers
 from gradci.services.db.pagination import InvalidCursor
 from gradci.services.settings import Settings, get_settings
 
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics_registry = metrics.metrics_registry(settings)
-    for module in (runs, reports, workers, health, metrics, webhooks):
+    for module in (runs, reports, workers, health, metrics, webhooks, uploads):
         app.include_router(module.router)
     install_error_handlers(app)
     return app

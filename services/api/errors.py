@@ -9,10 +9,11 @@ from pydantic import BaseModel
 
 DESCRIPTIONS = {
     400: "The request is malformed (a cursor this server did not issue, a webhook without its headers, …)",
-    401: "Missing or wrong credentials (`Authorization: Bearer <GRADCI_API_TOKEN>`, or the webhook signature)",
-    403: "Not allowed here (a repository outside GRADCI_ALLOWED_REPOS)",
+    401: "Missing or wrong credentials (`Authorization: Bearer <GRADCI_API_TOKEN>`, the webhook signature, "
+         "an upload token or id token)",
+    403: "Not allowed here (a repository outside GRADCI_ALLOWED_REPOS, an upload credential of another repository)",
     404: "No such run",
-    409: "The run's state does not allow this (already finished, nothing to rerun)",
+    409: "The run's state does not allow this (already finished, nothing to rerun, an upload run finished)",
     413: "The body is larger than the server accepts",
     503: "The database or the broker is unavailable; retry later",
 }

@@ -14,6 +14,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from gradci.services.api.bodies import declared_too_large
 from gradci.services.api.deps import SettingsDep
 from gradci.services.api.errors import errors
 from gradci.services.db.session import sessionmaker_for
@@ -33,11 +34,6 @@ _intake_limiter = CapacityLimiter(INTAKE_THREADS)
 
 def _error(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
-
-
-def _declared_too_large(request: Request) -> bool:
-    declared = request.headers.get("content-length")
-    return bool(declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES)
 
 
 def _payload(body: IO[bytes]) -> dict | str:
@@ -60,7 +56,7 @@ async def github_webhook(request: Request, settings: SettingsDep) -> JSONRespons
     header = request.headers.get("x-hub-signature-256")
     if not signature.well_formed(header):
         return _error(401, "missing or invalid X-Hub-Signature-256")
-    if _declared_too_large(request):
+    if declared_too_large(request, MAX_BODY_BYTES):
         return _error(413, TOO_LARGE)
     event, delivery_id = request.headers.get("x-github-event"), request.headers.get("x-github-delivery")
     if not event or not delivery_id:

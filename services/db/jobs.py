@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
-from sqlalchemy.orm import Session, lazyload
+from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import COUNTED, FAILING, Status
 from gradci.services.db.models import (
@@ -34,6 +34,8 @@ from gradci.services.db.models import (
     utcnow,
 )
 from gradci.services.db.queries import cell_counts
+from gradci.services.db.runs import lock_run
+from gradci.services.db.uploads import closed_unfinished, is_open, missing_at_close
 from gradci.services.db.upsert import dialect_insert, rows_matched
 from gradci.services.reports.coverage import coverage_percent
 
@@ -49,13 +51,6 @@ class Claim(enum.Enum):
     gave_up = "gave_up"  # attempts exhausted: the job is marked error
     duplicate = "duplicate"  # another delivery runs the job and renews its lease: drop this one
     missing = "missing"  # no such job (its run was deleted)
-
-
-def lock_run(session: Session, run_id: int) -> Run | None:
-    """The run, locked until the transaction ends (PostgreSQL; SQLite's writes are serialised anyway)."""
-    # lazyload: the repository is joined by default, and PostgreSQL cannot lock across an outer join.
-    statement = select(Run).options(lazyload(Run.repository)).where(Run.id == run_id).with_for_update()
-    return session.scalars(statement).one_or_none()
 
 
 def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> None:
@@ -192,10 +187,11 @@ def unfinished_jobs(session: Session, run_id: int) -> int:
 
 
 def finalize_run(session: Session, run_id: int) -> Run | None:
-    """Counts, coverage and the final status, once no job is left unfinished; idempotent. Returns
-    the run when it is (now) finished, None when jobs are still running or the run is unknown."""
+    """Counts, coverage and the final status, once no job is left unfinished (and, for an upload
+    run, once it closed); idempotent. Returns the run when it is (now) finished, None when jobs are
+    still running, shards still awaited, or the run is unknown."""
     run = lock_run(session, run_id)
-    if run is None or unfinished_jobs(session, run_id):
+    if run is None or unfinished_jobs(session, run_id) or is_open(session, run_id):
         return None
     counts = cell_counts(session, [run_id])[run_id]
     run.coverage = coverage_percent(counts)
@@ -208,9 +204,14 @@ def finalize_run(session: Session, run_id: int) -> Run | None:
 
 
 def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[str, str | None]:
-    """cancelled > error (a job gave up: the run is incomplete) > failed > passed."""
+    """cancelled > error (a job gave up, or an expected upload shard never came: the run is
+    incomplete) > failed > passed."""
     if run.cancel_requested:
         return RunStatus.cancelled.value, None
+    missing = missing_at_close(session, run.id)
+    if missing:
+        return RunStatus.error.value, (f"shard(s) {', '.join(missing)} not uploaded within GRADCI_UPLOAD_WAIT "
+                                       f"of the first upload; the run has the other shards' cells")
     failed_jobs = list(session.scalars(
         select(Job).where(Job.run_id == run.id, Job.status == JobStatus.error.value).order_by(Job.id)
     ))
@@ -307,11 +308,13 @@ def unplanned_runs(session: Session, *, grace_s: float, limit: int) -> list[int]
 
 
 def unfinalized_runs(session: Session, *, grace_s: float, limit: int) -> list[int]:
-    """Unfinished runs whose every job finished more than ``grace_s`` ago: their finalisation is owed."""
+    """Unfinished runs whose every job finished more than ``grace_s`` ago, and upload runs closed
+    that long ago: their finalisation is owed."""
     cutoff = utcnow() - timedelta(seconds=grace_s)
     unfinished = func.sum(case((Job.status.in_(UNFINISHED_JOB_STATUSES), 1), else_=0))
-    return list(session.scalars(
+    of_jobs = session.scalars(
         select(Run.id).join(Job, Job.run_id == Run.id)
         .where(Run.status.not_in(FINISHED_RUN_VALUES))
         .group_by(Run.id).having(unfinished == 0, func.max(Job.finished_at) < cutoff)
-        .order_by(Run.id).limit(limit)))
+        .order_by(Run.id).limit(limit))
+    return sorted({*of_jobs, *closed_unfinished(session, closed_before=cutoff, limit=limit)})[:limit]

@@ -83,6 +83,7 @@ class Trigger(Vocabulary):
     push = "push"
     rerun = "rerun"
     demo = "demo"
+    upload = "upload"  # cells checked by the project's own CI and uploaded (POST /api/uploads)
 
 
 def utcnow() -> datetime:
@@ -267,6 +268,9 @@ class Result(Base):
         detail: Mapped[str]
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The upload shard that brought the cell (UploadShard.id; None: a worker's job): uploading the
+    # shard again replaces these. No foreign key: its check would scan this table per deleted shard.
+    shard_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class ScenarioCatalogEntry(Base):
@@ -353,3 +357,51 @@ class StoredReport(Base):
     # The dashboard's unfiltered matrix layout (services.reports.matrix): its scenarios in page order
     # and its axes, which a first view would otherwise read every cell for. None: stored before 0007.
     matrix_layout: Mapped[dict[str, Any] | None]
+
+
+class Upload(Base):
+    """The run of one repository at one commit that the project's own CI uploads cells to, shard by
+    shard. It is open until ``closed_at``: set once, by a conditional update, when the last expected
+    shard arrives or ``deadline`` passes — whoever sets it sends the run's one finalisation."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (UniqueConstraint("repository_id", "head_sha"), Index(None, "closed_at", "deadline"))
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    # The shard names to wait for (empty: only the first upload's shard).
+    expected_shards: Mapped[list[str]] = mapped_column(default=list)
+    first_upload_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deadline: Mapped[datetime]  # first upload + GRADCI_UPLOAD_WAIT: then it finishes with what it has
+    closed_at: Mapped[datetime | None]
+
+
+class UploadShard(Base):
+    """One shard of an upload (a CI job's cells): uploading it again replaces its cells."""
+
+    __tablename__ = "upload_shards"
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("uploads.run_id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    cells: Mapped[int] = mapped_column(Integer, default=0)
+    times_uploaded: Mapped[int] = mapped_column(Integer, default=1)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UploadToken(Base):
+    """A bearer token that may upload cells of one repository. Only its SHA-256 is stored; its first
+    characters (``prefix``) find the row and tell tokens apart in ``gradci tokens list``."""
+
+    __tablename__ = "upload_tokens"
+    __table_args__ = (Index(None, "prefix"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    full_name: Mapped[str] = mapped_column(String(255))  # owner/name
+    prefix: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]

@@ -19,7 +19,7 @@ from gradci.services.db.upsert import dialect_insert
 
 CONFLICT_KEY = ("run_id", *CELL_KEY)
 # What a rewrite of a cell replaces: everything but its key and when it was first stored.
-UPDATED_ON_CONFLICT = tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint")
+UPDATED_ON_CONFLICT = tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint", "shard_id")
 # Rows per statement: well under SQLite's and PostgreSQL's bound-parameter limits.
 DEFAULT_BATCH_SIZE = 1000
 
@@ -31,7 +31,7 @@ def _finite_or_none(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str, Any]:
+def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: int | None = None) -> dict[str, Any]:
     """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields (as a runner
     streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored. A cell the
     engine could never produce raises ``gradci.scenarios.contract.cell.InvalidCell`` saying which field is wrong."""
@@ -45,7 +45,8 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None) -> dict[str
         row[name] = None if value is None else int(value)
     for name in (*UNKNOWN_WHEN_ERRORED, *TEXT_FIELDS):
         row[name] = row[name] or ""
-    row.update(run_id=run_id, job_id=job_id, fingerprint=fields.get("fingerprint"), created_at=utcnow())
+    row.update(run_id=run_id, job_id=job_id, shard_id=shard_id, fingerprint=fields.get("fingerprint"),
+               created_at=utcnow())
     return row
 
 
@@ -70,9 +71,11 @@ def upsert_results(
     cells: Iterable[Any],
     *,
     job_id: int | None = None,
+    shard_id: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> int:
-    """Insert or replace ``cells`` of ``run_id``; returns the number of rows written.
+    """Insert or replace ``cells`` of ``run_id`` (checked by ``job_id``, or brought by the upload shard
+    ``shard_id``); returns the number of rows written.
     The caller commits (so a job can store its results and its status in one transaction)."""
     table = Result.__table__
     insert = dialect_insert(session, table)
@@ -80,7 +83,7 @@ def upsert_results(
         index_elements=[table.c[name] for name in CONFLICT_KEY],
         set_={name: insert.excluded[name] for name in UPDATED_ON_CONFLICT},
     )
-    rows = (result_row(cell, run_id=run_id, job_id=job_id) for cell in cells)
+    rows = (result_row(cell, run_id=run_id, job_id=job_id, shard_id=shard_id) for cell in cells)
     written = 0
     for batch in _batches(rows, batch_size):
         session.execute(statement, batch)

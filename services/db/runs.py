@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from gradci.scenarios.contract.cell import FAILING
 from gradci.scenarios.contract.devices import checked_devices
@@ -32,6 +32,13 @@ def lock_for_transaction(session: Session, key: str) -> None:
     a concurrent one. PostgreSQL: an advisory lock; SQLite already lets one writer in at a time."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+
+
+def lock_run(session: Session, run_id: int) -> Run | None:
+    """The run, locked until the transaction ends (PostgreSQL; SQLite's writes are serialised anyway)."""
+    # lazyload: the repository is joined by default, and PostgreSQL cannot lock across an outer join.
+    statement = select(Run).options(lazyload(Run.repository)).where(Run.id == run_id).with_for_update()
+    return session.scalars(statement).one_or_none()
 
 
 def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:

@@ -83,6 +83,10 @@ class GitHubClient:
                                 json={"body": body}).json()
         return self.request("POST", f"/repos/{full_name}/issues/{pr_number}/comments", json={"body": body}).json()
 
+    def pull_request(self, full_name: str, pr_number: int) -> dict:
+        """The pull request as GitHub describes it (head and base repositories, labels)."""
+        return self.request("GET", f"/repos/{full_name}/pulls/{pr_number}").json()
+
     def find_comment(self, full_name: str, pr_number: int, marker: str) -> dict | None:
         page = 1
         while True:

@@ -87,6 +87,13 @@ def is_fork(payload: dict) -> bool:
     return head_repo.get("full_name") != base_name
 
 
+def awaiting_approval(payload: dict, label: str = DEFAULT_APPROVAL_LABEL) -> bool:
+    """A pull request from a fork that no maintainer approved yet with ``label``: its code is
+    untrusted, so gradci neither runs it nor accepts its uploaded results."""
+    labels = _get(payload, "pull_request", "labels") or []
+    return is_fork(payload) and label not in [lbl.get("name") for lbl in labels if isinstance(lbl, dict)]
+
+
 def clone_url(full_name: str | None, payload_url: str | None, template: str | None) -> str | None:
     """The configured template (mirrors, tests) wins over the payload's clone URL."""
     if template and full_name:
@@ -129,7 +136,7 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
         return Decision(DecisionKind.run_pr, f"approved with label {label!r}", **base)
     if action not in PR_RUN_ACTIONS:
         return Decision(DecisionKind.ignore, f"pull_request action {action!r} is not handled", **base)
-    if fork and label not in [lbl.get("name") for lbl in pr.get("labels") or [] if isinstance(lbl, dict)]:
+    if awaiting_approval(payload, label):
         return Decision(DecisionKind.await_approval,
                         f"pull request from a fork: add the label {label!r} to run it", **base)
     return Decision(DecisionKind.run_pr, f"pull request {action}", **base)

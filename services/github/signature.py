@@ -1,28 +1,22 @@
 """X-Hub-Signature-256: HMAC-SHA256 of the raw request body with the webhook secret.
 
-A body is hashed while it streams in (``read_signed_body``) and kept in a spooled file that holds
-at most ``IN_MEMORY_BYTES`` in memory and spills the rest to disk: until the signature matches,
-the bytes come from anyone, so neither their size nor their number may decide how much memory the
-service uses.
+A body is hashed while it streams in (``read_signed_body``), read with a bound
+(``gradci.services.api.bodies``): until the signature matches, the bytes come from anyone.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
 import string
-import tempfile
 from collections.abc import AsyncIterable
 from typing import IO
+
+from gradci.services.api.bodies import PayloadTooLarge as PayloadTooLarge  # the webhook route catches it here
+from gradci.services.api.bodies import read_bounded
 
 PREFIX = "sha256="
 _HEX_DIGITS = frozenset(string.hexdigits)
 _DIGEST_HEX_LENGTH = hashlib.sha256().digest_size * 2
-# GitHub's payloads are tens of kilobytes: they stay in memory; anything larger goes to disk.
-IN_MEMORY_BYTES = 256 * 1024
-
-
-class PayloadTooLarge(Exception):
-    """The body grew past the limit while it streamed in."""
 
 
 class BadSignature(Exception):
@@ -71,19 +65,9 @@ async def read_signed_body(chunks: AsyncIterable[bytes], secret: str, header: st
     """The verified body, rewound, in a spooled temporary file the caller closes. Raises
     ``PayloadTooLarge`` as soon as more than ``limit`` bytes arrived (the rest is never read) and
     ``BadSignature`` when the whole body does not match ``header``."""
-    body = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES)
-    try:
-        hasher, size = BodyHasher(secret), 0
-        async for chunk in chunks:
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"payload larger than {limit} bytes")
-            hasher.update(chunk)
-            body.write(chunk)
-        if not hasher.matches(header):
-            raise BadSignature("X-Hub-Signature-256 does not match the body")
-        body.seek(0)
-        return body
-    except BaseException:
+    hasher = BodyHasher(secret)
+    body = await read_bounded(chunks, limit, hasher.update)
+    if not hasher.matches(header):
         body.close()
-        raise
+        raise BadSignature("X-Hub-Signature-256 does not match the body")
+    return body

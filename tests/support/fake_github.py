@@ -13,6 +13,7 @@ class FakeGitHub:
         self.calls: list[dict] = []
         self.statuses: list[dict] = []
         self.comments: dict[int, dict] = {}          # id -> comment
+        self.pulls: dict[tuple[str, int], dict] = {}  # (owner/name, number) -> pull request, see add_pull_request
         self.fail_next: list[int] = []               # status codes to answer before succeeding
         self._next_id = 1000
         self._lock = threading.Lock()
@@ -34,6 +35,14 @@ class FakeGitHub:
     def statuses_for(self, sha: str, context: str | None = None) -> list[dict]:
         return [s for s in self.statuses if s["sha"] == sha and (context is None or s["context"] == context)]
 
+    def add_pull_request(self, full_name: str, number: int, *, fork: bool = False, labels: tuple[str, ...] = ()) -> dict:
+        """A pull request GET /repos/{full_name}/pulls/{number} answers, from a fork's branch or the repository's own."""
+        head_repo = f"{'someone-else' if fork else full_name.split('/')[0]}/{full_name.split('/')[1]}"
+        self.pulls[full_name, number] = {"number": number, "labels": [{"name": label} for label in labels],
+                                         "head": {"repo": {"full_name": head_repo}},
+                                         "base": {"repo": {"full_name": full_name}}}
+        return self.pulls[full_name, number]
+
     def _handle(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, object]:
         with self._lock:
             call = {"method": method, "path": path, "body": body, "headers": headers}
@@ -43,6 +52,9 @@ class FakeGitHub:
                 return call["answered"], {"message": "planned failure"}
             call["answered"] = "ok"
             parts = urlparse(path).path.strip("/").split("/")
+            if method == "GET" and len(parts) == 5 and parts[0] == "repos" and parts[3] == "pulls":
+                pull = self.pulls.get((f"{parts[1]}/{parts[2]}", int(parts[4])))
+                return (200, pull) if pull is not None else (404, {"message": "Not Found"})
             if method == "POST" and len(parts) == 5 and parts[0] == "repos" and parts[3] == "statuses":
                 if len(body.get("description", "")) > 140:
                     return 422, {"message": "description is too long (maximum is 140 characters)"}

@@ -1,0 +1,108 @@
+"""One upload, from its authenticated body to the stored shard and the messages it owes.
+
+Refusals store nothing: the body is parsed and checked (422), the credential's repository and the
+pull request's origin are checked (403), and only then is anything written — the repository, the
+run, the shard and its cells in one transaction, which a run that already finished rolls back (409).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import IO, Any
+
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import update
+
+from gradci.services import dispatch
+from gradci.services.api.repo_refs import parse_repo_ref
+from gradci.services.db.jobs import record_catalog
+from gradci.services.db.models import UploadToken, utcnow
+from gradci.services.db.runs import get_or_create_repository
+from gradci.services.db.session import sessionmaker_for
+from gradci.services.db.uploads import Commit, ShardStored, UploadRunFinished, store_shard
+from gradci.services.settings import Settings
+from gradci.services.uploads.access import Credential, Forbidden, Unavailable, authorize
+from gradci.services.uploads.schema import UploadIn
+
+log = logging.getLogger(__name__)
+
+
+class UploadAccepted(BaseModel):
+    run_id: int
+    url: str = Field(description="the run's dashboard page")
+    shard: str
+    cells: int = Field(description="cells stored for this shard (its earlier upload's replaced)")
+    arrived: list[str] = Field(description="the shards uploaded so far")
+    expected: list[str] = Field(description="the shards the run waits for")
+    finishing: bool = Field(description="every expected shard is in: the run's report is on its way")
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """FastAPI's shape of a 422: each invalid field's location in the body, and what is wrong."""
+    return [{"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"]}
+            for error in exc.errors(include_url=False, include_context=False, include_input=False)]
+
+
+def parse(raw: IO[bytes]) -> UploadIn | list[dict[str, Any]]:
+    """The upload, or the 422's list of what is wrong with it."""
+    try:
+        return UploadIn.model_validate(json.load(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return [{"loc": ["body"], "msg": f"malformed JSON: {exc}", "type": "json_invalid"}]
+    except ValidationError as exc:
+        return validation_errors(exc)
+
+
+def receive(settings: Settings, credential: Credential, raw: IO[bytes], dashboard: str) -> tuple[int, dict]:
+    """(HTTP status, body) for an authenticated upload; ``dashboard``: the base of run pages."""
+    upload = parse(raw)
+    if isinstance(upload, list):
+        return 422, {"detail": upload}
+    try:
+        authorize(settings, credential, upload.repository, upload.pr)
+    except Forbidden as exc:
+        return 403, {"detail": str(exc)}
+    except Unavailable as exc:
+        return 503, {"detail": str(exc)}
+    try:
+        stored = store(settings, credential, upload)
+    except UploadRunFinished as exc:
+        return 409, {"detail": str(exc)}
+    announce(settings, stored)
+    return 202, UploadAccepted(run_id=stored.run_id, url=f"{dashboard.rstrip('/')}/runs/{stored.run_id}",
+                               shard=upload.shard, cells=stored.cells, arrived=stored.arrived,
+                               expected=stored.expected or stored.arrived, finishing=stored.closed).model_dump()
+
+
+def store(settings: Settings, credential: Credential, upload: UploadIn) -> ShardStored:
+    """The shard, stored in its commit's upload run in one transaction."""
+    ref = parse_repo_ref(upload.repository, settings.clone_url_template)
+    commit = Commit(sha=upload.sha, base_sha=upload.base_sha, ref=upload.branch, pr_number=upload.pr,
+                    config=upload.config())
+    with sessionmaker_for(settings.database_url)() as session:
+        repository = get_or_create_repository(session, ref.url, ref.full_name)
+        try:
+            stored = store_shard(session, repository, commit, upload.shard, upload.expect_shards or [],
+                                 upload.cell_rows(), settings.upload_wait)
+        except UploadRunFinished:
+            session.rollback()
+            raise
+        record_catalog(session, stored.run_id, upload.scenarios)
+        if credential.token_id is not None:
+            session.execute(update(UploadToken).where(UploadToken.id == credential.token_id)
+                            .values(last_used_at=utcnow()))
+        session.commit()
+    return stored
+
+
+def announce(settings: Settings, stored: ShardStored) -> None:
+    """After the commit: the run's finalisation when this upload closed it, else (on the first
+    upload) its pending statuses. A message the broker refuses is not lost: the reconciler sends a
+    closed run's finalisation again, the report sweeper its pending statuses."""
+    try:
+        if stored.closed:
+            dispatch.submit_finalize(stored.run_id, settings)
+        elif stored.created:
+            dispatch.submit_publish(stored.run_id, settings)
+    except dispatch.DispatchError as exc:
+        log.warning("upload run %s: left to the worker's sweep: %s", stored.run_id, exc)

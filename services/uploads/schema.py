@@ -1,0 +1,171 @@
+"""The body of ``POST /api/uploads``: the cells one CI job checked and the commit they belong to.
+
+A cell is the engine's ``Cell``, its fields, types and vocabularies derived from the contract
+(``gradci.services.cell_fields``). A cell the engine could never produce is refused with the field
+that is wrong: a status, operator or dtype outside its vocabulary, a device name the engine does not
+use, a backend the engine does not know, or one computing with another framework or mode than its own.
+"""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from gradci.scenarios.contract.cell import KEY_LENGTHS, OPERATORS, TEXT_FIELDS, InvalidCell, validate_cell
+from gradci.scenarios.contract.devices import compared_device, validate_device
+from gradci.scenarios.contract.requirements import Requirements
+from gradci.services.api.repo_refs import FULL_NAME
+from gradci.services.cell_fields import cell_fields
+from gradci.services.reports.targets import TargetConfigError, parse_report_config
+
+MAX_INT32 = 2**31 - 1
+DEFAULT_SHARD = "default"
+SHARD_PATTERN = r"^[A-Za-z0-9_.:+\-]{1,64}$"
+FULL_SHA_PATTERN = r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$"
+NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]*$"
+
+ShardName = Annotated[str, StringConstraints(pattern=SHARD_PATTERN)]
+FullSha = Annotated[str, StringConstraints(pattern=FULL_SHA_PATTERN)]
+Line = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_CONTROL_CHARS)]
+
+
+@functools.cache
+def engine_backends() -> dict[str, tuple[str, str]]:
+    """Each backend the engine has (built-in or installed here through ``gradci.backends``) → its
+    (framework, mode). Loaded on the first upload: the registry loads numpy, which the API does not
+    need to start."""
+    from gradci.scenarios.backends import registry
+
+    return {name: (backend.framework, backend.mode) for name, backend in registry().items()}
+
+
+class _CellChecks(BaseModel):
+    """What the engine could produce, beyond each field's type: the checks of the cell contract."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after", check_fields=False)
+    @classmethod
+    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        # PostgreSQL's text holds no NUL: an exception's text may carry one, a name may not.
+        if isinstance(value, str) and "\x00" in value:
+            if info.field_name in TEXT_FIELDS:
+                return value.replace("\x00", "\ufffd")
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("device", check_fields=False)
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        validate_device(compared_device(device) or device)
+        return device
+
+    @field_validator("backend", check_fields=False)
+    @classmethod
+    def _known_backend(cls, backend: str) -> str:
+        if backend not in engine_backends():
+            raise ValueError(f"unknown backend {backend!r}: the engine has {', '.join(engine_backends())} "
+                             "(a third-party backend's package must be installed on the server too)")
+        return backend
+
+    @model_validator(mode="after")
+    def _as_the_engine_makes_it(self) -> _CellChecks:
+        fields = self.__dict__
+        try:
+            validate_cell(fields)
+        except InvalidCell as exc:
+            raise ValueError(str(exc)) from None
+        framework, mode = engine_backends()[fields["backend"]]
+        for name, own in (("framework", framework), ("mode", mode)):
+            if fields[name] and fields[name] != own:  # an error cell may leave them empty
+                raise ValueError(f"cell {fields['scenario']!r}: backend {fields['backend']!r} computes with "
+                                 f"{name} {own!r}, not {fields[name]!r}")
+        return self
+
+
+if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
+    UploadedCell: TypeAlias = Any
+else:
+    UploadedCell = create_model(
+        "UploadedCell",
+        __base__=_CellChecks,
+        __doc__="One cell as `gradci check --format json` writes it.",
+        **{**cell_fields(), **{name: (Annotated[str, StringConstraints(min_length=1, max_length=limit)], ...)
+                               for name, limit in KEY_LENGTHS.items() if name != "dtype"}},
+        fingerprint=(Annotated[str, StringConstraints(max_length=64)] | None, None),
+    )
+
+
+class UploadedScenario(BaseModel):
+    """A scenario the shard checked, with its fingerprint: the pull request's patch coverage covers
+    the scenarios whose fingerprint differs from the base run's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Line
+    operator: Literal[OPERATORS]  # type: ignore[valid-type]  # the contract's tuple, a Literal of its words
+    fingerprint: Annotated[str, StringConstraints(max_length=64)] | None = None
+    tags: Annotated[list[Annotated[str, StringConstraints(max_length=255)]], Field(max_length=64)] = []
+
+    @property
+    def requirements(self) -> Requirements:  # the catalog's column; an upload has none to route by
+        return Requirements()
+
+
+class UploadIn(BaseModel):
+    """One shard of a commit's results. Uploads of one repository and commit make one run; a shard
+    uploaded again replaces its earlier cells."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: Annotated[str, StringConstraints(max_length=255, pattern=FULL_NAME.pattern)] = Field(
+        description="the GitHub repository, owner/name; the credential must be for it")
+    sha: FullSha = Field(description="the commit checked: statuses go on it")
+    branch: Line | None = Field(None, description="the branch checked, if any")
+    pr: Annotated[int, Field(ge=1, le=MAX_INT32)] | None = Field(None, description="the pull request, if any")
+    base_sha: FullSha | None = Field(None, description="the pull request's base commit: the report compares "
+                                                       "with that commit's latest finished run")
+    shard: ShardName = Field(DEFAULT_SHARD, description="this upload's name among the commit's shards")
+    expect_shards: Annotated[list[ShardName], Field(min_length=1, max_length=64)] | None = Field(
+        None, description="every shard the run waits for (gradci.toml's [upload] shards); none: this one")
+    report: dict[str, Any] | None = Field(None, description="gradci.toml's [report] table: coverage targets")
+    scenarios: Annotated[list[UploadedScenario], Field(max_length=100_000)] = Field(
+        default_factory=list, description="the scenarios checked, with their fingerprints (patch coverage)")
+    cells: Annotated[list[UploadedCell], Field(min_length=1, max_length=1_000_000)]
+
+    @field_validator("sha", "base_sha")
+    @classmethod
+    def _lower_case(cls, sha: str | None) -> str | None:
+        return sha.lower() if sha else sha
+
+    @field_validator("report")
+    @classmethod
+    def _targets_readable(cls, report: dict[str, Any] | None) -> dict[str, Any] | None:
+        try:
+            parse_report_config({"report": report})
+        except TargetConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return report
+
+    @model_validator(mode="after")
+    def _shard_is_expected(self) -> UploadIn:
+        if self.expect_shards is not None and self.shard not in self.expect_shards:
+            raise ValueError(f"shard {self.shard!r} is not among expect_shards {self.expect_shards}")
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """The run's configuration, as plan_run reads gradci.toml for a checked-out run."""
+        return {"report": self.report} if self.report else {}
+
+    def cell_rows(self) -> list[dict[str, Any]]:
+        return [cell.model_dump() for cell in self.cells]
