@@ -1,6 +1,12 @@
 """Planted custom derivative rules shared by gradci's tests and the scenario projects they check
-(a checkout's runner imports the installed gradci, never the repository's ``tests/``)."""
+(a checkout's runner imports the installed gradci, never the repository's ``tests/``), and the plain
+scenario functions checked beside them: smooth ones that pass and one that crashes its runner."""
 from __future__ import annotations
+
+import os
+import signal
+
+from gradci.scenarios.authoring.namespace import namespace
 
 
 def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
@@ -35,3 +41,76 @@ def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float 
 
         Elementwise.jvp = staticmethod(jvp)  # type: ignore[method-assign] # the rule exists only when asked for
     return Elementwise.apply
+
+
+def one_element_wrong(x):
+    """A scale for ``torch_elementwise``'s rules: 1 (correct) but 1.01 in element 7. In float32 an
+    error that small in one element of thousands hides below random probes; only the elementwise
+    comparison of forward mode with reverse mode finds it."""
+    import torch
+
+    scale = torch.ones_like(x)
+    scale[7] = 1.01
+    return scale
+
+
+def torch_tanh(backward_scale=1.0, jvp_scale=1.0):
+    """torch.tanh through ``torch_elementwise``, its rules so scaled."""
+    import torch
+
+    return torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale, jvp_scale)
+
+
+def torch_old_style_power(power: float, backward_scale: float = 1.0, jvp_scale: float | None = None,
+                          differentiable_backward: bool = True):
+    """x ** power through an autograd.Function written the old way, ``forward(ctx, x)`` (as entmax,
+    torchdiffeq and gpytorch write them; torch.func refuses them), whose backward is scaled by
+    ``backward_scale`` (1.0 is correct). It has a jvp rule only given a ``jvp_scale``, so scaled. A
+    backward that is not ``differentiable_backward`` is cut from the graph: the second derivative is
+    silently lost, as in a backward written with .detach() or numpy."""
+    import torch
+
+    def derivative(x):
+        return power * x ** (power - 1)
+
+    class OldStylePower(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            if jvp_scale is not None:
+                ctx.save_for_forward(x)
+            return x ** power
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * backward_scale * derivative(x if differentiable_backward else x.detach())
+
+    if jvp_scale is not None:
+        def jvp(ctx, tangent):
+            (x,) = ctx.saved_tensors
+            return tangent * jvp_scale * derivative(x)
+
+        OldStylePower.jvp = staticmethod(jvp)  # type: ignore[method-assign] # the rule exists only when asked for
+    return OldStylePower.apply
+
+
+def smooth(x):
+    """sum(sin(x) · x), in whichever framework x is of."""
+    xp = namespace(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+def poly(x):
+    xp = namespace(x)
+    return xp.sum(x ** 3 - 2 * x)
+
+
+def trig(x):
+    xp = namespace(x)
+    return xp.sum(xp.sin(x) * xp.cos(x))
+
+
+def segfault(x):
+    """Kills its runner as a broken extension's kernel does."""
+    os.kill(os.getpid(), signal.SIGSEGV)

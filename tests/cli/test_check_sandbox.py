@@ -4,21 +4,19 @@ engine's (forward and reverse modes compared); warnings are kept per cell; a pro
 on a terminal's stderr only. The command line runs as a user runs it, in a subprocess."""
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pty
 import select
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import gradci
 from gradci.scenarios.authoring.project import load_project, load_scenarios
-from tests.support import planted
+from tests.support.checkouts import gradci_toml, scenario_checkout
 
 # Each test runs `gradci check` with its sandboxed runner: seconds to tens of seconds apiece.
 pytestmark = pytest.mark.slow
@@ -35,12 +33,8 @@ import warnings
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def good(x):
-    xp = namespace(x)
-    return xp.sum(xp.sin(x) * x)
+from gradci.testing.planted import one_element_wrong, torch_tanh
+from gradci.testing.planted import smooth as good
 
 
 def segfault(x):
@@ -76,14 +70,7 @@ def warns(x):
 def tanh_with_a_wrong_backward():
     # A backward rule 1%% wrong in one element of 2000: float32 probes miss it, the forward/reverse
     # comparison does not, and the reference along the disagreement blames reverse mode.
-    import torch
-
-    def one_element_wrong(x):
-        scale = torch.ones_like(x)
-        scale[7] = 1.01
-        return scale
-
-    tanh = torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale=one_element_wrong)
+    tanh = torch_tanh(backward_scale=one_element_wrong)
     return lambda x: tanh(x).sum()
 
 
@@ -94,21 +81,13 @@ def scenarios():
                                                   "torch": tanh_with_a_wrong_backward()},
                          np.linspace(-1, 1, 2000), dtypes=("float32",)))
     return made + [Scenario("good", "gradient", good, x, dtypes=("float64",))]
-''' % PLANTED_WARNING + textwrap.dedent(inspect.getsource(planted.torch_elementwise))  # runners see no tests/
+''' % PLANTED_WARNING
 
-TOML = """
-[scenarios]
-modules = ["grad_scenarios"]
-[matrix]
-backends = ["torch-rev"]
-dtypes = ["float64"]
-"""
+TOML = gradci_toml("grad_scenarios", backends=["torch-rev"], dtypes=["float64"])
 
 
 def make_repo(root: Path, toml: str = TOML) -> Path:
-    (root / "grad_scenarios.py").write_text(MODULE)
-    (root / "gradci.toml").write_text(textwrap.dedent(toml))
-    return root
+    return scenario_checkout(root, "grad_scenarios", MODULE, toml)
 
 
 @pytest.fixture(scope="module")

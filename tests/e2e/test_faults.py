@@ -19,7 +19,7 @@ from sqlalchemy import delete, update
 from gradci.services.db.models import Job, Result, Run, utcnow
 from gradci.services.db.session import session_scope
 from tests.support import faults
-from tests.support.faults import FaultyService
+from tests.support.faults import FaultyService, PrivatePostgres, PrivateRedis
 from tests.support.processes import wait_for
 from tests.support.service import assert_each_cell_once, jobs_of, results_of
 
@@ -75,32 +75,36 @@ def test_a_job_whose_worker_keeps_dying_gives_up_after_max_attempts(faulty_servi
     assert run["status"] == "error" and "gave up" in run["error_message"]
 
 
+def down_for(faulty_service: FaultyService, server: PrivateRedis | PrivatePostgres | None, seconds: float) -> None:
+    """``server`` down for ``seconds``, then started again; all the while /api/health answers 503 at
+    once, checked each second."""
+    assert server is not None
+    if isinstance(server, PrivateRedis):
+        server.kill()  # every queued message is gone with it
+    else:
+        server.stop()
+    try:
+        down_until = time.monotonic() + seconds
+        while True:
+            status, took = faulty_service.health()
+            assert status == 503 and took < HEALTH_ANSWERS_WITHIN_S
+            time.sleep(1)
+            if time.monotonic() >= down_until:
+                break
+    finally:
+        server.start()
+
+
 def test_redis_restarted_during_a_run(faulty_service: FaultyService) -> None:
     run_id = started(faulty_service)
-    assert faulty_service.redis is not None
-    faulty_service.redis.kill()  # every queued message is gone with it
-    try:
-        status, took = faulty_service.health()
-        assert status == 503 and took < HEALTH_ANSWERS_WITHIN_S
-        time.sleep(1)
-    finally:
-        faulty_service.redis.start()
+    down_for(faulty_service, faulty_service.redis, seconds=1)
     assert_complete(faulty_service, run_id)
     assert "lost its message: sent again" in worker_log(faulty_service)
 
 
 def test_postgres_restarted_during_a_run(faulty_service: FaultyService) -> None:
     run_id = started(faulty_service)
-    assert faulty_service.postgres is not None
-    faulty_service.postgres.stop()
-    try:
-        down_until = time.monotonic() + 10
-        while time.monotonic() < down_until:
-            status, took = faulty_service.health()
-            assert status == 503 and took < HEALTH_ANSWERS_WITHIN_S
-            time.sleep(1)
-    finally:
-        faulty_service.postgres.start()
+    down_for(faulty_service, faulty_service.postgres, seconds=10)
     assert_complete(faulty_service, run_id)
     assert "the database is unreachable" in worker_log(faulty_service)  # the running jobs waited with their cells
 

@@ -12,6 +12,7 @@ import pytest
 
 from gradci.services.github.signature import sign
 from gradci.services.reports.markdown import MARKER
+from tests.support.checkouts import gradci_toml
 from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload
@@ -25,15 +26,7 @@ SECRET = "e2e-webhook-secret"
 FULL_NAME = "Codertocat/Hello-World"
 PUBLIC_URL = "http://gradci.example"
 
-TOML = """
-[scenarios]
-modules = ["grad_scenarios"]
-[matrix]
-backends = ["torch-rev"]
-dtypes = ["float64"]
-[report.patch]
-target = 90
-"""
+TOML = gradci_toml("grad_scenarios", backends=["torch-rev"], dtypes=["float64"]) + "[report.patch]\ntarget = 90\n"
 
 MODULE = '''
 import numpy as np

@@ -7,6 +7,7 @@ import numpy as np
 import gradci
 from gradci import Scenario
 from gradci.scenarios.contract.cell import Cell
+from gradci.testing.planted import one_element_wrong, torch_tanh
 from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -76,14 +77,7 @@ def test_batch_norm_with_a_planted_wrong_gradient_fails():
 def test_disagreement_with_a_wrong_jvp_rule_fails_forward_only():
     # the twin of tests/engine/test_engine.py's wrong backward rule: a jvp rule 1% wrong in one element of
     # 2000 hides below float32 probes; the reference along the disagreement blames forward mode
-    import torch
-
-    def one_element_wrong(x):
-        scale = torch.ones_like(x)
-        scale[7] = 1.01
-        return scale
-
-    tanh = planted.torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, jvp_scale=one_element_wrong)
+    tanh = torch_tanh(jvp_scale=one_element_wrong)
     s = Scenario("tanh2000-jvp", "gradient", {"numpy": lambda x: np.sum(np.tanh(x)),
                                               "torch": lambda x: tanh(x).sum()}, np.linspace(-1, 1, 2000))
     got = cells(s, ["torch-rev", "torch-func-fwd"], ("float32",))

@@ -9,6 +9,7 @@ import pytest
 
 import gradci
 from gradci import Scenario, Tangents, namespace
+from gradci.testing.planted import one_element_wrong, torch_tanh
 from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -146,14 +147,7 @@ def test_mutated_context_is_reported_as_undeclared_state():
 def test_forward_and_reverse_disagreement_beyond_probes_fails_the_wrong_mode_only():
     # In float32, a backward 1% wrong in one element of 2000: random probes dilute it below the
     # float32 tolerance, the elementwise forward/reverse agreement check does not.
-    import torch
-
-    def one_element_wrong(x):
-        scale = torch.ones_like(x)
-        scale[7] = 1.01
-        return scale
-
-    tanh = planted.torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale=one_element_wrong)
+    tanh = torch_tanh(backward_scale=one_element_wrong)
     x = np.linspace(-1, 1, 2000)
     s = Scenario("tanh2000", "gradient", {"numpy": lambda x: np.sum(np.tanh(x)),
                                          "torch": lambda x: tanh(x).sum()}, x)

@@ -18,6 +18,7 @@ from gradci.scenarios.library import default, family
 from gradci.scenarios.library.conformance import AREAS, FAMILY
 from gradci.scenarios.library.conformance._table import FIRST, Row
 from gradci.scenarios.library.conformance._table import scenarios as table_scenarios
+from gradci.testing.planted import torch_elementwise
 
 UPSTREAM_URL = re.compile(r"https://github\.com/(pytorch/pytorch|jax-ml/jax)/(issues|pull)/\d+")
 MAX_ELEMENTS = 12  # full references, never random probes
@@ -93,21 +94,10 @@ def erf_with_wrong_backward(erf, x):
     """torch.special.erf whose backward is off by 1% (a custom autograd.Function)."""
     import torch
 
-    class WrongErf(torch.autograd.Function):
-        @staticmethod
-        def forward(v):
-            return erf(v)
+    def derivative(v):
+        return 2 / math.sqrt(math.pi) * torch.exp(-v * v)
 
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, grad):
-            (v,) = ctx.saved_tensors
-            return grad * 1.01 * 2 / math.sqrt(math.pi) * torch.exp(-v * v)
-
-    return WrongErf.apply(x)
+    return torch_elementwise(erf, derivative, backward_scale=1.01, jvp_rule=False)(x)
 
 
 def erf_with_wrong_vjp(erf, x):

@@ -11,6 +11,7 @@ import pytest
 import gradci
 from gradci import Scenario
 from gradci.scenarios.verdict.against_reference import element_name
+from gradci.testing.planted import torch_old_style_power
 
 PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "user_frames"
 
@@ -44,18 +45,10 @@ def test_a_failing_element_is_named_by_its_block_and_index():
 def test_a_wrong_gradient_of_a_dict_input_names_the_key():
     torch = pytest.importorskip("torch")
 
-    class Scaled(torch.autograd.Function):  # the weight's gradient is off by 1.5x
-        @staticmethod
-        def forward(ctx, w):
-            ctx.save_for_backward(w)
-            return w ** 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * 3 * ctx.saved_tensors[0]
+    scaled = torch_old_style_power(2, backward_scale=1.5)  # the weight's gradient is off by 1.5x
 
     def f(params):
-        return torch.sum(Scaled.apply(params["weight"])) + torch.sum(params["bias"] ** 2)
+        return torch.sum(scaled(params["weight"])) + torch.sum(params["bias"] ** 2)
 
     x = {"bias": np.array([0.1, 0.2]), "weight": np.array([[0.5, -0.3], [0.2, 0.9]])}
     (cell,) = gradci.check([Scenario("dict", "gradient", {"torch": f}, x)], backends=["torch-rev"], devices=["cpu"],

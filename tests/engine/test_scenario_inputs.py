@@ -13,6 +13,7 @@ from gradci.scenarios.operators.blocks import block_matrix, matrix_blocks
 from gradci.scenarios.reference.finite_differences import compute_references
 from gradci.scenarios.verdict.against_reference import compare_to_reference
 from gradci.scenarios.verdict.tolerances import tolerance_for
+from gradci.testing.planted import one_element_wrong, torch_tanh
 from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
@@ -249,14 +250,7 @@ def test_forward_and_reverse_disagreeing_in_one_block_element_fail_the_wrong_mod
     # float32, a backward 1% wrong in one element of the [y][a] block of an 80×80 Jacobian: a probe
     # dilutes it, the elementwise agreement of the modes does not, and the reference taken along the
     # disagreeing element (found in the blocks' own layout) decides which mode is wrong.
-    import torch
-
-    def one_element_wrong(x):
-        scale = torch.ones_like(x)
-        scale[7] = 1.01
-        return scale
-
-    tanh = planted.torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale=one_element_wrong)
+    tanh = torch_tanh(backward_scale=one_element_wrong)
 
     def make(tanh):
         return lambda p: {"y": tanh(p["a"]) * (1 + p["b"][0]), "z": p["b"] ** 2}

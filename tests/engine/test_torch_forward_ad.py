@@ -9,35 +9,15 @@ import pytest
 
 import gradci
 from gradci import Scenario
+from gradci.testing.planted import torch_old_style_power
 
 torch = pytest.importorskip("torch")
 
 
-def cube_function(jvp_scale: float, with_jvp: bool = True, setup_context: bool = False):
-    """x³ as an autograd.Function whose forward-mode rule is scaled by ``jvp_scale`` (1: correct)."""
-
-    class Cube(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            ctx.saved_x = x
-            return x ** 3
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            return grad * 3 * x ** 2
-
-    if with_jvp:
-        def jvp(ctx, x_tangent):
-            return jvp_scale * 3 * ctx.saved_x ** 2 * x_tangent
-        Cube.jvp = staticmethod(jvp)
-    return Cube
-
-
 def scenario(name, operator, cube, **kwargs):
+    """A scenario of ``cube``, x³ as an old-style autograd.Function (``torch_old_style_power``)."""
     def f(x):
-        return torch.sum(cube.apply(x) * torch.linspace(0.5, 1.5, x.shape[0], dtype=x.dtype))
+        return torch.sum(cube(x) * torch.linspace(0.5, 1.5, x.shape[0], dtype=x.dtype))
     tangent = np.array([0.3, -0.1, 0.2]) if operator == "jvp" else None
     return Scenario(name, operator, {"torch": f}, np.array([0.4, -0.7, 1.1]), tangent=tangent, **kwargs)
 
@@ -49,8 +29,8 @@ def cells(scenarios, backends=("torch-fwd",)):
 
 @pytest.mark.parametrize("operator", ["gradient", "jvp", "jacobian"])
 def test_a_correct_jvp_rule_passes_and_a_planted_one_fails(operator):
-    found = cells([scenario("cube/right", operator, cube_function(1.0)),
-                   scenario("cube/wrong", operator, cube_function(1.3))])
+    found = cells([scenario("cube/right", operator, torch_old_style_power(3, jvp_scale=1.0)),
+                   scenario("cube/wrong", operator, torch_old_style_power(3, jvp_scale=1.3))])
     for dtype in ("float64", "float32"):
         assert found["cube/right", "torch-fwd", dtype].status == "pass", found["cube/right", "torch-fwd", dtype]
         assert found["cube/wrong", "torch-fwd", dtype].status == "fail", found["cube/wrong", "torch-fwd", dtype]
@@ -58,14 +38,14 @@ def test_a_correct_jvp_rule_passes_and_a_planted_one_fails(operator):
 
 def test_the_reverse_rule_alone_does_not_decide_torch_fwd():
     """torch-rev reads backward, which is right in both: only torch-fwd sees the planted jvp."""
-    found = cells([scenario("cube/wrong", "gradient", cube_function(1.3))], backends=("torch-rev", "torch-fwd"))
+    found = cells([scenario("cube/wrong", "gradient", torch_old_style_power(3, jvp_scale=1.3))],
+                  backends=("torch-rev", "torch-fwd"))
     assert found["cube/wrong", "torch-rev", "float64"].status == "pass"
     assert found["cube/wrong", "torch-fwd", "float64"].status == "fail"
 
 
 def test_a_function_without_a_jvp_rule_is_an_error_that_says_so():
-    cell = cells([scenario("cube/no-jvp", "gradient", cube_function(1.0, with_jvp=False))])["cube/no-jvp", "torch-fwd",
-                                                                                               "float64"]
+    cell = cells([scenario("cube/no-jvp", "gradient", torch_old_style_power(3))])["cube/no-jvp", "torch-fwd", "float64"]
     assert cell.status == "error"
     assert "jvp" in cell.message, cell.message
 
@@ -102,32 +82,15 @@ def test_second_order_is_forward_over_reverse_and_says_so(operator):
     assert "forward over reverse" in cell.warnings
 
 
-def square_with_backward(differentiable: bool):
-    """x² whose backward is itself differentiable (correct), or cut from the graph (the second
-    derivative silently lost, as a backward written with .detach() or numpy does)."""
-
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x ** 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            return grad * 2 * (x if differentiable else x.detach())
-
-    return Square
-
-
 @pytest.mark.parametrize("operator", ["hvp", "hessian"])
 def test_torch_rev_second_order_is_grad_of_grad(operator):
     """hvp and hessian on torch-rev differentiate the gradient as users do (create_graph=True):
     a backward that is not differentiable fails them; its correct twin passes."""
     found = {}
     for differentiable in (True, False):
-        square = square_with_backward(differentiable)
-        s = Scenario(f"square/{differentiable}", operator, {"torch": lambda x, sq=square: torch.sum(sq.apply(x) * x)},
+        # x² whose backward is itself differentiable (correct), or cut from the graph
+        square = torch_old_style_power(2, differentiable_backward=differentiable)
+        s = Scenario(f"square/{differentiable}", operator, {"torch": lambda x, sq=square: torch.sum(sq(x) * x)},
                      np.array([0.4, -0.7]), tangent=np.array([1.0, 0.5]) if operator == "hvp" else None)
         found[differentiable] = cells([s], backends=("torch-rev",))[s.name, "torch-rev", "float64"]
     assert found[True].status == "pass", found[True]

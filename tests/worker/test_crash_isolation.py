@@ -4,13 +4,13 @@ operator and dtype, and the innermost frames of the user's code from the faultha
 from __future__ import annotations
 
 import sysconfig
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gradci.worker.runner import CellSpec, WarmRunner, crash_frames
+from tests.support.checkouts import scenario_checkout
 
 pytestmark = pytest.mark.slow  # runners that import torch and crash, restarted several times
 
@@ -36,11 +36,7 @@ def scenarios():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("crashing")
-    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["crashing"]\n')
-    (root / "crashing.py").write_text(textwrap.dedent(MODULE))
-    root.chmod(0o755)
-    return root
+    return scenario_checkout(tmp_path_factory.mktemp("crashing"), "crashing", MODULE)
 
 
 @pytest.fixture
@@ -103,12 +99,8 @@ def scenarios():
 def test_a_scenario_that_writes_past_the_scratch_cap_is_an_error_and_the_disk_is_untouched(tmp_path: Path) -> None:
     from gradci.worker.sandbox import SandboxPolicy
 
-    root = tmp_path / "writer"
-    root.mkdir()
-    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["writer"]\n')
-    (root / "writer.py").write_text(textwrap.dedent(WRITER))
-    for folder in (tmp_path, root):
-        folder.chmod(0o755)
+    root = scenario_checkout(tmp_path / "writer", "writer", WRITER)
+    tmp_path.chmod(0o755)
     work = tmp_path / "work"
     runner = WarmRunner(cell_timeout_s=120, workdir=work, visible=(root,),
                         sandbox=SandboxPolicy(user=None, hidden=(work,), scratch_mb=8))

@@ -29,6 +29,7 @@ from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.runner import CellSpec, WarmRunner, close_shared_runner
 from tests.support.cells import TWO_GPUS
+from tests.support.checkouts import gradci_toml, scenario_checkout
 from tests.support.processes import (
     alive,
     command_line,
@@ -50,12 +51,7 @@ FAULTY_SCENARIOS = '''
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def smooth(x):
-    xp = namespace(x)
-    return xp.sum(xp.sin(x) * x)
+from gradci.testing.planted import smooth
 
 
 def _in_torch(x):
@@ -109,11 +105,7 @@ def scenarios():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("faulty")
-    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["faulty_scenarios"]\n')
-    (root / "faulty_scenarios.py").write_text(textwrap.dedent(FAULTY_SCENARIOS))
-    root.chmod(0o755)
-    return root
+    return scenario_checkout(tmp_path_factory.mktemp("faulty"), "faulty_scenarios", FAULTY_SCENARIOS)
 
 
 @pytest.fixture(scope="module")
@@ -325,15 +317,11 @@ def test_a_gpu_worker_refuses_more_than_one_job_at_a_time(inventory: Path) -> No
 
 # --- gradci up on a machine with two simulated GPUs --------------------------------------------------
 
-SMOOTH_REPO = {"gradci.toml": '[scenarios]\nmodules = ["smooth_scenarios"]\n',
+SMOOTH_REPO = {"gradci.toml": gradci_toml("smooth_scenarios"),
                "smooth_scenarios.py": textwrap.dedent('''
                    import numpy as np
                    from gradci import Scenario
-                   from gradci.scenarios.authoring.namespace import namespace
-
-                   def smooth(x):
-                       xp = namespace(x)
-                       return xp.sum(xp.sin(x) * x)
+                   from gradci.testing.planted import smooth
 
                    def scenarios():
                        return [Scenario(f"smooth/{i}", "gradient", smooth, np.array([0.1 * i, 0.2]), dtypes=("float64",))

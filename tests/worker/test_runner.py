@@ -2,40 +2,30 @@
 with real subprocesses that really segfault, abort and hang."""
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gradci.worker.runner import CellSpec, WarmRunner, scrubbed_environment
+from tests.support.checkouts import scenario_checkout
 
 CELL_TIMEOUT_S = 4.0
 
 SCENARIO_MODULE = '''
 import ctypes
 import os
-import signal
 import time
 
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def smooth(x):
-    xp = namespace(x)
-    return xp.sum(xp.sin(x) * x)
+from gradci.testing.planted import segfault, smooth
 
 
 def noisy(x):
     print("scenario code printing to stdout must not break the protocol")
     return smooth(x)
-
-
-def segfault(x):
-    os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def null_pointer(x):
@@ -65,11 +55,7 @@ def scenarios():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("crashy")
-    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["crashy_scenarios"]\n')
-    (root / "crashy_scenarios.py").write_text(textwrap.dedent(SCENARIO_MODULE))
-    root.chmod(0o755)  # readable by the runner's user, as an exported checkout is
-    return root
+    return scenario_checkout(tmp_path_factory.mktemp("crashy"), "crashy_scenarios", SCENARIO_MODULE)
 
 
 @pytest.fixture(scope="module")

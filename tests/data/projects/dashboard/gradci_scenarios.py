@@ -1,25 +1,9 @@
-import os
-import signal
 import time
 
 import numpy as np
 
 from gradci import Scenario
-from gradci.scenarios.authoring.namespace import namespace
-
-
-def poly(x):
-    xp = namespace(x)
-    return xp.sum(x ** 3 - 2 * x)
-
-
-def trig(x):
-    xp = namespace(x)
-    return xp.sum(xp.sin(x) * xp.cos(x))
-
-
-def segfault(x):
-    os.kill(os.getpid(), signal.SIGSEGV)
+from gradci.testing.planted import poly, segfault, trig
 
 
 def slow(x):

@@ -3,20 +3,11 @@ import numpy as np
 import torch
 
 from gradci import Scenario
+from gradci.testing.planted import torch_old_style_power
 
-
-class Cube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x ** 3
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * 1.5 * 3 * x ** 2
+cube = torch_old_style_power(3, backward_scale=1.5)
 
 
 def scenarios():
-    return [Scenario(f"victim/cube{i}", "gradient", {"torch": lambda x: torch.sum(Cube.apply(x))},
+    return [Scenario(f"victim/cube{i}", "gradient", {"torch": lambda x: torch.sum(cube(x))},
                      np.linspace(0.2, 1.0, 3) + i, dtypes=("float64",)) for i in range(4)]

@@ -5,25 +5,13 @@ import numpy as np
 import torch
 
 from gradci import Scenario
+from gradci.testing.planted import torch_old_style_power
 
 
 def scaled_square(scale):
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            ctx.save_for_forward(x)
-            return x ** 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * scale * 2 * ctx.saved_tensors[0]
-
-        @staticmethod
-        def jvp(ctx, tangent):
-            return tangent * scale * 2 * ctx.saved_tensors[0]
-
-    return lambda x: torch.sum(Square.apply(x))
+    """x² whose backward and jvp rules are both scaled by ``scale`` (1.0 is correct)."""
+    square = torch_old_style_power(2, backward_scale=scale, jvp_scale=scale)
+    return lambda x: torch.sum(square(x))
 
 
 def crash(x):
