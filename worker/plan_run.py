@@ -101,6 +101,7 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
             run.head_sha = source.sha  # a ref resolved now: every job checks this exact commit
         record_catalog(session, run_id, source.scenarios)
         run.config = repository_config(source.root)
+        run.omitted_cells = the_plan.omitted
         jobs = store_jobs(session, run, the_plan.jobs)
         assert the_plan.matrix.backends is not None, "a plan's matrix is resolved"
         skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends

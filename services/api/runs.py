@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi import status as http
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
@@ -27,7 +27,7 @@ from gradci.services.api.schemas import (
     from_row,
 )
 from gradci.services.db import queries
-from gradci.services.db.models import Run, RunStatus
+from gradci.services.db.models import Run, RunStatus, StoredReport
 from gradci.services.db.pagination import CURSOR_PATTERN
 from gradci.services.db.runs import (
     RunAlreadyFinished,
@@ -41,7 +41,7 @@ from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import waiting_by_run
 from gradci.services.reports import finished
 from gradci.services.reports.coverage import run_coverage
-from gradci.services.reports.junit import junit_chunks
+from gradci.services.reports.junit import decompressed_chunks, document_name, junit_chunks
 from gradci.services.settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -168,17 +168,38 @@ def list_results(
 
 @router.get("/{run_id}/junit.xml", response_class=StreamingResponse,
             responses={200: {"content": {"application/xml": {}}}, **errors(404)})
-def get_junit(run_id: RunId, session: ReadSession, settings: SettingsDep) -> StreamingResponse:
-    """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype,
-    streamed as the database returns the cells."""
+def get_junit(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep) -> Response:
+    """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype.
+    A finished run's document was rendered once and stored gzipped: it is sent as it is to clients
+    that accept gzip (``Content-Encoding: gzip``), inflated piece by piece for the others. A run still
+    in progress is streamed as the database returns its cells."""
     find_run(session, run_id)
-    return StreamingResponse(_junit_document(settings.database_url, run_id), media_type="application/xml")
+    stored = session.get(StoredReport, run_id)
+    blob = stored.junit_gz if stored is not None else None
+    if blob is None:
+        return StreamingResponse(_junit_document(settings.database_url, run_id), media_type="application/xml")
+    if accepts_gzip(request.headers.get("accept-encoding", "")):
+        return Response(blob, media_type="application/xml", headers={"Content-Encoding": "gzip", **VARY})
+    return StreamingResponse(decompressed_chunks(blob), media_type="application/xml", headers=VARY)
+
+
+VARY = {"Vary": "Accept-Encoding"}  # caches keep the two forms apart
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header admits gzip (``gzip``, ``*``; not ``gzip;q=0``)."""
+    weights = {}
+    for part in accept_encoding.lower().split(","):
+        coding, _, quality = part.partition(";q=")
+        weights[coding.strip()] = quality.strip() or "1"
+    weight = weights.get("gzip", weights.get("*", "0"))
+    return weight.replace(".", "", 1).isdigit() and float(weight) > 0
 
 
 def _junit_document(database_url: str, run_id: int) -> Iterator[bytes]:
     # A session of its own: the response is still being written after the request's session closed.
     with session_scope(database_url, readonly=True) as session:
-        yield from junit_chunks(session, run_id, f"gradci run {run_id}")
+        yield from junit_chunks(session, run_id, document_name(run_id))
 
 
 @router.post("/{run_id}/cancel", dependencies=[WriteAccess], responses=errors(401, 404, 409))

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -176,6 +177,9 @@ class Run(Base):
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # The engine's options for every cell of the run ({"repeats": 3}): over the repository's gradci.toml.
     options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Cells the plan did not make: backends of a framework a scenario gives no f for (a torch-only
+    # rule has no jax cells). Counted in the run's summary, never listed as skips.
+    omitted_cells: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     repository: Mapped[Repository | None] = relationship(lazy="joined")
 
@@ -357,6 +361,9 @@ class StoredReport(Base):
     # The dashboard's unfiltered matrix layout (services.reports.matrix): its scenarios in page order
     # and its axes, which a first view would otherwise read every cell for. None: stored before 0007.
     matrix_layout: Mapped[dict[str, Any] | None]
+    # The run's whole JUnit document, gzipped, rendered once its cells are final (None: rendered
+    # before 0012, or not yet); deferred: reading the report never loads it.
+    junit_gz: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
 
 
 class Upload(Base):

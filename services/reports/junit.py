@@ -7,8 +7,11 @@ only the document around them is written here, since its counters must precede t
 """
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import xml.etree.ElementTree as ET
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +24,7 @@ from gradci.scenarios.contract.formats import JUNIT_COUNTERS, JUNIT_OUTCOMES, ju
 from gradci.services.db.models import Result
 from gradci.services.db.queries import without_jit
 
+GZIP_LEVEL = 6  # a million cells: 107 MiB of XML to a few MiB, in seconds, once per run
 BATCH_ROWS = 2000  # rows per fetch from the server-side cursor, and testcases per serialised chunk
 SUITE_COLUMNS = (Result.backend, Result.device, Result.dtype)
 _WRAPPER = "testsuite"
@@ -87,3 +91,31 @@ def junit_chunks(session: Session, run_id: int, name: str) -> Iterator[bytes]:
                 suite_key = key
             yield _testcases(suite_name, list(group)).encode()
     yield ("</testsuite></testsuites>" if suite_key is not None else "</testsuites>").encode()
+
+
+def document_name(run_id: int) -> str:
+    return f"gradci run {run_id}"
+
+
+def compressed_junit(session: Session, run_id: int) -> bytes:
+    """The run's whole document, gzipped as it is written: the plain text is never whole in memory.
+    ``mtime=0``: the same cells give the same bytes."""
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as compressed:
+        for chunk in junit_chunks(session, run_id, document_name(run_id)):
+            compressed.write(chunk)
+    return out.getvalue()
+
+
+def decompressed_chunks(blob: bytes, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """A stored document for a client that does not accept gzip, inflated a bounded piece at a time."""
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    for start in range(0, len(blob), chunk_bytes):
+        pending = blob[start:start + chunk_bytes]
+        while pending:
+            piece = inflate.decompress(pending, chunk_bytes * 8)
+            if piece:
+                yield piece
+            pending = inflate.unconsumed_tail
+    if tail := inflate.flush():
+        yield tail

@@ -9,6 +9,7 @@ from gradci.services.db.queries import cell_counts, without_jit
 from gradci.services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
 from gradci.services.reports.diff import Changes, compare
 from gradci.services.reports.finished import is_final
+from gradci.services.reports.junit import compressed_junit
 from gradci.services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from gradci.services.reports.pr_report import RunFigures, build_report
 from gradci.services.reports.run_grid import layout_record
@@ -89,6 +90,8 @@ def store_report(session: Session, run: Run) -> None:
     stored.base_run_id, stored.report, stored.computed_at = base.id if base else None, report, utcnow()
     if stored.matrix_layout is None:  # the dashboard's: it depends on the run's final cells alone
         stored.matrix_layout = layout_record(session, run.id)
+    if stored.junit_gz is None:  # likewise: rendered once, served whole (gzip) however many cells
+        stored.junit_gz = compressed_junit(session, run.id)
 
 
 def _compute(session: Session, run: Run, base: Run | None) -> RunReport:

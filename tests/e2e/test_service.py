@@ -76,6 +76,17 @@ def test_forward_and_reverse_jobs_are_compared_and_only_the_wrong_mode_fails(red
     assert len(jobs_of(redis_service.database_url, run_id)) == 2
 
 
+def test_a_scenario_without_a_jax_f_gets_no_jax_job_only_a_count(redis_service: Service) -> None:
+    run_id = redis_service.submit(scenarios="culprit/*", backends=["torch-rev", "jax-rev"], dtypes=["float32"])
+    run = redis_service.wait_finished(run_id)
+    results = results_of(redis_service.database_url, run_id)
+    assert {r.backend for r in results} == {"torch-rev"}  # not a jax-rev skip: no such cell at all
+    assert run["omitted_cells"] == 1 and run["counts"]["skip"] == 0
+    assert {j.backend for j in jobs_of(redis_service.database_url, run_id)} == {"torch-rev"}
+    with redis_service.client() as client:
+        assert "1 cells not made" in client.get(f"/runs/{run_id}").text
+
+
 def test_a_runs_repeats_reach_every_cell(redis_service: Service) -> None:
     plain, repeated = (redis_service.submit(scenarios="ok/poly", backends=["torch-rev"], dtypes=["float64"], **extra)
                        for extra in ({}, {"repeats": 2}))

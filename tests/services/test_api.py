@@ -18,11 +18,13 @@ from fastapi.testclient import TestClient
 
 from gradci.scenarios.contract.matrix import exact_pattern
 from gradci.services.api.app import create_app
-from gradci.services.db.models import Job, Run, Worker, utcnow
+from gradci.services.api.runs import accepts_gzip
+from gradci.services.db.models import Job, Run, RunStatus, Worker, utcnow
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
+from gradci.services.reports.run_report import store_report
 from gradci.services.settings import Settings
 from tests.support.broker import queued_plan_runs
 from tests.support.processes import free_port, service_env, stop, wait_for
@@ -50,6 +52,11 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 def client_for(settings: Settings, **changes: Any) -> TestClient:
     return TestClient(create_app(settings.model_copy(update=changes)))
+
+
+def seed_cells(url: str, run_id: int, cells: list[dict[str, Any]]) -> None:
+    with session_scope(url) as session:
+        upsert_results(session, run_id, cells)
 
 
 def seed_run(url: str, cells: list[dict[str, Any]], jobs: tuple[str, ...] = (), **fields: Any) -> int:
@@ -265,6 +272,36 @@ def test_junit_has_a_suite_per_matrix_cell_and_junit_outcomes(client, settings, 
     assert cases["scenario_00004"].find("error") is not None
     assert cases["scenario_00005"].find("skipped") is not None and cases["scenario_00006"].find("skipped") is not None
     assert list(cases["scenario_00000"]) == []
+
+
+def test_a_finished_runs_junit_is_stored_gzipped_and_reads_as_the_live_document(client, settings,
+                                                                                cell_factory) -> None:
+    """Rendered once when the run is finalised: sent as it is (Content-Encoding: gzip) to a client that
+    accepts gzip, inflated for one that does not; either way the very document a running run streams."""
+    cells = [cell_factory(i, dtype=dtype) for i in range(40) for dtype in ("float32", "float64")]
+    run_id = seed_run(settings.database_url, cells)
+    live = client.get(f"/api/runs/{run_id}/junit.xml", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in live.headers  # not final yet: streamed from the cells
+    with session_scope(settings.database_url) as session:
+        run = session.get(Run, run_id)
+        run.status = RunStatus.failed.value
+        store_report(session, run)
+    # A cell stored after the rendering (a final run never gets one) is not in what is served: the
+    # stored document is sent, not a second rendering.
+    seed_cells(settings.database_url, run_id, [cell_factory(99)])
+    raw = client.get(f"/api/runs/{run_id}/junit.xml", headers={"Accept-Encoding": "gzip"})
+    assert raw.headers["content-encoding"] == "gzip" and raw.headers["vary"] == "Accept-Encoding"
+    assert raw.content == live.content  # httpx inflates what came gzipped
+    assert int(raw.headers["content-length"]) < len(live.content) / 5
+    plain = client.get(f"/api/runs/{run_id}/junit.xml", headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in plain.headers and plain.content == live.content
+
+
+@pytest.mark.parametrize(("header", "gzip"), [("gzip", True), ("gzip, deflate, br", True), ("*", True),
+                                              ("gzip;q=0", False), ("identity", False), ("", False),
+                                              ("br;q=1, gzip;q=0.5", True), ("gzip;q=nope", False)])
+def test_accept_encoding(header, gzip) -> None:
+    assert accepts_gzip(header) is gzip
 
 
 # --- cancel and rerun ---------------------------------------------------------------------------
