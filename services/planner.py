@@ -40,12 +40,15 @@ class ScenarioInfo:
     fingerprint: str | None = None
     requirements: Requirements = Requirements()
     lacks: tuple[str, ...] = ()  # frameworks it gives no f for: their backends get no cell of it
+    file: str | None = None  # where its Scenario(...) call is, relative to the repository
+    line: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScenarioInfo:
         return cls(name=data["name"], operator=data.get("operator", ""), dtypes=tuple(data.get("dtypes", ())),
                    tags=tuple(data.get("tags", ())), fingerprint=data.get("fingerprint"),
-                   requirements=Requirements.from_dict(data.get("requirements")), lacks=tuple(data.get("lacks", ())))
+                   requirements=Requirements.from_dict(data.get("requirements")), lacks=tuple(data.get("lacks", ())),
+                   file=data.get("file"), line=data.get("line"))
 
     def has_cells_for(self, framework: str | None) -> bool:
         """Whether a backend of ``framework`` (None: not known) gets cells of this scenario."""

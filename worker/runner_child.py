@@ -60,6 +60,18 @@ DEVICE_FAULTS = (
 )
 
 
+def _definition(defined_at: tuple[str, int] | None, root: str | None) -> dict[str, Any]:
+    """Where a scenario was defined, the file relative to the repository's root; none outside it
+    (the built-in library, a helper installed elsewhere): no path of the worker's machine is listed."""
+    if defined_at is None or root is None:
+        return {"file": None, "line": None}
+    path, line = defined_at
+    try:
+        return {"file": Path(path).resolve().relative_to(Path(root).resolve()).as_posix(), "line": line}
+    except ValueError:
+        return {"file": None, "line": None}
+
+
 class SourceCache:
     """The scenarios of one source at a time. Checkouts of one repository at two commits have the
     same module names, so switching source first forgets the modules imported from the previous
@@ -87,7 +99,8 @@ class SourceCache:
         self.listing = [
             messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
                                    fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
-                                   function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()))
+                                   function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()),
+                                   **_definition(s.defined_at(), root))
             for s in found
         ]
         self.loaded = True

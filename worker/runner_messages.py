@@ -37,6 +37,8 @@ class ScenarioEntry(TypedDict):
     requirements: dict[str, Any]
     function: str  # the function's fingerprint: scenarios sharing it share references and evaluations
     lacks: list[str]  # frameworks it gives no f for: their backends get no cell of it
+    file: str | None  # where its Scenario(...) call is, relative to the repository (None: outside it)
+    line: int | None
 
 
 class BackendEntry(TypedDict):

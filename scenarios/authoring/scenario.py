@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import inspect
 import itertools
+import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +26,16 @@ from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 
 # Keys of scenarios whose function could not be fingerprinted whole: one each, never shared.
 _UNSHARED = itertools.count()
+
+
+def _caller_outside(this_file: str) -> tuple[str, int] | None:
+    """The first frame above the constructor that is neither this module, nor generated code (the
+    dataclass's ``__init__``), nor ``dataclasses.replace``: where ``Scenario(...)`` was called."""
+    frame = sys._getframe(1)
+    passed_over = (this_file, dataclasses.__file__)  # dataclasses.replace makes variants of a scenario
+    while frame is not None and (frame.f_code.co_filename in passed_over or frame.f_code.co_filename.startswith("<")):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 class Tangents(tuple):
@@ -116,6 +127,7 @@ class Scenario:
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
+        self.__dict__["_defined_at"] = _caller_outside(__file__)
         if self.operator not in OPERATOR_RECORDS:
             raise ScenarioInputError(f"scenario {self.name!r}: unknown operator {self.operator!r}; "
                                      f"expected one of {', '.join(OPERATOR_RECORDS)}")
@@ -217,6 +229,11 @@ class Scenario:
         """The differentiating frameworks f is not given for: their backends get no cells of this
         scenario (not listed as skipped, only counted), as a torch-only rule has nothing to say to jax."""
         return tuple(framework for framework in DIFFERENTIATING if self.implementation_missing(framework))
+
+    def defined_at(self) -> tuple[str, int] | None:
+        """The file and line of the ``Scenario(...)`` call that made it (a check run's annotation
+        points there); None where no Python frame made it."""
+        return self.__dict__.get("_defined_at")
 
     def import_ms(self) -> float | None:
         """How long its module took to import (None: not loaded from a gradci.toml module)."""
