@@ -2,6 +2,7 @@
 runner (``gradci.cli.sandboxed``) and report, with a progress bar on a terminal's stderr."""
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from gradci.cli.sandboxed import (
     local_runner_for,
     thread_limits,
 )
+from gradci.cli.upload import UploadError, UploadOptions, commit_fields, shards, upload
 from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
 from gradci.scenarios.contract.devices import CPU, CUDA
@@ -61,8 +63,10 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
-              parallel: int | None = None) -> int:
+              parallel: int | None = None, upload_to: UploadOptions | None = None) -> int:
+    """``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``)."""
     err = Console(stderr=True, soft_wrap=True)
+    catalog: list[dict] = []
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
@@ -75,10 +79,15 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             repeats = load_project(target.source).repeats
         for name in target.matrix.backends or []:
             gradci.get_backend(name)
+        config = load_project(target.source).config if target.source else {}
+        if upload_to is not None:  # before checking: a CI job missing what the upload needs fails at once
+            commit_fields(upload_to, os.environ)
+            shards(upload_to, config)
         wanted = parallel or default_parallelism(target.matrix)
         cells, runners, omitted = _check_with_progress(target, timeout_s, err,
-                                                       {} if repeats is None else {"repeats": repeats}, wanted)
-    except (UsageError, ProjectError, RunnerError, ValueError) as exc:
+                                                       {} if repeats is None else {"repeats": repeats}, wanted,
+                                                       catalog)
+    except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     report = gradci.Report(cells, omitted)
@@ -94,6 +103,12 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         Path(output).write_text(text[fmt]())
     else:
         sys.stdout.write(text[fmt]() + "\n")
+    if upload_to is not None:
+        try:
+            err.print(upload(upload_to, report.cells, catalog, config), markup=False, highlight=False)
+        except UploadError as exc:
+            err.print(f"error: upload to {upload_to.url}: {exc}", markup=False, highlight=False)
+            return EXIT_USAGE
     if report.ok and (why := report.nothing_checked()):  # nothing that did not run reads as a pass
         err.print(f"nothing was checked: {why}", markup=False, highlight=False)
         return EXIT_FAILED
@@ -101,11 +116,12 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
 
 
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
-                         parallel: int = 1) -> tuple[list[Cell], int, int]:
+                         parallel: int = 1, catalog: list[dict] | None = None) -> tuple[list[Cell], int, int]:
     """(the cells, the number of runners that checked them, the cells not made), with a bar on stderr when it is a
     terminal (whatever the report's format and destination: the bar never reaches stdout, nor a log
     that is not a terminal). ``options``: the engine's (``check_scenario``'s keyword arguments);
-    ``parallel``: at most this many sandboxed runners at once."""
+    ``parallel``: at most this many sandboxed runners at once; ``catalog`` gets each planned
+    scenario's name, operator and fingerprint (an upload's patch coverage compares them)."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
@@ -115,6 +131,9 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
         planned, functions = [with_agreement(specs) for specs in plan.scenarios], plan.functions
         if not planned:
             raise UsageError("no scenario matches")
+        if catalog is not None:
+            catalog.extend({"name": specs[0].scenario, "operator": specs[0].operator,
+                            "fingerprint": specs[0].fingerprint} for specs in planned if specs)
         progress.update(task, total=len(planned))
 
         def advance(done: int, name: str) -> None:

@@ -1,4 +1,5 @@
-"""A small REST client of a gradci server, for ``gradci submit``, ``gradci status`` and ``gradci up --demo``."""
+"""A small REST client of a gradci server, for ``gradci submit``, ``gradci status``, ``gradci up --demo``
+and ``gradci check --upload``."""
 from __future__ import annotations
 
 import time
@@ -60,11 +61,18 @@ class GradciClient:
                 detail = response.json().get("detail")
             except ValueError:
                 detail = response.text[:300]
+            if isinstance(detail, list):  # a 422: each invalid field, where it is
+                detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}"
+                                   for item in detail[:10] if isinstance(item, dict))
             raise ClientError(f"{method} {path}: HTTP {response.status_code}: {detail}")
         return response.json()
 
     def submit(self, **fields: Any) -> dict[str, Any]:
         return self._call("POST", "/api/runs", json={k: v for k, v in fields.items() if v is not None})
+
+    def upload(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /api/uploads: one shard of a commit's cells (``gradci check --upload``)."""
+        return self._call("POST", "/api/uploads", json=body)
 
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/api/runs/{run_id}")

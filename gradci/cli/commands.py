@@ -23,8 +23,14 @@ def matrix_of(backends: str | None = None, devices: str | None = None, dtypes: s
 SCENARIOS_HELP = ("Scenario patterns, comma-separated: a glob, or a plain word matching as a substring "
                   "(the rule of gradci.toml and the server).")
 
+UPLOAD_PANEL = "Uploading to a gradci server"
+
 app = typer.Typer(help="gradci: derivative checks for JAX and PyTorch, as a CI service.",
                   no_args_is_help=True, add_completion=False)
+tokens_app = typer.Typer(help="Upload tokens: which repository's results `gradci check --upload` may send. "
+                              "Run with the server's settings (the folder of `gradci up`, or GRADCI_DATABASE_URL).",
+                         no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
 
 
 @app.command()
@@ -47,15 +53,39 @@ def check(
     repeats: int | None = typer.Option(None, "--repeats", metavar="N",
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
+    upload: str | None = typer.Option(None, "--upload", metavar="URL",
+                                      help="Also send the cells to the gradci server at URL (its base URL), "
+                                           "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
+                                           "else GitHub Actions' OIDC id token.", rich_help_panel=UPLOAD_PANEL),
+    shard: str | None = typer.Option(None, "--shard", metavar="NAME", rich_help_panel=UPLOAD_PANEL,
+                                     help="This upload's name among the commit's shards (default: 'default')."),
+    expect_shards: str | None = typer.Option(None, "--expect-shards", metavar="A,B", rich_help_panel=UPLOAD_PANEL,
+                                             help="Every shard the run waits for (default: gradci.toml's "
+                                                  "[upload] shards, else this one alone)."),
+    repository: str | None = typer.Option(None, "--repository", metavar="OWNER/NAME", rich_help_panel=UPLOAD_PANEL,
+                                          help="Default: GITHUB_REPOSITORY."),
+    sha: str | None = typer.Option(None, "--sha", rich_help_panel=UPLOAD_PANEL,
+                                   help="The commit checked (default: the pull request's head, else GITHUB_SHA)."),
+    branch: str | None = typer.Option(None, "--branch", rich_help_panel=UPLOAD_PANEL,
+                                      help="Default: the pull request's head branch, else GITHUB_REF's."),
+    pr: int | None = typer.Option(None, "--pr", min=1, rich_help_panel=UPLOAD_PANEL,
+                                  help="The pull request (default: from GITHUB_EVENT_PATH or GITHUB_REF)."),
+    base_sha: str | None = typer.Option(None, "--base-sha", rich_help_panel=UPLOAD_PANEL,
+                                        help="The commit to compare with (default: the pull request's base)."),
 ) -> None:
     """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
     error or xpass and some cell was checked (not every one skipped). With cpu and cuda devices,
-    CPU–GPU agreement cells (cuda:N-vs-cpu) come too."""
+    CPU–GPU agreement cells (cuda:N-vs-cpu) come too. With --upload, the cells also go to a gradci
+    server (exit 2 when it refuses them)."""
     from gradci.cli.check import run_check
+    from gradci.cli.upload import UploadOptions
 
+    upload_to = None if upload is None else UploadOptions(
+        url=upload, shard=shard, expect_shards=split_list(expect_shards), repository=repository, sha=sha,
+        branch=branch, pr=pr, base_sha=base_sha)
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
-                               parallel=jobs))
+                               parallel=jobs, upload_to=upload_to))
 
 
 @app.command()
@@ -154,6 +184,31 @@ def status(
     from gradci.cli.submit import status as run_status
 
     raise typer.Exit(run_status(run, server=server))
+
+
+@tokens_app.command("create")
+def tokens_create(repository: str = typer.Argument(..., metavar="OWNER/NAME", help="The GitHub repository.")) -> None:
+    """Make an upload token for one repository and print it, once, alone on the last line (only its
+    hash is stored)."""
+    from gradci.cli.tokens import create
+
+    raise typer.Exit(create(repository))
+
+
+@tokens_app.command("list")
+def tokens_list() -> None:
+    """The upload tokens: id, repository, first characters, when made, last used and revoked."""
+    from gradci.cli.tokens import show
+
+    raise typer.Exit(show())
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int = typer.Argument(..., metavar="ID", help="The id gradci tokens list shows.")) -> None:
+    """Revoke an upload token: uploads with it are refused from now on."""
+    from gradci.cli.tokens import revoke
+
+    raise typer.Exit(revoke(token_id))
 
 
 @app.callback()

@@ -96,13 +96,14 @@ def store(settings: Settings, credential: Credential, upload: UploadIn) -> Shard
 
 
 def announce(settings: Settings, stored: ShardStored) -> None:
-    """After the commit: the run's finalisation when this upload closed it, else (on the first
-    upload) its pending statuses. A message the broker refuses is not lost: the reconciler sends a
-    closed run's finalisation again, the report sweeper its pending statuses."""
+    """After the commit, when this upload closed the run: its one finalisation, which publishes the
+    report. A message the broker refuses is not lost: the reconciler sends a closed run's
+    finalisation again. (A run that waits for shards longer than GRADCI_REPORT_RETRY_BASE_S shows
+    pending statuses meanwhile, sent by the report sweeper: the run's report row is owed from the
+    first upload.)"""
+    if not stored.closed:
+        return
     try:
-        if stored.closed:
-            dispatch.submit_finalize(stored.run_id, settings)
-        elif stored.created:
-            dispatch.submit_publish(stored.run_id, settings)
+        dispatch.submit_finalize(stored.run_id, settings)
     except dispatch.DispatchError as exc:
-        log.warning("upload run %s: left to the worker's sweep: %s", stored.run_id, exc)
+        log.warning("upload run %s: its finalisation is left to the reconciler: %s", stored.run_id, exc)

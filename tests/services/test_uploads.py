@@ -76,6 +76,7 @@ def test_an_upload_is_what_gradci_check_writes() -> None:
      "required"),
     ({"cells": [dict(synthetic_cell(1), scenario="x" * 256)]}, ("body", "cells", 0, "scenario"), "255"),
     ({"cells": [dict(synthetic_cell(1), surprise=1)]}, ("body", "cells", 0, "surprise"), "not permitted"),
+    ({"cells": [dict(synthetic_cell(0), operator="")]}, ("body", "cells", 0), "operator '' is not one of"),
     ({"cells": []}, ("body", "cells"), "at least 1"),
     ({"sha": "abc123"}, ("body", "sha"), "pattern"),
     ({"repository": "not a repo"}, ("body", "repository"), "pattern"),

@@ -1,0 +1,150 @@
+"""``gradci check --upload URL``: the checked cells sent to a gradci server (``POST URL/api/uploads``)
+with the commit they belong to.
+
+The repository, commit, branch, pull request and base commit come from the CI's variables (GitHub
+Actions: ``GITHUB_REPOSITORY``, ``GITHUB_SHA``, ``GITHUB_REF`` and the event file at
+``GITHUB_EVENT_PATH``, whose pull request names its head and base commits); flags override each.
+The credential is ``GRADCI_UPLOAD_TOKEN``, or else the workflow's OIDC id token, asked of the runner
+(``ACTIONS_ID_TOKEN_REQUEST_URL`` and ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``, with ``permissions:
+id-token: write``) for the server's audience.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from gradci.cli.client import ClientError, GradciClient
+from gradci.scenarios.contract.cell import Cell
+
+DEFAULT_SHARD = "default"
+UPLOAD_TIMEOUT_S = 120.0
+PULL_REF = re.compile(r"^refs/pull/(\d+)/")
+
+
+class UploadError(Exception):
+    """The upload cannot be made or was refused: one line, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadOptions:
+    """``--upload URL`` and the flags beside it (None: from the CI's variables or gradci.toml)."""
+
+    url: str
+    shard: str | None = None
+    expect_shards: list[str] | None = None
+    repository: str | None = None
+    sha: str | None = None
+    branch: str | None = None
+    pr: int | None = None
+    base_sha: str | None = None
+
+
+def github_actions_commit(env: Mapping[str, str]) -> dict[str, Any]:
+    """What GitHub Actions says about the commit checked: on a pull request, its head commit (not the
+    merge commit GITHUB_SHA names there), its base commit, number and branch."""
+    ref = env.get("GITHUB_REF") or ""
+    fields: dict[str, Any] = {"repository": env.get("GITHUB_REPOSITORY"), "sha": env.get("GITHUB_SHA"),
+                              "branch": ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None}
+    pull = PULL_REF.match(ref)
+    if pull:
+        fields["pr"] = int(pull.group(1))
+    event_path = env.get("GITHUB_EVENT_PATH")
+    event = _json_file(Path(event_path)) if event_path else {}
+    pull_request = event.get("pull_request") if isinstance(event.get("pull_request"), dict) else None
+    if pull_request:
+        head, base = pull_request.get("head") or {}, pull_request.get("base") or {}
+        fields.update(pr=pull_request.get("number") or fields.get("pr"), sha=head.get("sha") or fields["sha"],
+                      base_sha=base.get("sha"), branch=head.get("ref") or fields["branch"])
+    return fields
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UploadError(f"GITHUB_EVENT_PATH {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def commit_fields(options: UploadOptions, env: Mapping[str, str]) -> dict[str, Any]:
+    """The upload's repository, sha, branch, pr and base_sha: the CI's, each overridden by its flag."""
+    fields = github_actions_commit(env)
+    for name in ("repository", "sha", "branch", "pr", "base_sha"):
+        if getattr(options, name) is not None:
+            fields[name] = getattr(options, name)
+    missing = [name for name in ("repository", "sha") if not fields.get(name)]
+    if missing:
+        flags = " and ".join(f"--{name}" for name in missing)
+        raise UploadError(f"--upload needs {flags} (outside GitHub Actions, where GITHUB_REPOSITORY and "
+                          f"GITHUB_SHA say them)")
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def shards(options: UploadOptions, config: Mapping[str, Any]) -> tuple[str, list[str] | None]:
+    """(this upload's shard, every shard the run waits for): the flags, else gradci.toml's [upload] shards."""
+    expected = options.expect_shards
+    if expected is None:
+        table = config.get("upload")
+        listed = table.get("shards") if isinstance(table, dict) else None
+        if listed is not None and (not isinstance(listed, list) or not all(isinstance(s, str) for s in listed)):
+            raise UploadError("gradci.toml: [upload] shards must be a list of shard names")
+        expected = listed or None
+    shard = options.shard or (DEFAULT_SHARD if not expected else None)
+    if shard is None:
+        raise UploadError(f"--shard must name this upload among the expected shards {', '.join(expected or [])}")
+    return shard, expected
+
+
+def credential(server: str, env: Mapping[str, str]) -> str:
+    """GRADCI_UPLOAD_TOKEN, else an OIDC id token from the GitHub Actions runner for the server's audience."""
+    if env.get("GRADCI_UPLOAD_TOKEN"):
+        return env["GRADCI_UPLOAD_TOKEN"]
+    url, request_token = env.get("ACTIONS_ID_TOKEN_REQUEST_URL"), env.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN")
+    if not url or not request_token:
+        raise UploadError("no credential to upload with: set GRADCI_UPLOAD_TOKEN (gradci tokens create), or in "
+                          "GitHub Actions give the job 'permissions: id-token: write'")
+    audience = env.get("GRADCI_OIDC_AUDIENCE") or server.rstrip("/")
+    try:
+        response = httpx.get(f"{url}{'&' if '?' in url else '?'}audience={quote(audience, safe='')}",
+                             headers={"Authorization": f"bearer {request_token}"}, timeout=30)
+        response.raise_for_status()
+        return str(response.json()["value"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise UploadError(f"the runner gave no id token: {exc}") from None
+
+
+def upload_body(cells: Sequence[Cell], catalog: Sequence[Mapping[str, Any]], commit: Mapping[str, Any],
+                shard: str, expected: list[str] | None, config: Mapping[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {**commit, "shard": shard, "cells": [cell.to_dict() for cell in cells],
+                            "scenarios": [dict(entry) for entry in catalog]}
+    if expected:
+        body["expect_shards"] = expected
+    if isinstance(config.get("report"), dict):
+        body["report"] = config["report"]
+    return body
+
+
+def upload(options: UploadOptions, cells: Sequence[Cell], catalog: Sequence[Mapping[str, Any]],
+           config: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
+    """Send the cells; the line that says where they went. Raises ``UploadError``."""
+    env = os.environ if env is None else env
+    commit = commit_fields(options, env)
+    shard, expected = shards(options, config)
+    body = upload_body(cells, catalog, commit, shard, expected, config)
+    try:
+        with GradciClient(options.url, credential(options.url, env), timeout_s=UPLOAD_TIMEOUT_S) as client:
+            answer = client.upload(body)
+    except ClientError as exc:
+        raise UploadError(str(exc)) from None
+    waiting = sorted(set(answer["expected"]) - set(answer["arrived"]))
+    state = "its report is on its way" if answer["finishing"] else f"waiting for {', '.join(waiting)}"
+    return (f"uploaded shard {shard!r} ({answer['cells']} cells) of {commit['repository']}@{commit['sha'][:12]} "
+            f"to run {answer['run_id']}: {state} — {answer['url']}")
