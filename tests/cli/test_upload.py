@@ -4,6 +4,7 @@ asked of the runner: a local issuer over loopback HTTP plays the runner)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +70,33 @@ def test_without_an_upload_token_the_runner_is_asked_for_an_id_token(runner_issu
         credential("https://gradci.example", {})
     with pytest.raises(UploadError, match="no id token"):
         credential("https://gradci.example", {**env, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "wrong"})
+
+
+def test_the_action_runs_gradci_check_with_its_inputs_as_flags(tmp_path: Path) -> None:
+    """action.yml's script, run by bash with a stand-in Python that prints its arguments: every input
+    is used, each value arrives as one argument (never parsed as shell), and every flag is gradci check's."""
+    import subprocess
+
+    import yaml
+    from typer.main import get_command
+
+    from gradci.cli.commands import app
+
+    text = (Path(__file__).resolve().parents[2] / "action.yml").read_text()
+    action = yaml.safe_load(text)
+    assert set(re.findall(r"inputs\.([a-z-]+)", text)) == set(action["inputs"])
+    step = action["runs"]["steps"][-1]
+    printer = tmp_path / "python"
+    printer.write_text("#!/bin/sh\nfor arg in \"$@\"; do printf '%s\\n' \"$arg\"; done\n")
+    printer.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(printer), "GRADCI_SERVER": "https://gradci.example",
+           "SHARD": "gpu", "EXPECT_SHARDS": "cpu,gpu", "BACKENDS": "torch-rev", "DEVICES": "", "DTYPES": "",
+           "SCENARIOS": "nn/*; touch pwned", "EXTRA_ARGS": "-j 2"}
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, check=True)
+    argv = done.stdout.splitlines()
+    assert argv == ["-P", "-m", "gradci", "check", "--repo", ".", "--upload", "https://gradci.example", "--shard", "gpu",
+                    "--expect-shards", "cpu,gpu", "--backends", "torch-rev", "-k", "nn/*; touch pwned", "-j", "2"]
+    assert not (tmp_path / "pwned").exists()
+    known = {option for param in get_command(app).commands["check"].params for option in param.opts}  # type: ignore[attr-defined]
+    assert {arg for arg in argv[3:] if arg.startswith("-")} <= known
