@@ -34,6 +34,7 @@ from gradci.services.db.jobs import (
     cancel_requested,
     claim_job,
     finish_job,
+    held_by,
     holds_job,
     lock_run,
     renew_lease,
@@ -148,7 +149,18 @@ class ResultWriter:
         return patiently(finish_once, f"finishing job {self.job.id}")
 
     def _store(self, session) -> int:
-        return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id) if self.pending else 0
+        """Only while the job is this delivery's: a worker cut off from the database past its lease
+        (its host's link down) may come back after another delivery took the job over and stored its
+        cells; its own, late, are dropped (the caller then stops), and the check is repeated in the
+        statement that writes, should the takeover come in between."""
+        if not self.pending:
+            return 0
+        if self.delivery is None:
+            return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
+        if not holds_job(session, self.job.id, self.delivery):
+            return 0
+        return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
+                              replace_only_if=held_by(self.job.id, self.delivery))
 
     def _stored(self, count: int) -> None:
         """The transaction that stored the buffered cells committed: they are no longer pending."""

@@ -31,6 +31,7 @@ from gradci.services.db.models import (
     RunStatus,
     ScenarioCatalogEntry,
     Worker,
+    database_now,
     utcnow,
 )
 from gradci.services.db.queries import cell_counts
@@ -102,7 +103,7 @@ def claim_job(session: Session, job_id: int, *, worker: str, delivery: str, max_
         return Claim.missing, None
     if job.status in FINISHED_JOB_STATUSES:
         return Claim.finished, job
-    now = utcnow()
+    now = database_now(session)  # the lease is the database's, whatever this host's clock says
     if run.cancel_requested or run.status in FINISHED_RUN_STATUSES:
         job.status, job.finished_at = JobStatus.cancelled.value, now
         return Claim.cancelled, job
@@ -134,15 +135,19 @@ def renew_lease(session: Session, job_id: int, delivery: str) -> bool:
     (finished, or sent again after the lease lapsed)."""
     result = session.execute(update(Job).where(Job.id == job_id, Job.delivery == delivery,
                                                Job.status == JobStatus.running.value)
-                             .values(lease_renewed_at=utcnow())
+                             .values(lease_renewed_at=database_now(session))
                              .execution_options(synchronize_session=False))
     return rows_matched(result) == 1
 
 
+def held_by(job_id: int, delivery: str) -> ColumnElement[bool]:
+    """That ``delivery`` holds the job it runs, as a condition of the statement that writes for it."""
+    return exists().where(Job.id == job_id, Job.delivery == delivery, Job.status == JobStatus.running.value)
+
+
 def holds_job(session: Session, job_id: int, delivery: str) -> bool:
     """Whether ``delivery`` still holds the job it runs."""
-    return bool(session.scalar(select(func.count()).select_from(Job).where(
-        Job.id == job_id, Job.delivery == delivery, Job.status == JobStatus.running.value)))
+    return bool(session.scalar(select(held_by(job_id, delivery))))
 
 
 def cancel_requested(session: Session, run_id: int) -> bool:
@@ -262,7 +267,7 @@ def lost_jobs(session: Session, *, lease_s: float, limit: int) -> list[tuple[int
     """(id, queue) of running jobs whose holder is gone: a broker may never redeliver them (the
     embedded transport keeps no unacknowledged copy; Redis only after the visibility timeout, and
     nothing at all when it restarted, or when the holder gave the job up after its retries)."""
-    cutoff = utcnow() - timedelta(seconds=lease_s)
+    cutoff = database_now(session) - timedelta(seconds=lease_s)
     return [(job_id, queue) for job_id, queue in session.execute(
         select(Job.id, Job.queue).where(_lost(cutoff)).order_by(Job.id).limit(limit))]
 
@@ -270,7 +275,7 @@ def lost_jobs(session: Session, *, lease_s: float, limit: int) -> list[tuple[int
 def requeue_lost(session: Session, job_id: int, *, lease_s: float) -> bool:
     """Put a lost job back in the queue; True for the one caller whose update won (so that only it
     sends the job again). Its attempt stays counted: the next claim counts the next one."""
-    cutoff = utcnow() - timedelta(seconds=lease_s)
+    cutoff = database_now(session) - timedelta(seconds=lease_s)
     result = session.execute(update(Job).where(Job.id == job_id, _lost(cutoff)).values(
         status=JobStatus.queued.value, worker=None, delivery=None, queued_at=utcnow())
         .execution_options(synchronize_session=False))

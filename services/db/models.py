@@ -21,9 +21,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    func,
+    select,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from gradci.scenarios.contract.cell import FIELDS as CELL_FIELDS
 from gradci.scenarios.contract.cell import (
@@ -89,6 +91,18 @@ class Trigger(Vocabulary):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def database_now(session: Session) -> datetime:
+    """The database server's clock, the one clock every host shares: leases and heartbeats are written
+    and judged by it, so that a worker on a machine whose clock is minutes off neither takes back live
+    jobs nor loses its own. The embedded SQLite database has every process on one machine: its clock
+    is theirs."""
+    if session.get_bind().dialect.name == "sqlite":
+        return utcnow()
+    now = session.scalar(select(func.clock_timestamp()))
+    assert isinstance(now, datetime)
+    return now
 
 
 class UTCDateTime(TypeDecorator[datetime]):

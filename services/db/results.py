@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import FIELD_NAMES as CELL_FIELDS
@@ -73,15 +74,19 @@ def upsert_results(
     job_id: int | None = None,
     shard_id: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    replace_only_if: ColumnElement[bool] | None = None,
 ) -> int:
     """Insert or replace ``cells`` of ``run_id`` (checked by ``job_id``, or brought by the upload shard
     ``shard_id``); returns the number of rows written.
-    The caller commits (so a job can store its results and its status in one transaction)."""
+    The caller commits (so a job can store its results and its status in one transaction).
+    ``replace_only_if``: a stored cell is replaced only where this holds when the statement runs
+    (``gradci.services.db.jobs.held_by``: its writer still holds its job)."""
     table = Result.__table__
     insert = dialect_insert(session, table)
     statement = insert.on_conflict_do_update(
         index_elements=[table.c[name] for name in CONFLICT_KEY],
         set_={name: insert.excluded[name] for name in UPDATED_ON_CONFLICT},
+        where=replace_only_if,
     )
     rows = (result_row(cell, run_id=run_id, job_id=job_id, shard_id=shard_id) for cell in cells)
     written = 0

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.requirements import DeviceOffer
-from gradci.services.db.models import Worker, utcnow
+from gradci.services.db.models import Worker, database_now, utcnow
 from gradci.services.db.upsert import dialect_insert
 from gradci.services.planner import GpuWorkers
 
@@ -25,8 +25,9 @@ def record_heartbeat(
     started_at: datetime | None = None,
 ) -> None:
     """Insert or refresh a worker's row. ``started_at`` is kept from the first beat unless given
-    (a restarted worker passes its new start time)."""
-    now = utcnow()
+    (a restarted worker passes its new start time). The beat is stamped by the database's clock, by
+    which every worker's is judged (``database_now``)."""
+    now = database_now(session)
     insert = dialect_insert(session, Worker.__table__)
     values = {
         "name": name,
@@ -54,7 +55,7 @@ def list_workers(session: Session) -> list[Worker]:
 
 def online_counts_by_device(session: Session, *, within_s: float) -> dict[str, int]:
     """Workers that beat within ``within_s`` seconds, per device."""
-    cutoff = utcnow() - timedelta(seconds=within_s)
+    cutoff = database_now(session) - timedelta(seconds=within_s)
     devices = session.scalars(select(Worker.device).where(Worker.last_heartbeat >= cutoff))
     return dict(Counter(devices))
 
@@ -63,14 +64,14 @@ def elected_worker(session: Session, *, queue: str, within_s: float) -> str | No
     """The online worker of ``queue`` that does the chores one worker should do (reconciling,
     sweeping reports): the first by name. Needs no lock: should two workers both believe they are
     elected for a moment, every chore still claims its items atomically."""
-    cutoff = utcnow() - timedelta(seconds=within_s)
+    cutoff = database_now(session) - timedelta(seconds=within_s)
     names = session.execute(select(Worker.name, Worker.queue).where(Worker.last_heartbeat >= cutoff)
                             .order_by(Worker.name))
     return next((name for name, queues in names if queue in queues.split(",")), None)
 
 
 def online_workers(session: Session, *, within_s: float) -> list[Worker]:
-    cutoff = utcnow() - timedelta(seconds=within_s)
+    cutoff = database_now(session) - timedelta(seconds=within_s)
     return list(session.scalars(select(Worker).where(Worker.last_heartbeat >= cutoff).order_by(Worker.name)))
 
 
@@ -88,7 +89,7 @@ def gpu_offer(worker: Worker) -> DeviceOffer | None:
 
 def gpu_workers(session: Session, *, within_s: float) -> GpuWorkers:
     """The GPUs the planner routes by: those of workers online now, and of every worker seen."""
-    now = utcnow()
+    now = database_now(session)
     rows = [(worker, gpu_offer(worker)) for worker in list_workers(session)]
     return GpuWorkers(online=tuple(offer for worker, offer in rows if offer and is_online(worker, within_s=within_s,
                                                                                          now=now)),

@@ -29,6 +29,7 @@ from tests.support.service import Service, running_service
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 POSTGRES_BIN = Path(shutil.which("postgres") or "/usr/local/bin/postgres").parent
+LOOPBACK = "127.0.0.1"
 AS_POSTGRES = ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--init-groups"]
 
 
@@ -44,13 +45,17 @@ def available() -> str | None:
 
 
 class PrivateRedis:
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.port = folder, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+    """``host``: the address it listens on (a test network's, for workers in other namespaces)."""
+
+    def __init__(self, folder: Path, host: str = LOOPBACK) -> None:
+        self.folder, self.host, self.port = folder, host, free_port()
+        self.url = f"redis://{host}:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = spawn([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        # Protected mode refuses every client but loopback's unless a password is set.
+        reach = [] if self.host == LOOPBACK else ["--protected-mode", "no"]
+        self.process = spawn([REDIS_SERVER, "--port", str(self.port), "--bind", self.host, *reach, "--save", "",
                               "--appendonly", "no", "--dir", str(self.folder)], dict(os.environ),
                              self.folder / "redis.log")
         wait_for(self._answers, "the private Redis", timeout_s=20, interval_s=0.1)
@@ -71,10 +76,13 @@ class PrivateRedis:
 
 
 class PrivatePostgres:
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.port = folder, free_port()
+    """``host``: the address it listens on; ``clients``: the network (CIDR) it trusts besides
+    loopback, e.g. a test network's hosts in other namespaces."""
+
+    def __init__(self, folder: Path, host: str = LOOPBACK, clients: str | None = None) -> None:
+        self.folder, self.host, self.clients, self.port = folder, host, clients, free_port()
         self.data = folder / "data"
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/gradci"
+        self.url = f"postgresql+psycopg://postgres@{host}:{self.port}/gradci"
         self.process: subprocess.Popen[bytes] | None = None
 
     def create(self) -> None:
@@ -83,8 +91,11 @@ class PrivatePostgres:
         shutil.chown(self.data, "postgres", "postgres")
         subprocess.run([*AS_POSTGRES, str(POSTGRES_BIN / "initdb"), "-D", str(self.data), "-U", "postgres",
                         "--auth=trust", "-E", "UTF8", "--no-sync"], check=True, capture_output=True, cwd=self.folder)
+        if self.clients:  # initdb trusts loopback only
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
         self.start()
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+        with psycopg.connect(host=self.host, port=self.port, user="postgres", dbname="postgres",
                              autocommit=True) as admin:
             admin.execute("CREATE DATABASE gradci")
         upgrade(self.url)
@@ -92,7 +103,7 @@ class PrivatePostgres:
     def start(self) -> None:
         # Durability is not under test: fsync off keeps the restart quick on a busy machine.
         self.process = spawn([*AS_POSTGRES, str(POSTGRES_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                              "-k", str(self.data), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                              "-k", str(self.data), "-c", f"listen_addresses={self.host}", "-c", "fsync=off",
                               "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
                              dict(os.environ), self.folder / "postgres.log", cwd=self.data)
         wait_for(self._answers, "the private PostgreSQL", timeout_s=30, interval_s=0.1)
@@ -106,7 +117,7 @@ class PrivatePostgres:
 
     def _answers(self) -> bool:
         try:
-            with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+            with psycopg.connect(host=self.host, port=self.port, user="postgres", dbname="postgres",
                                  connect_timeout=1):
                 return True
         except psycopg.OperationalError:
