@@ -12,9 +12,11 @@ A clock that is off: ``skewed_clock`` compiles a small preloaded library (``LD_P
 the offset to the realtime clock (``clock_gettime(CLOCK_REALTIME…)``, ``gettimeofday``, ``time``)
 of the host's processes, leaving the monotonic clocks alone, as a host whose clock is off has them.
 Python's ``time.time()`` and ``datetime.now()`` read the realtime clock through these functions,
-and so does every C program started with it. (libfaketime 0.9.10, Debian's, cannot serve here: it
-fakes the monotonic clock too, and Python 3.11's timed waits then hang; with that switched off,
-``time.sleep`` fails with EINVAL.)
+and so does every C program started with it; a sandboxed runner, whose ``/tmp`` is its own, cannot
+load it (``ld.so`` says so in the worker's log) and keeps the machine's clock, which changes nothing
+here: a runner never reads the database. (libfaketime 0.9.10, Debian's, cannot serve: it fakes the
+monotonic clock too, and Python 3.11's timed waits then hang; with that switched off, ``time.sleep``
+fails with EINVAL.)
 
 Everything is removed at the end, also when the test failed: every process started in a host (its
 whole tree, also those that left its process group, such as sandboxed runners), the namespaces,
