@@ -61,7 +61,7 @@ def check(
                                      help="This upload's name among the commit's shards (default: 'default')."),
     expect_shards: str | None = typer.Option(None, "--expect-shards", metavar="A,B", rich_help_panel=UPLOAD_PANEL,
                                              help="Every shard the run waits for (default: gradci.toml's "
-                                                  "[upload] shards, else this one alone)."),
+                                                  "\\[upload] shards, else this one alone)."),
     repository: str | None = typer.Option(None, "--repository", metavar="OWNER/NAME", rich_help_panel=UPLOAD_PANEL,
                                           help="Default: GITHUB_REPOSITORY."),
     sha: str | None = typer.Option(None, "--sha", rich_help_panel=UPLOAD_PANEL,
