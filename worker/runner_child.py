@@ -60,16 +60,16 @@ DEVICE_FAULTS = (
 )
 
 
-def _definition(defined_at: tuple[str, int] | None, root: str | None) -> dict[str, Any]:
+def _definition(defined_at: tuple[str, int] | None, root: str | None) -> tuple[str | None, int | None]:
     """Where a scenario was defined, the file relative to the repository's root; none outside it
     (the built-in library, a helper installed elsewhere): no path of the worker's machine is listed."""
     if defined_at is None or root is None:
-        return {"file": None, "line": None}
+        return None, None
     path, line = defined_at
     try:
-        return {"file": Path(path).resolve().relative_to(Path(root).resolve()).as_posix(), "line": line}
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix(), line
     except ValueError:
-        return {"file": None, "line": None}
+        return None, None
 
 
 class SourceCache:
@@ -100,8 +100,8 @@ class SourceCache:
             messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
                                    fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
                                    function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()),
-                                   **_definition(s.defined_at(), root))
-            for s in found
+                                   file=file, line=line)
+            for s in found for file, line in [_definition(s.defined_at(), root)]
         ]
         self.loaded = True
         return self

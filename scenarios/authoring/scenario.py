@@ -31,7 +31,7 @@ _UNSHARED = itertools.count()
 def _caller_outside(this_file: str) -> tuple[str, int] | None:
     """The first frame above the constructor that is neither this module, nor generated code (the
     dataclass's ``__init__``), nor ``dataclasses.replace``: where ``Scenario(...)`` was called."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     passed_over = (this_file, dataclasses.__file__)  # dataclasses.replace makes variants of a scenario
     while frame is not None and (frame.f_code.co_filename in passed_over or frame.f_code.co_filename.startswith("<")):
         frame = frame.f_back

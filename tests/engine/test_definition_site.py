@@ -32,7 +32,7 @@ def test_the_line_of_the_scenario_call():
 
 def test_the_listing_names_the_file_relative_to_the_repository(tmp_path):
     inside = tmp_path / "pkg" / "grads.py"
-    assert _definition((str(inside), 12), str(tmp_path)) == {"file": "pkg/grads.py", "line": 12}
-    assert _definition(("/usr/lib/python3/site-packages/lib.py", 3), str(tmp_path)) == {"file": None, "line": None}
-    assert _definition((str(inside), 12), None) == {"file": None, "line": None}  # the built-in library
-    assert _definition(None, str(tmp_path)) == {"file": None, "line": None}
+    assert _definition((str(inside), 12), str(tmp_path)) == ("pkg/grads.py", 12)
+    assert _definition(("/usr/lib/python3/site-packages/lib.py", 3), str(tmp_path)) == (None, None)
+    assert _definition((str(inside), 12), None) == (None, None)  # the built-in library
+    assert _definition(None, str(tmp_path)) == (None, None)
