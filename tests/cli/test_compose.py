@@ -52,8 +52,13 @@ def setting_names() -> set[str]:
     return {f"GRADCI_{name.upper()}" for name in Settings.model_fields} | {SECRETS_DIR_VARIABLE}
 
 
+def gradci_commands() -> Any:
+    """The ``gradci`` command group (typer's: it has ``commands``)."""
+    return typer.main.get_command(app)
+
+
 def assert_a_gradci_command(where: str, argv: list[str]) -> None:
-    group = typer.main.get_command(app)
+    group = gradci_commands()
     subcommand, *arguments = argv
     assert subcommand in group.commands, f"{where}: `gradci {subcommand}` does not exist"
     # Parsing without running: unknown options or bad values raise here.
@@ -72,7 +77,7 @@ def test_every_command_is_a_gradci_subcommand_with_valid_options(compose: dict[s
 
 
 def test_a_bad_option_would_be_caught() -> None:
-    worker = typer.main.get_command(app).commands["worker"]
+    worker = gradci_commands().commands["worker"]
     with pytest.raises(Exception, match="--bogus"):
         worker.make_context("worker", ["--device", "cpu", "--bogus"])
 
