@@ -1,33 +1,44 @@
 """A fake GitHub REST API served over real HTTP on loopback: it records every call and can be told to
-fail the next N requests (to test retries and outages)."""
+fail the next N requests (to test retries and outages).
+
+As an App's GitHub (``as_app``), it checks credentials as GitHub does: ``POST
+/app/installations/{id}/access_tokens`` wants a JWT signed RS256 with the App's private key (verified
+with its public key: issuer the App id, not expired, at most ten minutes long) and issues an
+installation token; every repository call then wants a live token of an installation that holds the
+repository (401 otherwise, 403 for another installation's repository). It serves check runs too."""
 from __future__ import annotations
 
-import json
+import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from datetime import UTC, datetime
 from urllib.parse import urlparse
 
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-class FakeGitHub:
+from tests.support.json_server import JsonServer
+
+TOKEN_LIFETIME_S = 3600
+
+
+class FakeGitHub(JsonServer):
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[dict] = []
         self.statuses: list[dict] = []
         self.comments: dict[int, dict] = {}          # id -> comment
         self.pulls: dict[tuple[str, int], dict] = {}  # (owner/name, number) -> pull request, see add_pull_request
         self.fail_next: list[int] = []               # status codes to answer before succeeding
+        self.check_runs: dict[int, dict] = {}        # id -> check run (with its appended "annotations")
+        # App mode (as_app): the App's id and public key, installations' repositories, issued tokens.
+        self.app_id: int | None = None
+        self._app_public_key: rsa.RSAPublicKey | None = None
+        self.installations: dict[int, set[str]] = {}
+        self.tokens: dict[str, tuple[int, float]] = {}  # token -> (installation id, expiry)
         self._next_id = 1000
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeGitHub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def comments_on(self, full_name: str, pr_number: int) -> list[dict]:
         return [c for c in self.comments.values() if c["repo"] == full_name and c["pr"] == pr_number]
@@ -43,15 +54,89 @@ class FakeGitHub:
                                          "base": {"repo": {"full_name": full_name}}}
         return self.pulls[full_name, number]
 
-    def _handle(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, object]:
+    def as_app(self, app_id: int, installations: dict[int, set[str]]) -> str:
+        """Be the GitHub of App ``app_id`` installed as ``installations`` (id → repositories); the
+        App's private key, in PEM as GitHub issues it."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.app_id, self._app_public_key, self.installations = app_id, key.public_key(), installations
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                 serialization.NoEncryption()).decode()
+
+    def check_runs_for(self, sha: str) -> list[dict]:
+        return [run for run in self.check_runs.values() if run["head_sha"] == sha]
+
+    def _refused(self, parts: list[str], headers: dict) -> tuple[int, object] | None:
+        """In App mode, why a call's credentials are refused (None: they are good)."""
+        if self.app_id is None:
+            return None
+        credential = (headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        if parts[:2] == ["app", "installations"]:
+            try:
+                claims = jwt.decode(credential, self._app_public_key, algorithms=["RS256"],
+                                    options={"require": ["iat", "exp", "iss"]})
+            except jwt.PyJWTError as exc:
+                return 401, {"message": f"A JSON web token could not be decoded: {exc}"}
+            if claims["iss"] != str(self.app_id) or claims["exp"] - claims["iat"] > 600:
+                return 401, {"message": "'Issuer' claim ('iss') must be the App's id; exp at most 10 minutes"}
+            return None
+        installation, expires = self.tokens.get(credential, (None, 0.0))
+        if installation is None or expires < time.time():
+            return 401, {"message": "Bad credentials"}
+        if parts[0] == "repos" and f"{parts[1]}/{parts[2]}" not in self.installations.get(installation, set()):
+            return 403, {"message": "Resource not accessible by integration"}
+        return None
+
+    def _check_run(self, method: str, parts: list[str], body: dict) -> tuple[int, object] | None:
+        repo = f"{parts[1]}/{parts[2]}"
+        if method == "POST" and len(parts) == 4:
+            self._next_id += 1
+            output = body.get("output") or {}
+            self.check_runs[self._next_id] = {"id": self._next_id, "repo": repo, **body,
+                                              "annotations": list(output.get("annotations", []))}
+            return 201, self.check_runs[self._next_id]
+        if method == "PATCH" and len(parts) == 5:
+            run = self.check_runs.get(int(parts[4]))
+            if run is None or run["repo"] != repo:
+                return 404, {"message": "Not Found"}
+            output = body.get("output") or {}
+            annotations = output.get("annotations", [])
+            if len(annotations) > 50:
+                return 422, {"message": "at most 50 annotations per request"}
+            if output and not (output.get("title") and output.get("summary")):
+                return 422, {"message": "output needs a title and a summary"}
+            run["annotations"] += annotations
+            run.update({key: value for key, value in body.items() if key != "output"})
+            if output:
+                run["output"] = {key: value for key, value in output.items() if key != "annotations"}
+            return 200, run
+        return None
+
+    def answer(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, object]:
         with self._lock:
             call = {"method": method, "path": path, "body": body, "headers": headers}
             self.calls.append(call)
             if self.fail_next:
                 call["answered"] = self.fail_next.pop(0)
                 return call["answered"], {"message": "planned failure"}
-            call["answered"] = "ok"
             parts = urlparse(path).path.strip("/").split("/")
+            refused = self._refused(parts, headers)
+            if refused is not None:
+                call["answered"] = refused[0]
+                return refused
+            call["answered"] = "ok"
+            if method == "POST" and len(parts) == 4 and parts[:2] == ["app", "installations"] and \
+                    parts[3] == "access_tokens":
+                if int(parts[2]) not in self.installations:
+                    return 404, {"message": "Not Found"}
+                token = f"ghs_{secrets.token_urlsafe(24)}"
+                expires = time.time() + TOKEN_LIFETIME_S
+                self.tokens[token] = (int(parts[2]), expires)
+                return 201, {"token": token, "expires_at": datetime.fromtimestamp(expires, UTC).isoformat()
+                             .replace("+00:00", "Z")}
+            if len(parts) >= 4 and parts[0] == "repos" and parts[3] == "check-runs":
+                answered = self._check_run(method, parts, body or {})
+                if answered is not None:
+                    return answered
             if method == "GET" and len(parts) == 5 and parts[0] == "repos" and parts[3] == "pulls":
                 pull = self.pulls.get((f"{parts[1]}/{parts[2]}", int(parts[4])))
                 return (200, pull) if pull is not None else (404, {"message": "Not Found"})
@@ -78,33 +163,3 @@ class FakeGitHub:
                 comment["body"] = body["body"]
                 return 200, comment
             return 404, {"message": "Not Found"}
-
-    def _handler(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw else None
-                code, payload = fake._handle(method, self.path, body, dict(self.headers))
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._serve("GET")
-
-            def do_POST(self):
-                self._serve("POST")
-
-            def do_PATCH(self):
-                self._serve("PATCH")
-
-            def log_message(self, *args):
-                pass
-
-        return Handler

@@ -4,16 +4,15 @@ id-token endpoint (``/token?audience=…``, what ``ACTIONS_ID_TOKEN_REQUEST_URL`
 for one repository. ``mint`` signs any claims, with the issuer's key or another one."""
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
+
+from tests.support.json_server import JsonServer
 
 KEY_ID = "fake-key-1"
 REQUEST_TOKEN = "fake-actions-request-token"
@@ -23,22 +22,12 @@ def new_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-class FakeOidcIssuer:
+class FakeOidcIssuer(JsonServer):
     def __init__(self, repository: str = "octo/uploads") -> None:
+        super().__init__()
         self.key = new_key()
         self.repository = repository  # the repository claim of the tokens /token mints
         self.requests: list[str] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeOidcIssuer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     @property
     def token_request_url(self) -> str:
@@ -54,7 +43,7 @@ class FakeOidcIssuer:
     def mint(self, claims: dict[str, Any], key: rsa.RSAPrivateKey | None = None, kid: str = KEY_ID) -> str:
         return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": kid})
 
-    def _answer(self, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def answer(self, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.requests.append(path)
         parsed = urlparse(path)
         if parsed.path == "/.well-known/openid-configuration":
@@ -69,21 +58,3 @@ class FakeOidcIssuer:
             audience = parse_qs(parsed.query).get("audience", [""])[0]
             return 200, {"value": self.mint(self.claims(audience))}
         return 404, {"message": "Not Found"}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                code, payload = fake._answer(self.path, dict(self.headers))
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
