@@ -2,12 +2,18 @@
 
 1. Steady-state cell time ÷ the bare framework call it wraps (target ≤ 1.10).
 2. Reference + check for an MLP of ~100k parameters ÷ torch.autograd.gradcheck(fast_mode=True) on the
-   same function (target < 1).
+   same function, same point, float64, cpu, both warmed up (target ≤ 0.5). Each round times one of
+   each, back to back after a pause that lets the thread pools the last call left spinning go idle;
+   the figure is the median of the rounds' ratios, so that the shared machine's load, which moves
+   both, cancels (the interquartile range of the ratios beside it). Where
+   ``check`` takes ``timings`` (steady-state timing repeats), with and without them; and once more
+   with torch on one thread, where neither side waits for the other core.
 
 Run: .venv/bin/python bench/engine.py
 """
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
 
@@ -68,6 +74,13 @@ def overhead(scenario) -> None:
         print(f"   {name:15s} cell {cell_t * 1e6:9.1f} µs   bare {bare_t * 1e6:9.1f} µs   ratio {cell_t / bare_t:5.2f}")
 
 
+PAIRS = 21
+# A pause before each timed call: the thread pools a call leaves spinning (torch's OpenMP workers,
+# numpy's OpenBLAS ones: ~0.1 s after a BLAS call) would otherwise take a core from the next call, of
+# the other side; each side still pays for what its own pools do within its call.
+SETTLE_S = 0.15
+
+
 def against_gradcheck(scenario) -> None:
     import torch
 
@@ -81,18 +94,36 @@ def against_gradcheck(scenario) -> None:
         leaves = tuple(torch.tensor(scenario.x[k], requires_grad=True) for k in names)
         assert torch.autograd.gradcheck(lambda *ls: loss(dict(zip(names, ls)), *ctx), leaves, fast_mode=True)
 
-    def ours_check():
+    def ours_check(**options):
         report = gradci.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
-                                 references=ReferenceCache())  # a fresh cache: the reference is recomputed
+                              references=ReferenceCache(), **options)  # a fresh cache: the reference is recomputed
         assert report.ok, report.failing()
 
-    ours, theirs = [], []
-    ours_check(), gradcheck()  # imports and first-use costs out of the measurement
-    for _ in range(9):
-        start = time.perf_counter(); ours_check(); ours.append(time.perf_counter() - start)  # noqa: E702
-        start = time.perf_counter(); gradcheck(); theirs.append(time.perf_counter() - start)  # noqa: E702
-    o, t = statistics.median(ours), statistics.median(theirs)
-    print(f"   gradci {o * 1e3:8.1f} ms   gradcheck {t * 1e3:8.1f} ms   ratio {o / t:5.2f}")
+    variants = {"": {}}
+    if "timings" in inspect.signature(gradci.check).parameters:
+        variants = {"(one call)": {"timings": False}, "(timings=True: 1 + 3 calls)": {"timings": True}}
+    threads = torch.get_num_threads()
+    for threads_now in (threads, 1):
+        torch.set_num_threads(threads_now)
+        for label, options in variants.items():
+            paired(lambda options=options: ours_check(**options), gradcheck, f"torch threads {threads_now} {label}")
+    torch.set_num_threads(threads)
+
+
+def paired(ours, theirs, label: str, pairs: int = PAIRS) -> None:
+    """Both warmed up, then ``pairs`` rounds of one of each, back to back; the median ratio of rounds."""
+    ours(), theirs(), ours(), theirs()  # imports and first-use costs out of the measurement
+    o, t = [], []
+    for _ in range(pairs):
+        for fn, times in ((ours, o), (theirs, t)):
+            time.sleep(SETTLE_S)
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    ratios = sorted(a / b for a, b in zip(o, t))
+    quarter = len(ratios) // 4
+    print(f"   {label:40s} gradci {statistics.median(o) * 1e3:7.1f} ms   gradcheck {statistics.median(t) * 1e3:7.1f} ms"
+          f"   ratio {statistics.median(ratios):5.2f} (IQR {ratios[quarter]:.2f}–{ratios[-quarter - 1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ stencil is centred on the gradient's), and each needs f(x). Scenarios share eval
 """
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 
 import numpy as np
@@ -18,12 +19,17 @@ from gradci.scenarios.reference.flat_function import FlatFunction, ravel
 # functions (each holds f(x)) by count. Least recently used first out.
 MAX_BYTES = 256 << 20
 MAX_FUNCTIONS = 1024
+# Lines through x (a probe's or a jvp's direction) known by number, most recent first out: a line
+# forgotten only costs its points' reuse, never a wrong value.
+MAX_LINES = 64
 
 
 class EvaluationMemo:
     def __init__(self, max_bytes: int = MAX_BYTES, max_functions: int = MAX_FUNCTIONS):
         self._values: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         self._functions: OrderedDict[tuple[str, bytes], FlatFunction] = OrderedDict()
+        self._lines: OrderedDict[int, tuple[tuple[str, int, float], np.ndarray]] = OrderedDict()
+        self._line_numbers = itertools.count()
         self._bytes = 0
         self._max_bytes, self._max_functions = max_bytes, max_functions
         self.hits = self.misses = 0
@@ -40,6 +46,26 @@ class EvaluationMemo:
             self._functions.move_to_end(key)
             g.check_output(scenario.operator)
         return g
+
+    def line_number(self, function: str, origin: int, scale: float, direction: np.ndarray) -> int:
+        """A number for the line origin + s·scale·direction of ``function`` (``origin``: the token of
+        the flat function at x), the same for an equal line: its points' keys. Found by comparing
+        directions (only those of lines with the same function, origin and scale), so that no point
+        of a line is ever copied or hashed, and two lines share points only where they are equal."""
+        key = (function, origin, scale)
+        for number, (other, known) in self._lines.items():
+            if other == key and known.shape == direction.shape and np.array_equal(known, direction):
+                self._lines.move_to_end(number)
+                return number
+        number = next(self._line_numbers)
+        self._lines[number] = (key, direction)
+        if len(self._lines) > MAX_LINES:
+            self._lines.popitem(last=False)
+        return number
+
+    def served_at_x(self) -> None:
+        """Count f(x), which a flat function already holds, asked for again: an evaluation shared."""
+        self.hits += 1
 
     def lookup(self, function: str, point: bytes) -> np.ndarray | None:
         value = self._values.get((function, point))

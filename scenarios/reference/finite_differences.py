@@ -138,13 +138,37 @@ class _Composed:
         return values.T.reshape(values.shape[1:] + batch)
 
 
-def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings):
+def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings,
+                 prefetch: Callable[[np.ndarray], None] | None = None):
     """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
-    (value (n,), error (n,))."""
-    res = _richardson(lambda steps, directions: differentiate.jacobian(
-        _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions,
-        **_scipy_options(settings)), settings, 1)
+    (value (n,), error (n,)). ``prefetch(s)``, where given, is told the steps of a central stencil's
+    first two iterations before they are asked for, to evaluate them in one call: scipy asks for its
+    first iteration's ``order`` points, then for two more each iteration, and never stops before the
+    second (its error estimate compares two)."""
+    def compute(steps, directions):
+        if prefetch is not None and directions[0] == 0 and settings.maxiter > 1:
+            prefetch(_central_steps(float(steps[0]), settings.order))
+        return differentiate.jacobian(_Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions,
+                                      step_factor=STEP_FACTOR, **_scipy_options(settings))
+
+    res = _richardson(compute, settings, 1)
     return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
+
+
+# scipy.differentiate's step reduction factor (its default), passed explicitly since ``_central_steps``
+# predicts the steps it takes.
+STEP_FACTOR = 2.0
+
+
+def _central_steps(initial_step: float, order: int) -> np.ndarray:
+    """The steps at which scipy.differentiate's central stencil of ``order``, from ``initial_step``
+    at 0, evaluates a function in its first two iterations (its ``pre_func_eval``, computed the same
+    way: with a factor of 2 every step is exact)."""
+    terms = (order + 1) // 2
+    h = np.float64(initial_step)
+    first = h / STEP_FACTOR ** np.arange(terms, dtype=np.float64)
+    second = (h / STEP_FACTOR) / STEP_FACTOR ** (terms - 1)
+    return np.concatenate([-first[::-1], first, [-second, second]])
 
 
 def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
@@ -181,10 +205,15 @@ class ReferenceBuilder:
         self.rng = np.random.default_rng(seed)
         # Differences are taken in z = x / scale (per element for full results, one number for
         # probes) and scaled back: a derivative in x is the one in z divided by the scale.
-        magnitude = np.abs(self.g.v0)
-        relative = settings.relative_steps and np.any(magnitude > 0)
-        self.scale = np.where(magnitude > 0, magnitude, 1.0) if relative else np.ones_like(self.g.v0)
-        self.probe_scale = float(np.sqrt(np.mean(magnitude ** 2))) if relative else 1.0
+        # Absolute steps: a scale of 1.0, the same numbers as an array of ones without writing one
+        # the size of x (for a network's parameters, more memory traffic than a probe's arithmetic).
+        self.scale: np.ndarray | float = 1.0
+        self.probe_scale = 1.0
+        if settings.relative_steps:
+            magnitude = np.abs(self.g.v0)
+            if np.any(magnitude > 0):
+                self.scale = np.where(magnitude > 0, magnitude, 1.0)
+                self.probe_scale = float(np.sqrt(np.mean(magnitude ** 2)))
 
     # -- what the operator records read (gradci.scenarios.operators.vocabulary.FiniteDifferences) -----
     @property
@@ -243,7 +272,8 @@ class ReferenceBuilder:
     def directional(self, flat_t: np.ndarray):
         """d/ds f(x + s·t) at 0, flat, and its error estimate."""
         c = self.probe_scale
-        d, err = _directional(lambda s: self.evaluate(self.g.v0 + s * c * flat_t), self.settings)
+        line = self.evaluate.line(flat_t, c)
+        d, err = _directional(line, self.settings, prefetch=line.prefetch)
         return d / c, err / c
 
     def like_x(self, flat: np.ndarray) -> Any:
@@ -267,10 +297,11 @@ class ReferenceBuilder:
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
             c = self.probe_scale
-            def along(s, u=u, w=w, c=c):  # bound now: the loop moves on
-                return (self.evaluate(self.g.v0 + s * c * u) @ w)[:, None]
+            line = self.evaluate.line(u, c)
+            def along(s, line=line, w=w):  # bound now: the loop moves on
+                return (line(s) @ w)[:, None]
 
-            value, error = _directional(along, self.settings.for_probes())
+            value, error = _directional(along, self.settings.for_probes(), prefetch=line.prefetch)
             probes.append(Probe(u=u, w=w if matrix else None, value=float(value[0] / c), error=float(error[0] / c)))
         return probes
 

@@ -1,6 +1,7 @@
 """The scenario's function as a float64 numpy function of one flat vector: what finite differences need."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +70,11 @@ def reference_framework(scenario: Scenario) -> str:
     raise ValueError(f"scenario {scenario.name!r} has no implementation to compute a reference with")
 
 
+# Tells flat functions apart for the evaluation memo's keys: never reused within a process (an
+# object's id can be, once it is collected).
+_TOKENS = itertools.count()
+
+
 class FlatFunction:
     """g(v) = ravel(f(unravel(v), *contexts)) with the output's structure remembered.
 
@@ -77,6 +83,7 @@ class FlatFunction:
     raises for inputs outside [0, 1] where log would return NaN)."""
 
     def __init__(self, scenario: Scenario):
+        self.token = next(_TOKENS)  # this function at this x: what the memo's keys of lines through x name
         self._fn = float64_callable(scenario)
         self._contexts = scenario.contexts
         self.v0, self.unravel_input = ravel(scenario.x)

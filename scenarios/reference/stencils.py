@@ -38,35 +38,63 @@ def batching_enabled() -> bool:
 
 
 class BatchedFunction:
-    """f at a batch of flat points, rows (k, m) → rows (k, n), once validated against the loop."""
+    """f at a batch of flat points, rows (k, m) → rows (k, n), once validated against the loop;
+    ``line``, where the framework has one, takes the points of a line instead, built in the
+    framework (``line_rows``' arithmetic) rather than converted from numpy."""
 
-    def __init__(self, call: Callable[[np.ndarray], np.ndarray]):
+    def __init__(self, call: Callable[[np.ndarray], np.ndarray], line: LineCall | None = None):
         self._call = call
+        self._line = line
         self.trusted = False
         self.refused: str | None = None  # why the loop evaluates this function, once refused
 
     def evaluate(self, rows: np.ndarray, g: FlatFunction) -> np.ndarray | None:
         """f at every row, or None (and refused from now on) where the batched call cannot be used."""
+        return self._checked(lambda: self._call(rows), len(rows), lambda i: rows[i], g)
+
+    def evaluate_line(self, origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray,
+                      g: FlatFunction) -> np.ndarray | None:
+        """f at origin + c·direction for each coefficient c, as ``evaluate`` at ``line_rows``."""
+        if self._line is None:
+            return self.evaluate(line_rows(origin, direction, coefficients), g)
+        line = self._line
+        return self._checked(lambda: line(origin, direction, coefficients), len(coefficients),
+                             lambda i: line_rows(origin, direction, coefficients[i:i + 1])[0], g)
+
+    def _checked(self, compute: Callable[[], np.ndarray], count: int, row: Callable[[int], np.ndarray],
+                 g: FlatFunction) -> np.ndarray | None:
         try:
             # vmap's own notices (torch: "not yet implemented the batching rule for ...") are ours to
             # keep quiet; what f itself warns about, its cells report when the backends run it.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                values = np.asarray(self._call(rows), dtype=np.float64)
+                values = np.asarray(compute(), dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - whatever stops the batched call, the loop can do
             self.refused = f"the batched call raised {type(exc).__name__}"
             return None
-        if values.shape != (len(rows), g.y0.size):
-            self.refused = f"the batched call returned shape {values.shape}, not {(len(rows), g.y0.size)}"
+        if values.shape != (count, g.y0.size):
+            self.refused = f"the batched call returned shape {values.shape}, not {(count, g.y0.size)}"
             return None
         if not self.trusted:
-            sample = [0, len(rows) - 1]
-            looped = np.stack([g(np.array(rows[i])) for i in sample])
+            sample = [0, count - 1]
+            looped = np.stack([g(np.array(row(i))) for i in sample])
             if not _agree(values[sample], looped):
                 self.refused = "the batched call disagreed with the loop"
                 return None
             self.trusted = True
         return values
+
+
+# f at the points of a line: (origin (m,), direction (m,), coefficients (k,)) → values (k, n).
+LineCall = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def line_rows(origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    """The points origin + c·direction (k, m), in one array of their own, filled in place: a second
+    temporary of k 100k-element points doubles the memory traffic, which is the cost here."""
+    rows = np.multiply(np.asarray(coefficients, dtype=np.float64)[:, None], direction)
+    rows += origin
+    return rows
 
 
 def _agree(batched: np.ndarray, looped: np.ndarray) -> bool:
@@ -82,9 +110,11 @@ def batched_function(scenario: Scenario) -> BatchedFunction | None:
     reference implementation has no batching (numpy, framework-neutral) or it was refused."""
     key = scenario.function_fingerprint()
     if key not in _BATCHED:
-        builder = _BUILDERS.get(reference_framework(scenario))
+        framework = reference_framework(scenario)
+        builder, line_builder = _BUILDERS.get(framework), _LINE_BUILDERS.get(framework)
         try:
-            _BATCHED[key] = BatchedFunction(builder(scenario)) if builder else None
+            _BATCHED[key] = (BatchedFunction(builder(scenario), line_builder(scenario) if line_builder else None)
+                             if builder else None)
         except Exception:  # noqa: BLE001 - e.g. contexts the framework cannot take: the loop can
             _BATCHED[key] = None
         if len(_BATCHED) > MAX_FUNCTIONS:
@@ -135,7 +165,8 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     return call
 
 
-def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
+def _torch_mapped(scenario: Scenario) -> Callable[[Any], np.ndarray]:
+    """f over a batch of flat torch points (k, m) → numpy values (k, n)."""
     import torch
 
     from gradci.scenarios.adapters import get_framework
@@ -151,15 +182,38 @@ def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     # "same": a seeded draw inside f gives every point the numbers its own call would get.
     mapped = torch.func.vmap(flat_f, in_dims=(0, None), randomness="same")
 
-    def call(rows: np.ndarray) -> np.ndarray:
+    def run(points):
         # Contexts converted per call: state a function updates starts from its declared value.
         contexts = fw.to_framework(scenario.contexts, "float64", "cpu")
-        return fw.to_numpy(mapped(torch.tensor(rows), contexts))
+        return fw.to_numpy(mapped(points, contexts))
 
-    return call
+    return run
+
+
+def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
+    import torch
+
+    run = _torch_mapped(scenario)
+    return lambda rows: run(torch.tensor(rows))
+
+
+def _torch_line(scenario: Scenario) -> LineCall:
+    import torch
+
+    run = _torch_mapped(scenario)
+
+    def line(origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+        # line_rows' arithmetic (a product, then a sum: the same roundings) on tensors sharing the
+        # arrays' memory, only read; the points are a tensor of their own, which f may write into.
+        points = torch.from_numpy(np.asarray(coefficients, dtype=np.float64))[:, None] * torch.from_numpy(direction)
+        points += torch.from_numpy(origin)
+        return run(points)
+
+    return line
 
 
 _BUILDERS = {"jax": _jax_batched, "torch": _torch_batched}
+_LINE_BUILDERS = {"torch": _torch_line}
 
 
 class StencilEvaluator:
@@ -171,6 +225,12 @@ class StencilEvaluator:
         self._scenario = scenario
         self._memo = memo
         self._function = scenario.function_fingerprint()
+        self._x_key: bytes | None = None
+
+    def _at_x(self) -> bytes:
+        if self._x_key is None:
+            self._x_key = self.g.v0.tobytes()
+        return self._x_key
 
     def __call__(self, points: np.ndarray) -> np.ndarray:
         points = np.ascontiguousarray(points, dtype=np.float64)
@@ -178,21 +238,31 @@ class StencilEvaluator:
         pending: dict[bytes, list[int]] = {}
         for i, point in enumerate(points):
             key = point.tobytes()
-            known = self._memo.lookup(self._function, key) if self._memo is not None else None
+            if key == self._at_x():  # f(x): the flat function has it
+                known: np.ndarray | None = self.g.y0
+                if self._memo is not None:
+                    self._memo.served_at_x()
+            else:
+                known = self._memo.lookup(self._function, key) if self._memo is not None else None
             if known is not None:
                 values[i] = known
             else:
                 pending.setdefault(key, []).append(i)
         if pending:
             firsts = [rows[0] for rows in pending.values()]
-            computed = self._evaluate(points[firsts])
+            computed = self.evaluate(points[firsts])
             for (key, rows), value in zip(pending.items(), computed):
                 values[rows] = value
                 if self._memo is not None:
                     self._memo.store(self._function, key, value.copy())
         return values
 
-    def _evaluate(self, rows: np.ndarray) -> np.ndarray:
+    def line(self, direction: np.ndarray, scale: float) -> LineEvaluator:
+        """g along x + s·scale·direction, as a function of s."""
+        return LineEvaluator(self, direction, scale)
+
+    def evaluate(self, rows: np.ndarray) -> np.ndarray:
+        """g at every row, each evaluated (no memo): batched where f allows, else point by point."""
         batched = batched_function(self._scenario) if batching_enabled() and len(rows) > 1 else None
         if batched is not None:
             values = batched.evaluate(rows, self.g)
@@ -201,3 +271,76 @@ class StencilEvaluator:
                 return values
         # Each point its own copy: f may write into its argument or read past a view's edges.
         return np.stack([self.g(np.array(row)) for row in rows])
+
+    def evaluate_line(self, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+        """g at x + c·direction for each coefficient c, each evaluated (no memo), as ``evaluate``."""
+        batched = batched_function(self._scenario) if batching_enabled() and len(coefficients) > 1 else None
+        if batched is not None:
+            values = batched.evaluate_line(self.g.v0, direction, coefficients, self.g)
+            if values is not None:
+                self.g.evaluations += len(coefficients)
+                return values
+        return np.stack([self.g(row) for row in line_rows(self.g.v0, direction, coefficients)])
+
+
+class LineEvaluator:
+    """g along the line x + s·scale·direction, for a column of s (k, 1) → values (k, n): what a
+    directional difference (a probe, a jvp) takes.
+
+    At s = 0 it is f(x), which the flat function already has. Every other point is evaluated once
+    per line (a ``prefetch``'s points in one batched call) and shared through the memo under the
+    line's number and s (``EvaluationMemo.line_number``): keying each point by its bytes, as
+    ``StencilEvaluator`` does, would copy and hash every 100k-element point of a network's
+    parameters and keep it in the memo, which cost more than evaluating f there. The points are the
+    ones ``StencilEvaluator`` would be given, x + (s·scale)·direction, bit for bit."""
+
+    def __init__(self, evaluator: StencilEvaluator, direction: np.ndarray, scale: float):
+        self._evaluator = evaluator
+        self._direction = np.ascontiguousarray(direction, dtype=np.float64)
+        self._scale = float(scale)
+        self._known: dict[bytes, np.ndarray] = {}
+        self._prefix: bytes | None = None
+
+    def __call__(self, s: np.ndarray) -> np.ndarray:
+        steps = np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
+        self.prefetch(steps)
+        if not len(steps):
+            return np.empty((0, self._evaluator.g.y0.size))
+        return np.stack([self._known[step.tobytes()] for step in steps])
+
+    def prefetch(self, steps: np.ndarray) -> None:
+        """Evaluate g at the steps s not known yet, all in one call."""
+        g, memo, function = self._evaluator.g, self._evaluator._memo, self._evaluator._function
+        pending: dict[bytes, float] = {}
+        for step in np.ascontiguousarray(steps, dtype=np.float64).reshape(-1):
+            key = step.tobytes()
+            if key in self._known or key in pending:
+                continue
+            if key == _ZERO:  # x itself: f(x), which the flat function has
+                known: np.ndarray | None = g.y0
+                if memo is not None:
+                    memo.served_at_x()
+            else:
+                known = memo.lookup(function, self._memo_key(key)) if memo is not None else None
+            if known is not None:
+                self._known[key] = known
+            else:
+                pending[key] = float(step)
+        if not pending:
+            return
+        coefficients = np.array(list(pending.values())) * self._scale
+        for key, value in zip(pending, self._evaluator.evaluate_line(self._direction, coefficients)):
+            self._known[key] = value
+            if memo is not None:
+                memo.store(function, self._memo_key(key), value.copy())
+
+    def _memo_key(self, step: bytes) -> bytes:
+        if self._prefix is None:
+            memo = self._evaluator._memo
+            assert memo is not None  # keys are made for the memo only
+            number = memo.line_number(self._evaluator._function, self._evaluator.g.token, self._scale, self._direction)
+            self._prefix = b"line" + number.to_bytes(8, "little")
+        return self._prefix + step
+
+
+_ZERO = np.float64(0.0).tobytes()
