@@ -43,7 +43,7 @@ def check(
     format: str = typer.Option("table", "--format", help="table, json or junit."),
     output: str | None = typer.Option(None, "-o", "--output", help="Write the report to this file."),
     cell_timeout: float | None = typer.Option(None, "--cell-timeout", metavar="SECONDS",
-                                                 help="Per-cell timeout (default: gradci.toml's [check] "
+                                                 help="Per-cell timeout (default: gradci.toml's \\[check] "
                                                       "cell_timeout_s, else 300)."),
     family: str | None = typer.Option(None, help="Only this family of the built-in library (e.g. elementary)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list the warnings each cell raised."),
