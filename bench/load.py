@@ -3,20 +3,21 @@
 ``webhook_load``: signed ``pull_request`` deliveries at a steady rate to a real uvicorn server with
 the real app on PostgreSQL and Redis. Each delivery is a pull request of its own with a head commit
 of its own, all on one base commit, sent on schedule whether or not the earlier ones were answered
-(an open loop: a slow server shows as latency, not as a lower rate). No worker runs, so every
-``plan_run`` message stays on the queue to be counted. Then: each delivery should be acknowledged
-within GitHub's 10 s; each acknowledged one must be stored with the run of its head commit, and that
-run planned (none lost); no commit may have two runs and no run two plans (none duplicated) — the
-base commit included, which every delivery finds missing at first.
+(an open loop: a slow server shows as latency, not as a lower rate). A Celery worker acts on the
+stored deliveries meanwhile (``bench/intake_worker.py``: the worker's ``handle_delivery``, with the
+plans and reports it sends counted instead of carried out), on the same machine; ``--act-after``
+starts it only once every answer is in. Then: each delivery should be acknowledged within GitHub's
+10 s; each acknowledged one must be acted on — stored with the run of its head commit, and that run
+planned (none lost); no commit may have two runs and no run two plans (none duplicated) — the base
+commit included, which every delivery finds missing at first.
 
-Run: .venv/bin/python bench/load.py [--rate 100] [--seconds 30] [--workers 2]
+Run: .venv/bin/python bench/load.py [--rate 100] [--seconds 30] [--workers 2] [--act-after]
          [--postgres-url ADMIN_URL (a database is created in it and dropped)] [--redis-url URL (flushed)]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import copy
 import dataclasses
 import hashlib
@@ -28,7 +29,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -37,6 +38,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.intake_worker import PLANS  # noqa: E402
 from gradci.services.github.signature import sign  # noqa: E402
 from gradci.testing.processes import free_port, service_env, spawn, stop, wait_for  # noqa: E402
 
@@ -47,6 +49,7 @@ DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/15"
 P99_TARGET_MS = 100
 GITHUB_TIMEOUT_S = 10
+ACT_TIMEOUT_S = 600  # for the worker to act on every acknowledged delivery
 
 
 class WebhookDelivery(NamedTuple):
@@ -64,6 +67,8 @@ class WebhookLoadFigures:
     answers: dict[int, int]        # HTTP status (0: no answer within GitHub's 10 s) → count
     lost: int                      # acknowledged, yet without their stored run or its plan
     duplicated: int                # runs beyond one per commit, plans beyond one per run
+    acted_s: float                 # from the first send until the worker had acted on every acknowledged one
+    act_after: bool = False        # the worker started only once every answer was in
 
     @property
     def sent(self) -> int:
@@ -85,6 +90,8 @@ class WebhookLoadFigures:
             f"acknowledged {len(self.latencies_ms)} in {self.seconds:.1f} s = {self.achieved_rate:.1f}/s",
             (f"acknowledgement latency p50 {self.percentile_ms(50):.1f} ms, p95 {self.percentile_ms(95):.1f} ms, "
              f"p99 {self.percentile_ms(99):.1f} ms  (target p99 < {P99_TARGET_MS} ms)"),
+            (f"acted on by the worker (runs stored and planned) {self.acted_s:.1f} s after the first send"
+             f"{' (started after the last answer)' if self.act_after else ''}"),
             f"lost {self.lost}, duplicated {self.duplicated}  (target 0, 0)",
         ]
 
@@ -139,16 +146,26 @@ async def _send_on_schedule(url: str, deliveries: list[WebhookDelivery], rate: f
 
 
 def _plans_by_run(redis_url: str) -> Counter[int]:
-    """How many ``plan_run`` messages wait on the queue for each run."""
+    """How many ``plan_run`` messages the bench worker received for each run."""
     import redis
 
     client = redis.Redis.from_url(redis_url)
     try:
-        messages = [json.loads(raw) for raw in client.lrange("cpu", 0, -1)]
+        return Counter({int(run_id): int(count) for run_id, count in client.hgetall(PLANS).items()})
     finally:
         client.close()
-    return Counter(json.loads(base64.b64decode(m["body"]))[0][0] for m in messages
-                   if m["headers"]["task"] == "gradci.plan_run")
+
+
+def _unacted(database_url: str, acknowledged: list[WebhookDelivery]) -> int:
+    """How many acknowledged deliveries the worker has not acted on yet (or not yet planned)."""
+    from sqlalchemy import select
+
+    from gradci.services.db.models import Delivery
+    from gradci.services.db.session import session_scope
+
+    with session_scope(database_url, readonly=True) as session:
+        acted = set(session.scalars(select(Delivery.delivery_id).where(Delivery.processed_at.is_not(None))))
+    return sum(1 for delivery in acknowledged if delivery.delivery_id not in acted)
 
 
 def lost_and_duplicated(database_url: str, redis_url: str, acknowledged: list[WebhookDelivery]) -> tuple[int, int]:
@@ -169,6 +186,35 @@ def lost_and_duplicated(database_url: str, redis_url: str, acknowledged: list[We
     runs_per_commit = Counter(runs.values())
     duplicated = sum(n - 1 for n in runs_per_commit.values()) + sum(n - 1 for n in plans.values())
     return len(acknowledged) - len(handled), duplicated
+
+
+def wait_acted_on(database_url: str, redis_url: str, acknowledged: list[WebhookDelivery]) -> None:
+    """Until the worker has acted on every acknowledged delivery and its plans arrived (or the
+    timeout: what is missing then counts as lost)."""
+    def done() -> bool:
+        return _unacted(database_url, acknowledged) == 0 and lost_and_duplicated(
+            database_url, redis_url, acknowledged)[0] == 0
+
+    try:
+        wait_for(done, "the worker to act on every acknowledged delivery", timeout_s=ACT_TIMEOUT_S, interval_s=0.5)
+    except AssertionError:
+        pass
+
+
+@contextmanager
+def intake_worker(database_url: str, redis_url: str, workdir: Path, concurrency: int = 2) -> Iterator[None]:
+    """``bench/intake_worker.py``: a Celery worker acting on the stored deliveries, once it consumes;
+    stopped on exit."""
+    env = service_env(database_url=database_url, broker_url=redis_url, workdir=str(workdir))
+    ready = workdir / "intake_worker.ready"
+    process = spawn([sys.executable, str(ROOT / "bench" / "intake_worker.py"), str(concurrency), str(ready)], env,
+                    workdir / "intake_worker.log")
+    try:
+        # Started before the load: its start-up (seconds of CPU) must not land on the first deliveries.
+        wait_for(ready.exists, "the worker to consume", timeout_s=90, interval_s=0.1)
+        yield
+    finally:
+        stop(process)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,17 +250,25 @@ def _healthy(url: str) -> bool:
 
 
 def webhook_load(database_url: str, redis_url: str, rate: float = 100, seconds: float = 30,
-                 workers: int = 2) -> WebhookLoadFigures:
+                 workers: int = 2, act_after: bool = False) -> WebhookLoadFigures:
     """Deliver ``rate × seconds`` signed pull requests to a fresh server on an empty, migrated
-    database and an empty Redis database, and count what was stored and queued."""
+    database and an empty Redis database, have a worker act on them, and count what was stored,
+    acted on and planned."""
     deliveries = pull_request_deliveries(round(rate * seconds))
     with tempfile.TemporaryDirectory(prefix="gradci-load-") as workdir, \
-            api_server(database_url, redis_url, Path(workdir), workers) as server:
+            api_server(database_url, redis_url, Path(workdir), workers) as server, ExitStack() as worker:
+        if not act_after:
+            worker.enter_context(intake_worker(database_url, redis_url, Path(workdir)))
+        started = time.monotonic()
         answers, elapsed = asyncio.run(_send_on_schedule(server.url, deliveries, rate))
-    acknowledged = [delivery for delivery, (status, _) in zip(deliveries, answers) if 200 <= status < 300]
+        acknowledged = [delivery for delivery, (status, _) in zip(deliveries, answers) if 200 <= status < 300]
+        if act_after:
+            worker.enter_context(intake_worker(database_url, redis_url, Path(workdir)))
+        wait_acted_on(database_url, redis_url, acknowledged)
+        acted_s = time.monotonic() - started
     lost, duplicated = lost_and_duplicated(database_url, redis_url, acknowledged)
     return WebhookLoadFigures(
-        offered_rate=rate, seconds=elapsed, lost=lost, duplicated=duplicated,
+        offered_rate=rate, seconds=elapsed, lost=lost, duplicated=duplicated, acted_s=acted_s, act_after=act_after,
         latencies_ms=[latency for status, latency in answers if 200 <= status < 300],
         answers=dict(Counter(status for status, _ in answers)))
 
@@ -236,11 +290,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100, help="deliveries per second (default 100)")
     parser.add_argument("--seconds", type=float, default=30, help="for how long (default 30)")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes (default 2)")
+    parser.add_argument("--act-after", action="store_true",
+                        help="start the worker that acts on the deliveries only once every answer is in")
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES, help="an admin URL of a PostgreSQL cluster")
     parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="a Redis database of its own: it is flushed")
     args = parser.parse_args()
     with scratch_databases(args.postgres_url, args.redis_url) as database_url:
-        figures = webhook_load(database_url, args.redis_url, args.rate, args.seconds, args.workers)
+        figures = webhook_load(database_url, args.redis_url, args.rate, args.seconds, args.workers, args.act_after)
     print(f"webhook load: uvicorn × {args.workers} workers, PostgreSQL + Redis, no access log")
     for line in figures.lines():
         print(line)

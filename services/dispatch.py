@@ -1,6 +1,7 @@
-"""The one place the API touches the queue: sending ``plan_run``, ``finalize_run`` (an upload run
-whose shards are in) and ``publish_github`` by name, and probing the broker. The producer app comes
-from ``gradci.services.queues``: the API never imports the worker's tasks (nor the frameworks they load)."""
+"""The one place the API touches the queue: sending ``handle_delivery`` (a stored webhook delivery),
+``plan_run``, ``finalize_run`` (an upload run whose shards are in) and ``publish_github`` by name,
+and probing the broker. The producer app comes from ``gradci.services.queues``: the API never
+imports the worker's tasks (nor the frameworks they load)."""
 from __future__ import annotations
 
 import threading
@@ -12,6 +13,7 @@ from gradci.services.queues import (
     BROKER_TIMEOUT_S,
     CONTROL_QUEUE,
     FINALIZE_RUN,
+    HANDLE_DELIVERY,
     PLAN_RUN,
     PUBLISH_GITHUB,
     create_celery,
@@ -20,7 +22,7 @@ from gradci.services.settings import Settings
 
 
 class DispatchError(RuntimeError):
-    """The broker refused or could not be reached; the run was not queued."""
+    """The broker refused or could not be reached; the message was not queued."""
 
 
 _producers: dict[str, Celery] = {}
@@ -42,18 +44,23 @@ def broker_connection(settings: Settings) -> Connection:
                       connect_timeout=BROKER_TIMEOUT_S)
 
 
-def _send(task: str, run_id: int, settings: Settings) -> None:
+def _send(task: str, argument: int, settings: Settings, of: str = "run") -> None:
     # Through the producer app's connection pool: a connection per message halved the webhook
     # intake's throughput. The app's broker_connection_timeout still makes a down broker fail fast.
     try:
         _producer(settings).send_task(
             task,
-            args=[run_id],
+            args=[argument],
             queue=CONTROL_QUEUE,
             retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
         )
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not queued"
-        raise DispatchError(f"could not queue {task} for run {run_id}: {exc}") from exc
+        raise DispatchError(f"could not queue {task} for {of} {argument}: {exc}") from exc
+
+
+def submit_delivery(delivery_id: int, settings: Settings) -> None:
+    """Queue ``gradci.handle_delivery(delivery_id)`` (the row's id): a worker acts on the stored delivery."""
+    _send(HANDLE_DELIVERY, delivery_id, settings, of="delivery")
 
 
 def submit_plan(run_id: int, settings: Settings) -> None:

@@ -20,9 +20,10 @@ PLAN_RUN = "gradci.plan_run"
 RUN_JOB = "gradci.run_job"
 FINALIZE_RUN = "gradci.finalize_run"
 PUBLISH_GITHUB = "gradci.publish_github"
-# Planning, finalising and publishing need no accelerator: they go to the CPU workers' queue.
+HANDLE_DELIVERY = "gradci.handle_delivery"  # act on a stored GitHub webhook delivery
+# Acting on deliveries, planning, finalising and publishing need no accelerator: the CPU workers' queue.
 CONTROL_QUEUE = CPU
-CONTROL_TASKS = (PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
+CONTROL_TASKS = (HANDLE_DELIVERY, PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
 
 
 def queue_for_device(device: str) -> str:

@@ -14,15 +14,19 @@ two after its heartbeats:
   its countdown is held that long; a worker that died holds its message for hours);
 - unplanned runs: queued for longer than the grace with no job and no ``plan_run`` waiting or held;
 - unfinalised runs: every job finished more than the grace ago, the run not, no ``finalize_run``
-  waiting or held.
+  waiting or held;
+- unhandled deliveries: GitHub webhook deliveries stored more than the grace ago that no worker
+  acted on, with no ``handle_delivery`` waiting or held (the API sends it after answering: a broker
+  that was down then, or an API process that died, left none);
 - runs with a job waiting for a device longer than GRADCI_DEVICE_WAIT (``gradci.services.db.waiting``: its
   queue no online worker serves): their ``plan_run`` is sent again, and planning stores that job's
   cells as ``skip`` with the reason it waited, so that the run finishes.
 
 Idempotent and bounded: a job is sent again only by the reconciler whose conditional update won
-it (once per grace), plans and finalisations are idempotent tasks sent again at most once per grace
-by this reconciler, ``claim_job`` drops a second delivery of a job that runs, the attempt counter
-still bounds how often a job can take a worker down, and one pass sends at most ``BATCH`` of each.
+it (once per grace), plans, finalisations and deliveries are idempotent tasks sent again at most
+once per grace by this reconciler, ``claim_job`` drops a second delivery of a job that runs, the
+attempt counter still bounds how often a job can take a worker down, and one pass sends at most
+``BATCH`` of each.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from gradci.services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_tasks
+from gradci.services.db.deliveries import unhandled_deliveries
 from gradci.services.db.jobs import (
     lost_jobs,
     mark_resent,
@@ -42,7 +47,7 @@ from gradci.services.db.jobs import (
 )
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import overdue_runs
-from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, RUN_JOB
+from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB
 from gradci.services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,7 @@ class Senders:
     job: Callable[[int, str], None]  # (job id, queue)
     plan: Callable[[int], None]
     finalize: Callable[[int], None]
+    delivery: Callable[[int], None]  # a stored webhook delivery's id
 
 
 @dataclasses.dataclass
@@ -66,6 +72,7 @@ class Reconciled:
     unplanned_runs: list[int] = dataclasses.field(default_factory=list)
     unfinalized_runs: list[int] = dataclasses.field(default_factory=list)
     overdue_runs: list[int] = dataclasses.field(default_factory=list)  # a job waited too long for a device
+    unhandled_deliveries: list[int] = dataclasses.field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(dataclasses.astuple(self))
@@ -86,11 +93,12 @@ class Reconciler:
             unplanned = unplanned_runs(session, grace_s=grace, limit=BATCH)
             unfinalized = unfinalized_runs(session, grace_s=grace, limit=BATCH)
             overdue = overdue_runs(session, within_s=lease, wait_s=settings.device_wait, limit=BATCH)
-        if not (lost or stranded or unplanned or unfinalized or overdue):
+            unhandled = unhandled_deliveries(session, grace_s=grace, limit=BATCH)
+        if not (lost or stranded or unplanned or unfinalized or overdue or unhandled):
             return Reconciled()
         messages = self._messages({queue for _, queue in lost + stranded} | {CONTROL_QUEUE})
         if messages is None:  # a broker we cannot read: only a lapsed lease is proof enough
-            stranded, unplanned, unfinalized, messages = [], [], [], {}
+            stranded, unplanned, unfinalized, unhandled, messages = [], [], [], [], {}
         now = time.time()
 
         def waiting(key: TaskKey) -> bool:
@@ -117,7 +125,10 @@ class Reconciler:
             unplanned_runs=self._send_runs(PLAN_RUN, [r for r in unplanned if not held((PLAN_RUN, r))], self.send.plan),
             unfinalized_runs=self._send_runs(FINALIZE_RUN, [r for r in unfinalized if not held((FINALIZE_RUN, r))],
                                              self.send.finalize),
-            overdue_runs=self._send_runs(PLAN_RUN, [r for r in overdue if not held((PLAN_RUN, r))], self.send.plan))
+            overdue_runs=self._send_runs(PLAN_RUN, [r for r in overdue if not held((PLAN_RUN, r))], self.send.plan),
+            unhandled_deliveries=self._send_runs(HANDLE_DELIVERY, [d for d in unhandled
+                                                                   if not held((HANDLE_DELIVERY, d))],
+                                                 self.send.delivery))
 
     def _messages(self, queues: Iterable[str]) -> dict[TaskKey, float | None] | None:
         try:
@@ -126,16 +137,17 @@ class Reconciler:
             log.info("%s: only jobs whose lease lapsed are sent again", exc)
             return None
 
-    def _send_runs(self, task: str, run_ids: list[int], send: Callable[[int], None]) -> list[int]:
-        """Send again, at most once per grace from this reconciler: a plan can take longer than the
-        grace, and the message it holds meanwhile may look stale."""
+    def _send_runs(self, task: str, ids: list[int], send: Callable[[int], None]) -> list[int]:
+        """Send again (a run's, or a delivery's), at most once per grace from this reconciler: a plan
+        can take longer than the grace, and the message it holds meanwhile may look stale."""
         now, sent = time.monotonic(), []
         self._sent_at = {key: at for key, at in self._sent_at.items() if now - at < self.settings.reconcile_grace_s}
-        for run_id in run_ids:
-            if (task, run_id) in self._sent_at:
+        what = "delivery" if task == HANDLE_DELIVERY else "run"
+        for sent_for in ids:
+            if (task, sent_for) in self._sent_at:
                 continue
-            log.warning("run %s lost its %s message: sent again", run_id, task)
-            send(run_id)
-            self._sent_at[task, run_id] = now
-            sent.append(run_id)
+            log.warning("%s %s lost its %s message: sent again", what, sent_for, task)
+            send(sent_for)
+            self._sent_at[task, sent_for] = now
+            sent.append(sent_for)
         return sent

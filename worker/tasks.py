@@ -1,9 +1,11 @@
-"""The Celery tasks: thin shells over ``gradci.worker.plan_run``, ``gradci.worker.execute``,
-``gradci.services.db.jobs.finalize_run`` and ``gradci.services.github.publish``, so that each can be run and
-tested without a broker; and the chores the elected worker does after its heartbeats.
+"""The Celery tasks: thin shells over ``gradci.services.github.intake``, ``gradci.worker.plan_run``,
+``gradci.worker.execute``, ``gradci.services.db.jobs.finalize_run`` and ``gradci.services.github.publish``,
+so that each can be run and tested without a broker; and the chores the elected worker does after
+its heartbeats.
 
-Every task is idempotent, as acks_late requires: a redelivered plan re-sends only waiting jobs, a
-redelivered job rewrites the same result rows, finalising or publishing twice gives the same result.
+Every task is idempotent, as acks_late requires: a delivery acted on is marked so with its runs, a
+redelivered plan re-sends only waiting jobs, a redelivered job rewrites the same result rows,
+finalising or publishing twice gives the same result.
 A task whose database was unreachable is retried with backoff (``DATABASE_RETRY``), never
 acknowledged as done; should its retries run out, the reconciler still finds what it owed.
 """
@@ -21,8 +23,9 @@ from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
 from gradci.services.db.uploads import close_overdue
 from gradci.services.db.workers import elected_worker
+from gradci.services.github.intake import act_on_delivery
 from gradci.services.github.publish import claim_due_reports, owe_reports
-from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
+from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
 from gradci.services.reports.run_report import store_report
 from gradci.services.reports.targets import TargetConfigError
 from gradci.worker.context import current
@@ -55,6 +58,17 @@ def send_finalize(run_id: int) -> None:
 
 def send_publish(run_id: int) -> None:
     publish_github.apply_async(args=[run_id], queue=CONTROL_QUEUE)
+
+
+def send_delivery(delivery_id: int) -> None:
+    handle_delivery.apply_async(args=[delivery_id], queue=CONTROL_QUEUE)
+
+
+@shared_task(name=HANDLE_DELIVERY, **DATABASE_RETRY)
+def handle_delivery(delivery_id: int) -> None:
+    """Act on a stored GitHub delivery exactly once (a second message of it does nothing): its runs
+    stored with the delivery marked processed, then their plans and reports sent."""
+    act_on_delivery(current().settings, delivery_id, plan=send_plan, publish=send_publish)
 
 
 @shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
@@ -117,7 +131,7 @@ def reconciler() -> Reconciler:
     """This worker's reconciler (it remembers what it sent again, so it is made once)."""
     settings = current().settings
     # A retry waiting for its countdown holds its message as long as the longest backoff.
-    return Reconciler(settings, Senders(job=send_job, plan=send_plan, finalize=send_finalize),
+    return Reconciler(settings, Senders(job=send_job, plan=send_plan, finalize=send_finalize, delivery=send_delivery),
                       held_credible_s=settings.reconcile_grace_s + DATABASE_RETRY["retry_backoff_max"])
 
 

@@ -1,4 +1,5 @@
-"""POST /webhooks/github: verify while the body streams in, then store, decide, queue — and answer.
+"""POST /webhooks/github: verify while the body streams in, decide, store what is to be acted on —
+and answer; the worker is told after the answer (``gradci.services.github.intake``).
 
 Until the signature matches, a request is anyone's: what can be refused from the headers alone
 (no or a malformed signature, a declared size over the cap) is refused before a byte of the body
@@ -7,7 +8,10 @@ bytes are known to come from GitHub.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
 from anyio import CapacityLimiter, to_thread
@@ -30,6 +34,15 @@ DELIVERY_ID_LENGTH = 64  # deliveries.delivery_id
 # (at 80 deliveries/s on 2 cores: 64/s achieved and p50 2.5 s; with 4 threads, 80/s and p50 33 ms).
 INTAKE_THREADS = 4
 _intake_limiter = CapacityLimiter(INTAKE_THREADS)
+# The stored deliveries' messages go out after the answer, from threads of their own: the answer waits
+# for no broker (one that is down holds a send for seconds), and a send lost with the process is the
+# reconciler's to make.
+ANNOUNCE_THREADS = 2
+
+
+@functools.cache
+def _announcer() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(ANNOUNCE_THREADS, thread_name_prefix="gradci-announce")
 
 
 def _error(status: int, detail: str) -> JSONResponse:
@@ -46,8 +59,9 @@ def _payload(body: IO[bytes]) -> dict | str:
 
 
 @router.post("/webhooks/github", status_code=202, responses={
-    202: {"description": "Stored and acted on: the runs started and cancelled, or why it was ignored"},
-    200: {"description": "A ping, or a delivery already handled (a redelivery)"},
+    202: {"description": "Stored, for a worker to act on (what was decided: run_pr, cancel_pr or baseline), "
+                         "or ignored (why)"},
+    200: {"description": "A ping, or a delivery already stored (a redelivery)"},
     **errors(400, 401, 403, 413),
 })
 async def github_webhook(request: Request, settings: SettingsDep) -> JSONResponse:
@@ -69,14 +83,16 @@ async def github_webhook(request: Request, settings: SettingsDep) -> JSONRespons
     except signature.BadSignature:
         return _error(401, "missing or invalid X-Hub-Signature-256")
 
-    def work() -> tuple[int, dict]:
+    def work() -> intake.Received:
         # Parsing and storing run off the event loop: a large payload must not stall other requests.
         with body:
             payload = _payload(body)
         if isinstance(payload, str):
-            return 400, {"detail": payload}
+            return intake.Received(400, {"detail": payload})
         with sessionmaker_for(settings.database_url)() as session:
-            return intake.handle(session, settings, event, delivery_id[:DELIVERY_ID_LENGTH], payload)
+            return intake.receive(session, settings, event, delivery_id[:DELIVERY_ID_LENGTH], payload)
 
-    status, content = await to_thread.run_sync(work, limiter=_intake_limiter)
-    return JSONResponse(content, status_code=status)
+    received = await to_thread.run_sync(work, limiter=_intake_limiter)
+    if received.stored is not None:  # stored and committed: now the worker may be told
+        asyncio.get_running_loop().run_in_executor(_announcer(), intake.announce, settings, received.stored)
+    return JSONResponse(received.body, status_code=received.status)

@@ -308,9 +308,13 @@ class ScenarioCatalogEntry(Base):
 
 
 class Delivery(Base):
-    """A GitHub webhook delivery, stored before it is acknowledged; the unique id deduplicates redeliveries."""
+    """A GitHub webhook delivery to act on, stored (one statement) before it is acknowledged; the
+    unique id deduplicates redeliveries. A worker acts on it once: ``processed_at`` is set in the
+    transaction that stores its runs, and ``outcome`` says what it did."""
 
     __tablename__ = "deliveries"
+    # The reconciler's question (unprocessed ones) and a worker's (the unprocessed ones of a subject).
+    __table_args__ = (Index(None, "processed_at", "subject"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
@@ -319,6 +323,13 @@ class Delivery(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    # What the request decided from the payload (gradci.services.github.events.Decision's fields);
+    # None for deliveries stored before 0013, all of them processed.
+    decision: Mapped[dict[str, Any] | None]
+    # The pull request it concerns ("owner/name#number"): its deliveries are acted on in stored order.
+    subject: Mapped[str | None] = mapped_column(String(320))
+    processed_at: Mapped[datetime | None]
+    outcome: Mapped[dict[str, Any] | None]  # the runs it started and cancelled, or why it started none
 
 
 class Worker(Base):

@@ -1,36 +1,48 @@
-"""A verified webhook delivery turned into runs. GitHub is never called here: reports go out from
-the queue.
+"""A verified webhook delivery: decided and stored in its request, acted on by a worker. GitHub is
+never called here: reports go out from the queue.
 
-A delivery counts as handled only once what it asked for is stored: the delivery row (whose unique
-id makes a redelivery a duplicate), its runs and its cancellations are written in one transaction.
-GitHub does not redeliver on its own, so nothing is acknowledged that was not also queued: when the
-broker refuses a new run's ``plan_run``, the delivery row and the runs it created are deleted again
-and the answer is 503, and GitHub's redelivery then acts as if the first attempt never happened.
-Deleting rather than keeping the runs for a later sweep leaves one way back (the redelivery), with
-nothing planned twice. Reports need no such care: they are stored as owed (``github_reports``) and
-the worker's sweep sends those whose message was lost. Answers that act on nothing (4xx) record
-nothing either, so a delivery refused before the repository was allowed can be redelivered after.
+The request (``receive``) does only what the payload alone decides (``decide``, no I/O): a ping,
+a refusal (403 not allowed, 400 malformed) and an event or action gradci ignores are answered at
+once and store nothing, so a delivery refused before its repository was allowed can be redelivered
+after. A delivery to act on is stored with its decision in one statement (``INSERT … ON CONFLICT
+(delivery_id) DO NOTHING``: a redelivery or a replay answers 200 duplicate) and committed before it
+is acknowledged (202): GitHub does not redeliver on its own, so nothing is acknowledged that is not
+stored. Its ``handle_delivery`` message is sent after the answer, which waits for neither the broker
+nor the work: a message that is lost, or never sent because the broker was down, is sent again by
+the elected worker's reconciler once the delivery has waited ``GRADCI_RECONCILE_GRACE_S``.
+
+The worker (``act_on_delivery``) acts on a delivery exactly once: the runs it starts, the runs it
+supersedes cancelled, and the delivery marked processed with what it did, in one transaction — a
+second message of it finds it processed and does nothing, and a worker that died midway left
+nothing but the stored delivery, which its redelivered or resent message brings back. The
+deliveries of one pull request are acted on in the order they were stored (a delivery first acts on
+the earlier ones still pending, whose messages may come late), so a newer push always supersedes an
+older one and a close follows the opening it closes. Plans and reports are sent once that
+transaction is committed; one the broker loses is sent again by the reconciler (a run with no plan)
+or the report sweep (a report owed).
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.services import dispatch
-from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger
+from gradci.services.db.availability import DATABASE_UNAVAILABLE
+from gradci.services.db.deliveries import pending_deliveries, store_delivery, subject_of
+from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger, utcnow
 from gradci.services.db.runs import (
     RunAlreadyFinished,
     create_run,
-    delete_runs,
     get_or_create_repository,
     lock_for_transaction,
     request_cancel,
 )
+from gradci.services.db.session import session_scope
 from gradci.services.github.events import Decision, DecisionKind, decide, payload_type_error
 from gradci.services.reports.run_report import base_run
 from gradci.services.settings import Settings
@@ -38,13 +50,23 @@ from gradci.services.settings import Settings
 log = logging.getLogger(__name__)
 
 ACTIVE = (RunStatus.queued.value, RunStatus.running.value)
+ACTED_ON = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline)
+Send = Callable[[int], None]  # a run's id to plan or report on
+
+
+@dataclasses.dataclass(frozen=True)
+class Received:
+    """The answer to one delivery, and its stored row's id when a worker is to act on it."""
+
+    status: int
+    body: dict[str, Any]
+    stored: int | None = None
 
 
 @dataclasses.dataclass
 class Outcome:
-    """What one delivery did, as stored: the answer, the runs to plan and the runs to report on."""
+    """What acting on one delivery did: its stored outcome, the runs to plan and the runs to report on."""
 
-    status: int
     body: dict[str, Any]
     new_runs: list[int] = dataclasses.field(default_factory=list)
     cancelled: list[int] = dataclasses.field(default_factory=list)
@@ -59,25 +81,116 @@ def refusal(decision: Decision) -> tuple[int, dict] | None:
     """The 4xx answer to a decision gradci may not or cannot act on, or None."""
     if decision.kind == DecisionKind.refuse:
         return 403, {"detail": decision.reason}
-    acts = decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline)
     needs_head = decision.kind != DecisionKind.cancel_pr  # cancelling needs only the pull request
-    if acts and (not decision.full_name or not decision.clone_url or (needs_head and not decision.head_sha)):
+    if decision.kind in ACTED_ON and (not decision.full_name or not decision.clone_url
+                                      or (needs_head and not decision.head_sha)):
         return 400, {"detail": "payload lacks the repository, clone URL or head commit"}
     return None
 
 
-def record_delivery(session: Session, delivery: Delivery) -> bool:
-    """Add the delivery row to the open transaction, last; False, and the transaction rolled back,
-    when its id is already stored (on PostgreSQL a concurrent attempt with the same id waits here
-    until the first one ends). Redeliveries are rare: their work is undone rather than every
-    delivery paying for a second write of its row."""
-    session.add(delivery)
+def subject(decision: Decision) -> str | None:
+    """The pull request a decision concerns, "owner/name#number": its deliveries are acted on in order."""
+    if decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr) and decision.pr_number is not None:
+        return f"{decision.full_name}#{decision.pr_number}"
+    return None
+
+
+def receive(session: Session, settings: Settings, event: str, delivery_id: str, payload: dict) -> Received:
+    """The answer to one verified delivery; one to act on is stored and committed first (then send its
+    message with ``announce``). Database errors propagate: the API answers 503 and GitHub shows the
+    delivery as failed, to be redelivered."""
+    type_error = payload_type_error(event, payload)  # first: deciding reads these fields
+    if type_error is not None:
+        return Received(400, {"detail": type_error})
+    decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings))
+    refused = refusal(decision)
+    if refused is not None:
+        return Received(*refused)
+    if decision.kind == DecisionKind.ping:
+        return Received(200, {"ping": "pong"})
+    if decision.kind not in ACTED_ON:
+        return Received(202, {"delivery": delivery_id, "ignored": decision.reason})
+    stored = store_delivery(session, delivery_id=delivery_id, event=event, payload=payload,
+                            decision=dataclasses.asdict(decision), subject=subject(decision))
+    session.commit()
+    if stored is None:
+        return Received(200, {"duplicate": True, "delivery": delivery_id})
+    return Received(202, {"delivery": delivery_id, "accepted": decision.kind.value, "reason": decision.reason},
+                    stored)
+
+
+def announce(settings: Settings, stored: int) -> None:
+    """Send a stored delivery's ``handle_delivery``. A broker that refuses costs time, not the
+    delivery: the reconciler sends the message once the delivery has waited for the grace."""
     try:
-        session.flush()
-    except IntegrityError:
-        session.rollback()
-        return False
-    return True
+        dispatch.submit_delivery(stored, settings)
+    except dispatch.DispatchError as exc:
+        log.warning("delivery %s stored but not announced, left to the reconciler: %s", stored, exc)
+
+
+# --- in the worker: acting on a stored delivery, once ---------------------------------------------
+
+
+def act_on_delivery(settings: Settings, delivery: int, *, plan: Send, publish: Send) -> list[Outcome]:
+    """Act on the stored delivery ``delivery`` (the row's id), and first on its pull request's earlier
+    deliveries still pending, unless a worker did already; then send the new runs' plans and the
+    reports of the runs started and cancelled. What the broker refuses now, the reconciler (plans)
+    and the report sweep (reports) send later."""
+    with session_scope(settings.database_url) as session:
+        outcomes = act_on_stored(session, delivery)
+    for outcome in outcomes:
+        _send_each(outcome.new_runs, plan, "plan")
+    for outcome in outcomes:
+        _send_each(outcome.cancelled + outcome.new_runs, publish, "report")
+    return outcomes
+
+
+def act_on_stored(session: Session, delivery_id: int) -> list[Outcome]:
+    """In the open transaction (the caller commits): act on the stored delivery and, before it, on
+    the earlier deliveries of its pull request still pending, each marked processed with what it did.
+    Nothing when a worker acted on it already (this is a second message of it)."""
+    stored, subject = subject_of(session, delivery_id)
+    if subject is not None:
+        # One pull request's deliveries one after the other: the later one must see what the earlier did.
+        lock_for_transaction(session, subject_lock(subject))
+    pending = pending_deliveries(session, delivery_id, subject) if stored else []
+    if delivery_id not in [delivery.id for delivery in pending]:
+        log.info("delivery %s: acted on already, nothing to do", delivery_id)
+    return [_act_once(session, delivery) for delivery in pending]
+
+
+def subject_lock(subject: str) -> str:
+    """The key of ``lock_for_transaction`` a pull request's deliveries are acted on under, one at a time."""
+    return f"deliveries:{subject}"
+
+
+def stored_decision(stored: dict[str, Any]) -> Decision:
+    return Decision(**{**stored, "kind": DecisionKind(stored["kind"])})
+
+
+def _act_once(session: Session, delivery: Delivery) -> Outcome:
+    assert delivery.decision is not None, "every delivery stored unprocessed has its decision (migration 0013)"
+    decision = stored_decision(delivery.decision)
+    try:
+        with session.begin_nested():  # what one delivery cannot store must not undo the others'
+            outcome = act(session, decision)
+    except DATABASE_UNAVAILABLE:
+        raise  # the task is retried: nothing of this transaction was stored
+    except Exception as exc:  # acting again would fail again: recorded, not retried forever
+        log.exception("delivery %s (%s) could not be acted on", delivery.delivery_id, decision.kind)
+        outcome = Outcome({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    delivery.processed_at, delivery.outcome = utcnow(), outcome.body
+    delivery.run_id = outcome.new_runs[0] if outcome.new_runs else None
+    log.info("delivery %s (%s %s): %s", delivery.id, delivery.event, delivery.action, outcome.body)
+    return outcome
+
+
+def _send_each(run_ids: list[int], send: Send, what: str) -> None:
+    for run_id in run_ids:
+        try:
+            send(run_id)
+        except Exception as exc:  # noqa: BLE001 - any transport's failure: stored, so sent again later
+            log.warning("run %s: its %s was not sent, left to the worker's sweep: %s", run_id, what, exc)
 
 
 def active_pr_runs(session: Session, repository_id: int, pr_number: int) -> list[Run]:
@@ -103,6 +216,11 @@ def _tracked_run(session: Session, decision: Decision, repository: Repository, t
     return run
 
 
+def base_run_lock(repository_id: int, base_sha: str) -> str:
+    """The key of ``lock_for_transaction`` that one base commit's missing run is scheduled under."""
+    return f"base-run:{repository_id}:{base_sha}"
+
+
 def _needs_base_run(session: Session, run: Run) -> bool:
     """No run of the base commit yet: one must be scheduled, and only one however many pull requests
     on that base arrive at once (the second check runs once the others' transactions ended). The
@@ -110,17 +228,14 @@ def _needs_base_run(session: Session, run: Run) -> bool:
     with session.no_autoflush:
         if not run.base_sha or base_run(session, run, finished_only=False) is not None:
             return False
-        lock_for_transaction(session, f"base-run:{run.repository_id}:{run.base_sha}")
+        assert run.repository_id is not None, "a pull request's run has its repository"
+        lock_for_transaction(session, base_run_lock(run.repository_id, run.base_sha))
         return base_run(session, run, finished_only=False) is None
 
 
 def act(session: Session, decision: Decision) -> Outcome:
-    """Store what the decision asks for in the open transaction (the caller commits)."""
-    if decision.kind == DecisionKind.ping:
-        return Outcome(200, {"ping": "pong"})
-    if decision.kind in (DecisionKind.ignore, DecisionKind.await_approval):
-        return Outcome(202, {"ignored": decision.reason})
-    assert decision.clone_url is not None, "decide() validated where an acted-on delivery is fetched from"
+    """Store what a decision to act on asks for, in the open transaction (the caller commits)."""
+    assert decision.kind in ACTED_ON and decision.clone_url is not None, "receive() stored only these"
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
     cancelled: list[int] = []
     if decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr) and decision.pr_number is not None:
@@ -131,7 +246,7 @@ def act(session: Session, decision: Decision) -> Outcome:
         cancelled = cancel_runs(session, [r for r in active if decision.kind == DecisionKind.cancel_pr
                                           or r.head_sha != decision.head_sha])
         if decision.kind == DecisionKind.run_pr and any(r.head_sha == decision.head_sha for r in active):
-            return Outcome(202, {"ignored": "a run of this commit is already in progress", "cancelled": cancelled},
+            return Outcome({"ignored": "a run of this commit is already in progress", "cancelled": cancelled},
                            cancelled=cancelled)
     new_runs: list[Run] = []
     if decision.kind == DecisionKind.run_pr:
@@ -146,44 +261,4 @@ def act(session: Session, decision: Decision) -> Outcome:
         new_runs.append(_tracked_run(session, decision, repository, Trigger.push.value,
                                      head_sha=decision.head_sha, ref=decision.ref))
     run_ids = [run.id for run in new_runs]
-    return Outcome(202, {"runs": run_ids, "cancelled": cancelled}, new_runs=run_ids, cancelled=cancelled)
-
-
-def queue(session: Session, settings: Settings, delivery_id: str, outcome: Outcome) -> bool:
-    """Send the stored outcome's messages; False (the delivery forgotten again) when a plan could not
-    be queued. Plans go first: a plan already sent for a run deleted here finds no run and stops."""
-    try:
-        for run_id in outcome.new_runs:
-            dispatch.submit_plan(run_id, settings)
-    except dispatch.DispatchError as exc:
-        log.warning("delivery %s not handled, GitHub must redeliver it: %s", delivery_id, exc)
-        session.execute(delete(Delivery).where(Delivery.delivery_id == delivery_id))
-        delete_runs(session, outcome.new_runs)
-        session.commit()
-        return False
-    try:
-        for run_id in outcome.cancelled + outcome.new_runs:
-            dispatch.submit_publish(run_id, settings)
-    except dispatch.DispatchError as exc:
-        log.warning("reports of delivery %s left to the worker's sweep: %s", delivery_id, exc)
-    return True
-
-
-def handle(session: Session, settings: Settings, event: str, delivery_id: str, payload: dict) -> tuple[int, dict]:
-    """(HTTP status, body) for one verified delivery. Database errors propagate (the API answers 503)."""
-    type_error = payload_type_error(event, payload)  # first: deciding reads these fields
-    if type_error is not None:
-        return 400, {"detail": type_error}
-    decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings))
-    refused = refusal(decision)
-    if refused is not None:
-        return refused
-    outcome = act(session, decision)
-    delivery = Delivery(delivery_id=delivery_id, event=event, action=payload.get("action"), payload=payload,
-                        run_id=outcome.new_runs[0] if outcome.new_runs else None)
-    if not record_delivery(session, delivery):
-        return 200, {"duplicate": True, "delivery": delivery_id}
-    session.commit()
-    if not queue(session, settings, delivery_id, outcome):
-        return 503, {"detail": "the queue is unreachable: nothing was started; redeliver this delivery later"}
-    return outcome.status, outcome.body
+    return Outcome({"runs": run_ids, "cancelled": cancelled}, new_runs=run_ids, cancelled=cancelled)

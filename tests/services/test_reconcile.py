@@ -1,7 +1,8 @@
 """The claim and the reconciler against real databases (PostgreSQL and SQLite) and a real broker
 (Redis; the embedded SQLAlchemy transport): a running job belongs to the delivery that claimed it
 while its lease is renewed, deliveries at once run a job once, and the reconciler sends again exactly
-what the broker lost — once, however often it looks.
+what the broker lost (jobs, plans, finalisations, webhook deliveries no worker acted on) — once,
+however often it looks.
 """
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import json
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import update
 
 from gradci.services.broker_messages import WAITING, broker_tasks
+from gradci.services.db.deliveries import store_delivery
 from gradci.services.db.jobs import (
     Claim,
     claim_job,
@@ -27,11 +29,11 @@ from gradci.services.db.jobs import (
     renew_lease,
     store_jobs,
 )
-from gradci.services.db.models import Job, JobStatus, Run, utcnow
+from gradci.services.db.models import Delivery, Job, JobStatus, Run, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.planner import JobSpec
-from gradci.services.queues import FINALIZE_RUN, PLAN_RUN, RUN_JOB, create_celery
+from gradci.services.queues import FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB, create_celery
 from gradci.services.settings import Settings
 from gradci.worker.recovery import Reconciled, Reconciler, Senders
 
@@ -117,7 +119,17 @@ class BrokerSenders(Senders):
             producer.send_task(task, args=[argument], queue=queue)
 
         super().__init__(job=lambda job_id, queue: send(RUN_JOB, job_id, queue),
-                         plan=lambda run_id: send(PLAN_RUN, run_id), finalize=lambda run_id: send(FINALIZE_RUN, run_id))
+                         plan=lambda run_id: send(PLAN_RUN, run_id), finalize=lambda run_id: send(FINALIZE_RUN, run_id),
+                         delivery=lambda delivery_id: send(HANDLE_DELIVERY, delivery_id))
+
+
+def stored_delivery(url: str, name: str, *, received_at: datetime, processed: bool = False) -> int:
+    with session_scope(url) as session:
+        stored = store_delivery(session, delivery_id=name, event="push", payload={}, decision={}, subject=None)
+        assert stored is not None
+        session.execute(update(Delivery).where(Delivery.id == stored).values(
+            received_at=received_at, processed_at=utcnow() if processed else None))
+        return stored
 
 
 def messages_in(settings: Settings) -> Counter:
@@ -151,10 +163,15 @@ def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings
     unfinalized = make_run(url)
     (finished,) = new_jobs(url, unfinalized, 1)
     set_job(url, finished, status=JobStatus.done.value, finished_at=old)
+    # Deliveries: never announced (the broker was down), announced and waiting, just stored, acted on.
+    unannounced, announced = stored_delivery(url, "d-1", received_at=old), stored_delivery(url, "d-2", received_at=old)
+    send.delivery(announced)
+    stored_delivery(url, "d-3", received_at=utcnow())
+    stored_delivery(url, "d-4", received_at=old, processed=True)
 
     reconcile = Reconciler(settings, send, held_credible_s=GRACE_S)
     assert reconcile() == Reconciled(lost_jobs=[lapsed], stranded_jobs=[lost_message], unplanned_runs=[unplanned],
-                                     unfinalized_runs=[unfinalized])
+                                     unfinalized_runs=[unfinalized], unhandled_deliveries=[unannounced])
     with session_scope(url, readonly=True) as session:
         jobs = {job.id: job for job in jobs_of_run(session, run)}
     assert jobs[lapsed].status == JobStatus.queued.value and jobs[lapsed].delivery is None
@@ -164,7 +181,8 @@ def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings
     assert not reconcile()  # what it sent now waits in the queue: nothing twice
     assert messages_in(settings) == {(RUN_JOB, waiting): 1, (RUN_JOB, lost_message): 1, (RUN_JOB, lapsed): 1,
                                      (PLAN_RUN, unplanned): 1, (PLAN_RUN, planning): 1,
-                                     (FINALIZE_RUN, unfinalized): 1}
+                                     (FINALIZE_RUN, unfinalized): 1, (HANDLE_DELIVERY, unannounced): 1,
+                                     (HANDLE_DELIVERY, announced): 1}
 
 
 @pytest.mark.integration

@@ -1,5 +1,6 @@
 """POST /webhooks/github with the payloads GitHub sends: signatures, deduplication, forks, decisions,
-runs created and queued. Real PostgreSQL/SQLite and Redis; GitHub itself is not called here."""
+deliveries stored and announced, and what a worker makes of them (acted on here, in process): runs
+created and queued. Real PostgreSQL/SQLite and Redis; GitHub itself is not called here."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,8 @@ from gradci.services.db.models import Delivery, GitHubReport
 from gradci.services.db.session import session_scope
 from tests.support.broker import queued_plan_runs
 from tests.support.payloads import payload
-from tests.support.webhook_client import BASE, HEAD, deliver, runs
+from tests.support.processes import wait_for
+from tests.support.webhook_client import BASE, HEAD, act_on_stored, deliver, runs
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +38,13 @@ def test_opened_pr_creates_a_run_and_a_baseline_then_duplicates_start_nothing(cl
     start = time.perf_counter()
     answer = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-1")
     assert answer.status_code == 202 and time.perf_counter() - start < 2.0
+    assert answer.json() == {"delivery": "d-1", "accepted": "run_pr", "reason": "pull request opened"}
+    assert runs(settings.database_url) == []  # stored: a worker acts on it
+    with session_scope(settings.database_url, readonly=True) as session:
+        stored = session.scalars(select(Delivery).where(Delivery.delivery_id == "d-1")).one()
+    assert stored.processed_at is None and stored.subject == "Codertocat/Hello-World#2"
+    wait_for(lambda: ("gradci.handle_delivery", [stored.id]) in queued_plan_runs(redis_url), "its message")
+    act_on_stored(settings)
     head_run, base_run = runs(settings.database_url)
     assert (head_run.head_sha, head_run.base_sha, head_run.pr_number) == (HEAD, BASE, 2)
     assert base_run.head_sha == BASE and base_run.pr_number is None
@@ -44,9 +53,11 @@ def test_opened_pr_creates_a_run_and_a_baseline_then_duplicates_start_nothing(cl
     assert ("gradci.publish_github", head_run.id) in tasks
     again = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-1")
     assert again.status_code == 200 and again.json()["duplicate"]
-    assert len(runs(settings.database_url)) == 2
+    assert act_on_stored(settings) == [] and len(runs(settings.database_url)) == 2
     with session_scope(settings.database_url, readonly=True) as session:
-        assert session.scalar(select(Delivery.run_id).where(Delivery.delivery_id == "d-1")) == head_run.id
+        acted = session.scalars(select(Delivery).where(Delivery.delivery_id == "d-1")).one()
+        assert acted.run_id == head_run.id and acted.processed_at is not None
+        assert acted.outcome == {"runs": [head_run.id, base_run.id], "cancelled": []}
         assert {r.run_id for r in session.scalars(select(GitHubReport))} == {head_run.id, base_run.id}
 
 
@@ -56,10 +67,12 @@ def test_new_push_cancels_the_older_run_and_close_cancels(client, settings):
     pushed["pull_request"]["head"]["sha"] = "b" * 40
     pushed["pull_request"]["base"]["sha"] = BASE
     assert deliver(client, "pull_request", pushed).status_code == 202
+    act_on_stored(settings)
     by_sha = {r.head_sha: r for r in runs(settings.database_url)}
     assert by_sha[HEAD].status == "cancelled" and by_sha["b" * 40].status == "queued"
     assert by_sha[BASE].status == "queued"  # the base run is not the PR's to cancel
-    deliver(client, "pull_request", payload("pull_request.closed"))
+    assert deliver(client, "pull_request", payload("pull_request.closed")).json()["accepted"] == "cancel_pr"
+    act_on_stored(settings)
     assert {r.head_sha: r.status for r in runs(settings.database_url)}["b" * 40] == "cancelled"
 
 
@@ -70,18 +83,19 @@ def test_forks_need_the_approval_label(client, settings):
     deleted = copy.deepcopy(fork)
     deleted["pull_request"]["head"]["repo"] = None
     assert deliver(client, "pull_request", deleted).status_code == 202
-    assert runs(settings.database_url) == []
+    assert act_on_stored(settings) == [] and runs(settings.database_url) == []  # nothing stored to act on
     labeled = payload("pull_request.labeled")
     labeled["pull_request"]["head"]["repo"] = None
     labeled["label"]["name"] = "gradci:run"
     assert deliver(client, "pull_request", labeled).status_code == 202
+    act_on_stored(settings)
     assert [r.pr_number for r in runs(settings.database_url) if r.pr_number] == [2]
 
 
 def test_unknown_events_are_accepted_and_ignored(client, settings):
     assert deliver(client, "issues", {"action": "opened", "issue": {}}).status_code == 202
     assert deliver(client, "pull_request", {**payload("pull_request.opened"), "action": "edited"}).status_code == 202
-    assert runs(settings.database_url) == []
+    assert act_on_stored(settings) == [] and runs(settings.database_url) == []
 
 
 def test_repositories_outside_the_allow_list_are_refused(settings):
@@ -95,7 +109,8 @@ def test_push_to_default_branch_starts_a_baseline_and_template_maps_clone_url(se
     push.update(ref="refs/heads/master", after="c" * 40, deleted=False)
     template = "file:///srv/mirrors/{full_name}.git"
     with TestClient(create_app(settings.model_copy(update={"clone_url_template": template}))) as client:
-        assert deliver(client, "push", push).status_code == 202
+        assert deliver(client, "push", push).json()["accepted"] == "baseline"
+    act_on_stored(settings)  # the template was the API's: the stored decision carries its clone URL
     (run,) = runs(settings.database_url)
     assert run.head_sha == "c" * 40 and run.trigger == "push"
     assert run.repository.url == "file:///srv/mirrors/Codertocat/Hello-World.git"
