@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     github_token: SecretStr | None = None
     github_api_url: str = "https://api.github.com"
     github_webhook_secret: SecretStr | None = None
+    # App mode (instead of github_token): the App's id and its private key in PEM as GitHub issues it,
+    # from the secrets folder (gradci_github_app_private_key) or a file of its own.
+    github_app_id: int | None = None
+    github_app_private_key: SecretStr | None = None
+    github_app_private_key_file: Path | None = None
     # Public clone URL of an "owner/name" repository. Credentials are added by the worker at
     # clone time, never stored in the database.
     clone_url_template: str = "https://github.com/{full_name}.git"
@@ -119,6 +124,21 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def github_app_mode(self) -> bool:
+        """gradci talks to GitHub as an App (check runs, installation tokens), not with a token."""
+        return self.github_app_id is not None
+
+    def github_app_key(self) -> str:
+        """The App's private key (PEM); a ValueError saying what to set when there is none."""
+        if self.github_app_private_key is not None:
+            return self.github_app_private_key.get_secret_value()
+        if self.github_app_private_key_file is not None:
+            return self.github_app_private_key_file.read_text()
+        raise ValueError("GRADCI_GITHUB_APP_ID is set but the App's private key is not: put the PEM GitHub issued "
+                         "in the secret file gradci_github_app_private_key (GRADCI_SECRETS_DIR) or name its file "
+                         "in GRADCI_GITHUB_APP_PRIVATE_KEY_FILE")
+
+    @property
     def broker_visibility_timeout_s(self) -> int:
         return self.job_hard_time_limit_s + VISIBILITY_MARGIN_S
 
@@ -150,7 +170,8 @@ def transport_options_for(broker_url: str, visibility_timeout_s: int) -> dict[st
 
 # Settings that are credentials: read from files in GRADCI_SECRETS_DIR (as Docker and systemd
 # hand secrets over) rather than the environment, which /proc keeps for the process's lifetime.
-SECRET_SETTINGS = ("database_url", "broker_url", "api_token", "github_token", "github_webhook_secret")
+SECRET_SETTINGS = ("database_url", "broker_url", "api_token", "github_token", "github_webhook_secret",
+                   "github_app_private_key")
 SECRETS_DIR_VARIABLE = "GRADCI_SECRETS_DIR"
 
 

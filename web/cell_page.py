@@ -1,18 +1,20 @@
-"""The cell page: one cell's message, errors against tolerances, its reference and precision, the
-spread of its repeats, timings and memory, the device record of the job that computed it, and links
-to the same cell in the base run and to its scenario's history. Cells of older runs lack some of
-these: the page says "not recorded" instead."""
+"""The cell page: where its scenario is defined, one cell's message, errors against tolerances, its
+reference and precision, the spread of its repeats, timings and memory, the device record of the job
+that computed it, and links to the same cell in the base run and to its scenario's history. Cells of
+older runs lack some of these: the page says "not recorded" instead."""
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
-from gradci.services.db.models import Job, Worker
+from gradci.services.db.models import Job, ScenarioCatalogEntry, Worker
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.run_report import base_run
 from gradci.web.device_record import device_facts
@@ -33,9 +35,19 @@ def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSes
     job = session.get(Job, cell.job_id) if cell.job_id is not None else None
     worker = session.get(Worker, job.worker) if job is not None and job.worker else None
     return templates.TemplateResponse(request, "cell.html", {
-        "run": run, "cell": cell, "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
+        "run": run, "cell": cell, "defined_at": definition_site(session, run.id, cell.scenario),
+        "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
         "device_facts": device_facts(job.device_record if job else None), "repeats": repeats_text(cell.repeat_spread),
         "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None})
+
+
+def definition_site(session: Session, run_id: int, scenario: str) -> str | None:
+    """``path:line`` of the scenario's ``Scenario(...)`` call in the run's checkout, if it was recorded."""
+    row = session.execute(select(ScenarioCatalogEntry.file, ScenarioCatalogEntry.line).where(
+        ScenarioCatalogEntry.run_id == run_id, ScenarioCatalogEntry.name == scenario)).one_or_none()
+    if row is None or row.file is None:
+        return None
+    return f"{row.file}:{row.line}" if row.line else row.file
 
 
 def repeats_text(spread: float | None) -> str:

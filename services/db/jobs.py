@@ -57,7 +57,8 @@ class Claim(enum.Enum):
 def record_catalog(session: Session, run_id: int, scenarios: Iterable[Any]) -> None:
     """The scenarios a run's checkout declares, with their fingerprints and device requirements (idempotent)."""
     rows = [{"run_id": run_id, "name": s.name, "operator": s.operator, "fingerprint": s.fingerprint,
-             "tags": list(s.tags), "requirements": s.requirements.to_dict()} for s in scenarios]
+             "tags": list(s.tags), "requirements": s.requirements.to_dict(), "file": s.file, "line": s.line}
+            for s in scenarios]
     if rows:
         insert = dialect_insert(session, ScenarioCatalogEntry.__table__)
         session.execute(insert.on_conflict_do_nothing(index_elements=["run_id", "name"]), rows)

@@ -154,6 +154,8 @@ class Repository(Base):
     url: Mapped[str] = mapped_column(String(2048), unique=True)
     full_name: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # App mode: the installation of gradci's GitHub App its webhooks came from (its token reports).
+    github_installation_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Run(Base):
@@ -305,6 +307,10 @@ class ScenarioCatalogEntry(Base):
     tags: Mapped[list[str]] = mapped_column(default=list)
     # What a device must offer to run it (scenarios.requirements.Requirements as a dict; {}: anything).
     requirements: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Where its Scenario(...) call is, relative to the repository (None: outside it, or before 0014):
+    # a check run's annotation of its failures points there.
+    file: Mapped[str | None] = mapped_column(String(1024))
+    line: Mapped[int | None] = mapped_column(Integer)
 
 
 class Delivery(Base):
@@ -371,6 +377,7 @@ class GitHubReport(Base):
     # When the sweeper may send a pending report again (exponential backoff over attempts); None: not
     # yet attempted, due once it has been pending for the backoff's base.
     next_attempt_at: Mapped[datetime | None]
+    check_run_id: Mapped[int | None] = mapped_column(BigInteger)  # App mode: the run's check run on GitHub
 
 
 class StoredReport(Base):

@@ -25,6 +25,8 @@ class DecisionKind(enum.StrEnum):
     ignore = "ignore"                  # nothing to do for this event or action
     refuse = "refuse"                  # the repository is not allowed here
     await_approval = "await_approval"  # a fork's pull request: runs only once a maintainer labels it
+    installation = "installation"      # App mode: gradci's App installed on, or removed from, repositories
+    rerun = "rerun"                    # App mode: "Re-run" pressed on a check run or check suite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +39,10 @@ class Decision:
     base_sha: str | None = None
     pr_number: int | None = None
     ref: str | None = None
+    installation_id: int | None = None  # App mode: the installation the webhook came from
+    run_id: int | None = None           # a rerun: the run whose check run was rerequested (None: the commit's latest)
+    added: tuple[str, ...] = ()         # an installation: the repositories it now covers
+    removed: tuple[str, ...] = ()       # ... and those it no longer covers
 
 
 def _get(tree: Any, *path: str) -> Any:
@@ -62,7 +68,20 @@ TYPED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], type], ...]] = {
         (("repository",), dict), (("ref",), str), (("after",), str), (("repository", "full_name"), str),
         (("repository", "clone_url"), str), (("repository", "default_branch"), str),
     ),
+    "installation": ((("action",), str), (("installation",), dict), (("installation", "id"), int),
+                     (("repositories",), list)),
+    "installation_repositories": ((("action",), str), (("installation",), dict), (("installation", "id"), int),
+                                  (("repositories_added",), list), (("repositories_removed",), list)),
+    "check_run": ((("action",), str), (("check_run",), dict), (("check_run", "external_id"), str),
+                  (("check_run", "head_sha"), str), (("repository",), dict), (("repository", "full_name"), str),
+                  (("repository", "clone_url"), str)),
+    "check_suite": ((("action",), str), (("check_suite",), dict), (("check_suite", "head_sha"), str),
+                    (("repository",), dict), (("repository", "full_name"), str), (("repository", "clone_url"), str)),
 }
+# The App's own events: installations, and "Re-run" on a check run or suite (token mode ignores them).
+INSTALLATION_EVENTS = ("installation", "installation_repositories")
+RERUN_EVENTS = ("check_run", "check_suite")
+REPOSITORY_EVENTS = ("pull_request", "push", *RERUN_EVENTS)  # of one repository, which must be allowed
 
 
 def payload_type_error(event: str, payload: dict) -> str | None:
@@ -102,17 +121,68 @@ def clone_url(full_name: str | None, payload_url: str | None, template: str | No
 
 
 def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
-           approval_label: str = DEFAULT_APPROVAL_LABEL) -> Decision:
+           approval_label: str = DEFAULT_APPROVAL_LABEL, app_mode: bool = False) -> Decision:
+    """What ``payload`` asks for. In App mode (``app_mode``) every webhook of a repository comes
+    from an installation of gradci's App, which it names: one that names none is refused, and the
+    App's own events (installations, re-run requests) are acted on; in token mode they are ignored."""
     if event == "ping":
         return Decision(DecisionKind.ping, "pong")
     full_name = _get(payload, "repository", "full_name")
-    if event in ("pull_request", "push") and not repository_allowed(full_name, allowed):
+    if event in REPOSITORY_EVENTS and not repository_allowed(full_name, allowed):
         return Decision(DecisionKind.refuse, f"repository {full_name!r} is not in GRADCI_ALLOWED_REPOS", full_name)
+    if event in (*INSTALLATION_EVENTS, *RERUN_EVENTS) and not app_mode:
+        return Decision(DecisionKind.ignore, f"event {event!r} is for GitHub App mode (GRADCI_GITHUB_APP_ID)")
+    installation = _get(payload, "installation", "id")
+    if app_mode and event in REPOSITORY_EVENTS and not isinstance(installation, int):
+        return Decision(DecisionKind.refuse, f"the webhook names no installation of gradci's GitHub App: install "
+                                             f"the App on {full_name} (gradci is in App mode)", full_name)
     if event == "pull_request":
-        return _pull_request(payload, full_name, clone_url_template, approval_label)
-    if event == "push":
-        return _push(payload, full_name, clone_url_template)
-    return Decision(DecisionKind.ignore, f"event {event!r} is not handled")
+        decision = _pull_request(payload, full_name, clone_url_template, approval_label)
+    elif event == "push":
+        decision = _push(payload, full_name, clone_url_template)
+    elif event in INSTALLATION_EVENTS:
+        decision = _installation(event, payload, allowed)
+    elif event in RERUN_EVENTS:
+        decision = _rerequested(event, payload, full_name, clone_url_template)
+    else:
+        return Decision(DecisionKind.ignore, f"event {event!r} is not handled")
+    return dataclasses.replace(decision, installation_id=installation if isinstance(installation, int) else None)
+
+
+def _names(repositories: Any, allowed: list[str]) -> tuple[str, ...]:
+    listed = [_get(repository, "full_name") for repository in repositories or ()]
+    return tuple(name for name in listed if isinstance(name, str) and repository_allowed(name, allowed))
+
+
+def _installation(event: str, payload: dict, allowed: list[str]) -> Decision:
+    """The repositories an installation covers now: all of them when it is created (or comes back),
+    none when it is deleted or suspended; ``installation_repositories`` adds and removes some."""
+    action = payload.get("action")
+    if event == "installation_repositories":
+        added, removed = (_names(payload.get("repositories_added"), allowed),
+                          _names(payload.get("repositories_removed"), allowed))
+    elif action in ("created", "unsuspend", "new_permissions_accepted"):
+        added, removed = _names(payload.get("repositories"), allowed), ()
+    elif action in ("deleted", "suspend"):
+        added, removed = (), _names(payload.get("repositories"), allowed)
+    else:
+        return Decision(DecisionKind.ignore, f"installation action {action!r} is not handled")
+    return Decision(DecisionKind.installation, f"{event} {action}", added=added, removed=removed)
+
+
+def _rerequested(event: str, payload: dict, full_name: str | None, template: str | None) -> Decision:
+    """GitHub's "Re-run": of one check run (ours carries its run's id as ``external_id``), or of the
+    whole suite of a commit (its latest run is run again)."""
+    action = payload.get("action")
+    if action != "rerequested":
+        return Decision(DecisionKind.ignore, f"{event} action {action!r} is not handled", full_name)
+    head = payload.get(event) or {}
+    external = head.get("external_id") if event == "check_run" else None
+    run_id = int(external) if isinstance(external, str) and external.isdigit() else None
+    if event == "check_run" and run_id is None:
+        return Decision(DecisionKind.ignore, "a check run gradci did not create", full_name)
+    return Decision(DecisionKind.rerun, f"{event} rerequested", full_name=full_name, head_sha=head.get("head_sha"),
+                    run_id=run_id, clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
 
 
 def _pull_request(payload: dict, full_name: str | None, template: str | None, label: str) -> Decision:

@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services import dispatch
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.deliveries import pending_deliveries, store_delivery, subject_of
@@ -50,7 +51,9 @@ from gradci.services.settings import Settings
 log = logging.getLogger(__name__)
 
 ACTIVE = (RunStatus.queued.value, RunStatus.running.value)
-ACTED_ON = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline)
+ACTED_ON = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline, DecisionKind.rerun,
+            DecisionKind.installation)
+FROM_A_REPOSITORY = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline, DecisionKind.rerun)
 Send = Callable[[int], None]  # a run's id to plan or report on
 
 
@@ -82,8 +85,8 @@ def refusal(decision: Decision) -> tuple[int, dict] | None:
     if decision.kind == DecisionKind.refuse:
         return 403, {"detail": decision.reason}
     needs_head = decision.kind != DecisionKind.cancel_pr  # cancelling needs only the pull request
-    if decision.kind in ACTED_ON and (not decision.full_name or not decision.clone_url
-                                      or (needs_head and not decision.head_sha)):
+    if decision.kind in FROM_A_REPOSITORY and (not decision.full_name or not decision.clone_url
+                                               or (needs_head and not decision.head_sha)):
         return 400, {"detail": "payload lacks the repository, clone URL or head commit"}
     return None
 
@@ -102,7 +105,8 @@ def receive(session: Session, settings: Settings, event: str, delivery_id: str, 
     type_error = payload_type_error(event, payload)  # first: deciding reads these fields
     if type_error is not None:
         return Received(400, {"detail": type_error})
-    decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings))
+    decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings),
+                      app_mode=settings.github_app_mode)
     refused = refusal(decision)
     if refused is not None:
         return Received(*refused)
@@ -165,7 +169,8 @@ def subject_lock(subject: str) -> str:
 
 
 def stored_decision(stored: dict[str, Any]) -> Decision:
-    return Decision(**{**stored, "kind": DecisionKind(stored["kind"])})
+    lists = {name: tuple(stored[name]) for name in ("added", "removed") if name in stored}  # JSON has no tuples
+    return Decision(**{**stored, **lists, "kind": DecisionKind(stored["kind"])})
 
 
 def _act_once(session: Session, delivery: Delivery) -> Outcome:
@@ -235,8 +240,14 @@ def _needs_base_run(session: Session, run: Run) -> bool:
 
 def act(session: Session, decision: Decision) -> Outcome:
     """Store what a decision to act on asks for, in the open transaction (the caller commits)."""
-    assert decision.kind in ACTED_ON and decision.clone_url is not None, "receive() stored only these"
+    if decision.kind == DecisionKind.installation:
+        return _installation(session, decision)
+    assert decision.kind in FROM_A_REPOSITORY and decision.clone_url is not None, "receive() stored only these"
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
+    if decision.installation_id is not None:  # App mode: its token reports on the repository's runs
+        repository.github_installation_id = decision.installation_id
+    if decision.kind == DecisionKind.rerun:
+        return _rerun(session, decision, repository)
     cancelled: list[int] = []
     if decision.kind in (DecisionKind.run_pr, DecisionKind.cancel_pr) and decision.pr_number is not None:
         # Two pushes to one pull request at once: the later one must see (and cancel) the earlier run.
@@ -262,3 +273,33 @@ def act(session: Session, decision: Decision) -> Outcome:
                                      head_sha=decision.head_sha, ref=decision.ref))
     run_ids = [run.id for run in new_runs]
     return Outcome({"runs": run_ids, "cancelled": cancelled}, new_runs=run_ids, cancelled=cancelled)
+
+
+def _installation(session: Session, decision: Decision) -> Outcome:
+    """The repositories gradci's App was installed on (or came back to) report through that
+    installation; those it was removed from report no more. Repositories gradci has not seen yet
+    are recorded by their first webhook, which names its installation."""
+    changed: dict[str, list[str]] = {"installed": [], "removed": []}
+    for names, installation, key in ((decision.added, decision.installation_id, "installed"),
+                                     (decision.removed, None, "removed")):
+        for repository in session.scalars(select(Repository).where(Repository.full_name.in_(list(names)))):
+            repository.github_installation_id = installation
+            changed[key].append(repository.full_name or repository.url)
+    return Outcome({"installation": decision.installation_id, **changed})
+
+
+def _rerun(session: Session, decision: Decision, repository: Repository) -> Outcome:
+    """GitHub's Re-run: the rerequested check run's run (or the commit's latest run) again, the same
+    commit and matrix, reported as a new check run. An uploaded run has no code here to run."""
+    query = select(Run).where(Run.repository_id == repository.id)
+    query = query.where(Run.id == decision.run_id) if decision.run_id is not None else \
+        query.where(Run.head_sha == decision.head_sha).order_by(Run.id.desc()).limit(1)
+    run = session.scalars(query).first()
+    if run is None:
+        return Outcome({"ignored": f"no run of {repository.full_name} to re-run"})
+    if run.trigger == Trigger.upload.value:
+        return Outcome({"ignored": f"run {run.id} was uploaded by the project's CI: re-run its CI job"})
+    again = _tracked_run(session, decision, repository, Trigger.rerun.value, head_sha=run.head_sha,
+                         base_sha=run.base_sha, ref=run.ref, pr_number=run.pr_number,
+                         matrix=Matrix.from_mapping(run.matrix), parent_run_id=run.id, options=run.options)
+    return Outcome({"runs": [again.id], "rerun_of": run.id}, new_runs=[again.id])

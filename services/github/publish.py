@@ -9,6 +9,7 @@ report per backoff step, whatever the number of workers or heartbeats.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -18,7 +19,10 @@ from sqlalchemy.orm import Session
 from gradci.services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.upsert import rows_matched
+from gradci.services.github import check_runs
+from gradci.services.github.app_auth import client_for, installation_tokens
 from gradci.services.github.client import GitHubClient, GitHubError
+from gradci.services.reports.annotations import Annotation, failing_scenario_annotations
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.model import RunReport
 from gradci.services.reports.run_report import report_for_run, waiting_for_base
@@ -65,9 +69,28 @@ def retry_delay_s(settings: Settings, attempts: int) -> float:
     return min(settings.report_retry_max_s, settings.report_retry_base_s * 2 ** max(0, attempts - 1))
 
 
+@dataclasses.dataclass
+class _Publication:
+    """What one attempt sends, read from the database before anything goes out."""
+
+    full_name: str
+    sha: str
+    pr_number: int | None
+    phase: str
+    statuses: list[tuple[str, str, str]]
+    body: str | None  # the pull-request comment
+    run_status: str
+    installation_id: int | None
+    check_run_id: int | None
+    final_before: bool  # the final report was published already: a check run's annotations are not sent again
+    annotations: list[Annotation]
+    summary: str
+
+
 def publish_run(run_id: int, settings: Settings | None = None) -> str:
     """Publish what GitHub should show for ``run_id`` now; returns the report's state. GitHub being
-    unreachable leaves it pending, due again after the backoff."""
+    unreachable leaves it pending, due again after the backoff. Token mode sends commit statuses,
+    App mode a check run; both the pull-request comment."""
     settings = settings or get_settings()
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
@@ -75,36 +98,85 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
         if row is None or run is None or not run.head_sha:
             return "none"
         phase, statuses, report = plan_statuses(session, run)
-        body = render(report, dashboard_url(settings, run.id)) if report is not None and run.pr_number else None
+        summary = render(report, dashboard_url(settings, run.id)) if report is not None else statuses[0][2]
+        body = summary if report is not None and run.pr_number else None
         if body is not None and run.status == RunStatus.skipped.value:
             body = (f"**Nothing was checked**: {run.error_message or 'every cell was skipped'}. A run that ran "
                     f"no cell is not a pass: bring a worker for its devices online, or check why its scenarios "
                     f"skip.\n\n{body}")
-        full_name, sha, pr_number = row.full_name, run.head_sha, run.pr_number
+        final_before = row.published_phase == "final"
+        annotations = (failing_scenario_annotations(session, run.id)
+                       if settings.github_app_mode and phase == "final" and not final_before else [])
+        attempt = _Publication(row.full_name, run.head_sha, run.pr_number, phase, statuses, body, run.status,
+                               run.repository.github_installation_id if run.repository else None, row.check_run_id,
+                               final_before, annotations, summary)
         now = utcnow()
         # Due again after the backoff, should this attempt fail or never finish (its worker died).
         row.state, row.attempts, row.updated_at = ReportState.pending.value, row.attempts + 1, now
         row.next_attempt_at = now + timedelta(seconds=retry_delay_s(settings, row.attempts))
-    token = settings.github_token.get_secret_value() if settings.github_token else None
+    check_run_id = attempt.check_run_id
     try:
-        with GitHubClient(settings.github_api_url, token) as client:
-            for context, state, description in statuses:
-                client.set_status(full_name, sha, context, state, description, dashboard_url(settings, run_id))
-            if body is not None and pr_number is not None:  # a body is rendered for pull requests only
-                client.upsert_comment(full_name, pr_number, body, MARKER)
+        with client_for(settings, attempt.installation_id, attempt.full_name) as client:
+            if settings.github_app_mode:
+                check_run_id = _send_check_run(client, settings, run_id, attempt)
+            else:
+                for context, state, description in attempt.statuses:
+                    client.set_status(attempt.full_name, attempt.sha, context, state, description,
+                                      dashboard_url(settings, run_id))
+            if attempt.body is not None and attempt.pr_number is not None:  # pull requests only
+                client.upsert_comment(attempt.full_name, attempt.pr_number, attempt.body, MARKER)
     except GitHubError as exc:
-        state = ReportState.pending if exc.retryable else ReportState.failed
-        _record(settings, run_id, state, None, str(exc))
+        if exc.status_code == 401 and attempt.installation_id is not None:  # a revoked token: ask anew next time
+            installation_tokens.forget(settings, attempt.installation_id)
+        state = ReportState.pending if exc.retryable or exc.status_code == 401 else ReportState.failed
+        _record(settings, run_id, state, None, str(exc), check_run_id)
         return state.value
-    _record(settings, run_id, ReportState.published, phase, None)
+    _record(settings, run_id, ReportState.published, attempt.phase, None, check_run_id)
     return ReportState.published.value
 
 
-def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None) -> None:
+def conclusion(run_status: str, project_state: str) -> str:
+    """A check run's conclusion: cancelled runs say so; only a passing project status is success
+    (a run that checked nothing is a failure: branch protection counts neutral as a pass)."""
+    if run_status == RunStatus.cancelled.value:
+        return "cancelled"
+    return "success" if project_state == "success" else "failure"
+
+
+def _send_check_run(client: GitHubClient, settings: Settings, run_id: int, attempt: _Publication) -> int:
+    """The check run of ``attempt`` created, updated or completed; its id."""
+    title = attempt.statuses[0][2]
+    check_run_id = attempt.check_run_id
+    if check_run_id is None:
+        check_run_id = check_runs.start(client, attempt.full_name, attempt.sha, run_id,
+                                        dashboard_url(settings, run_id), title)
+        _record_check_run(settings, run_id, check_run_id)
+    if attempt.phase != "final":
+        return check_run_id
+    if attempt.final_before:
+        check_runs.update(client, attempt.full_name, check_run_id, title, attempt.summary)
+    else:
+        check_runs.complete(client, attempt.full_name, check_run_id, conclusion(attempt.run_status,
+                            attempt.statuses[0][1]), title, attempt.summary, attempt.annotations)
+    return check_run_id
+
+
+def _record_check_run(settings: Settings, run_id: int, check_run_id: int) -> None:
+    # At once: a failure later in this attempt must not make the next one create a second check run.
+    with session_scope(settings.database_url) as session:
+        row = session.get(GitHubReport, run_id)
+        if row is not None:
+            row.check_run_id = check_run_id
+
+
+def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None,
+            check_run_id: int | None = None) -> None:
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
         assert row is not None, "a report is recorded only once it is owed"
         row.state, row.last_error, row.updated_at = state.value, error, utcnow()
+        if check_run_id is not None:
+            row.check_run_id = check_run_id
         if state is not ReportState.pending:  # nothing left to retry: the backoff starts over next time
             row.attempts, row.next_attempt_at = 0, None
         if phase:

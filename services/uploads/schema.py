@@ -8,7 +8,7 @@ use, a backend the engine does not know, or one computing with another framework
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -120,6 +120,10 @@ class UploadedScenario(BaseModel):
     @property
     def requirements(self) -> Requirements:  # the catalog's column; an upload has none to route by
         return Requirements()
+
+    # The catalog's definition site: not uploaded (yet), so an uploaded run's check run has no annotations.
+    file: ClassVar[str | None] = None
+    line: ClassVar[int | None] = None
 
 
 class UploadIn(BaseModel):

@@ -2,20 +2,18 @@
 (PostgreSQL, Redis) → commit statuses and one comment on a fake GitHub served over loopback."""
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gradci.services.github.signature import sign
 from gradci.services.reports.markdown import MARKER
+from tests.support import webhook_client
 from tests.support.checkouts import gradci_toml
 from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
-from tests.support.payloads import payload
+from tests.support.payloads import pull_request
 from tests.support.processes import wait_for
 from tests.support.repos import git
 from tests.support.service import Service, running_service
@@ -103,17 +101,7 @@ def github_service(postgres_database, redis_database, mirror, github, tmp_path_f
 
 
 def deliver(url: str, event: str, body: dict, delivery: str | None = None, secret: str = SECRET) -> httpx.Response:
-    raw = json.dumps(body).encode()
-    return httpx.post(f"{url}/webhooks/github", content=raw, timeout=10, headers={
-        "X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-        "X-Hub-Signature-256": sign(secret, raw), "Content-Type": "application/json"})
-
-
-def pr_payload(action: str, head: str, base: str) -> dict:
-    body = payload("pull_request.opened")
-    body["action"] = action
-    body["pull_request"]["head"]["sha"], body["pull_request"]["base"]["sha"] = head, base
-    return body
+    return webhook_client.deliver_over_http(url, event, body, delivery, secret)
 
 
 def final_status(github: FakeGitHub, sha: str, context: str) -> dict | None:
@@ -126,8 +114,8 @@ def test_pull_request_flow(github_service, mirror, github):
     c0, c1, c2, c3 = mirror[1]
 
     # Refused or ignored deliveries start nothing.
-    assert deliver(server, "pull_request", pr_payload("opened", c1, c0), secret="wrong").status_code == 401
-    fork = pr_payload("opened", c1, c0)
+    assert deliver(server, "pull_request", pull_request("opened", c1, c0), secret="wrong").status_code == 401
+    fork = pull_request("opened", c1, c0)
     fork["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
     assert deliver(server, "pull_request", fork).status_code == 202
     fork["pull_request"]["head"]["repo"] = None
@@ -136,9 +124,9 @@ def test_pull_request_flow(github_service, mirror, github):
     assert httpx.get(f"{server}/api/runs").json()["items"] == []
 
     # Opened: a run of C1 and a baseline run of C0; pending first, the report once both finished.
-    answer = deliver(server, "pull_request", pr_payload("opened", c1, c0), delivery="opened-1")
+    answer = deliver(server, "pull_request", pull_request("opened", c1, c0), delivery="opened-1")
     assert answer.status_code == 202
-    assert deliver(server, "pull_request", pr_payload("opened", c1, c0), delivery="opened-1").json()["duplicate"]
+    assert deliver(server, "pull_request", pull_request("opened", c1, c0), delivery="opened-1").json()["duplicate"]
     wait_for(lambda: final_status(github, c1, "gradci/patch"), "C1's final statuses", timeout_s=180)
     assert github.statuses_for(c1, "gradci/project")[0]["state"] == "pending"
     project, patch = final_status(github, c1, "gradci/project"), final_status(github, c1, "gradci/patch")
@@ -152,8 +140,8 @@ def test_pull_request_flow(github_service, mirror, github):
 
     # Two quick pushes: C2's run is superseded by C3's; GitHub answers 502 twice on the way.
     github.fail_next = [502, 502]
-    assert deliver(server, "pull_request", pr_payload("synchronize", c2, c0)).status_code == 202
-    assert deliver(server, "pull_request", pr_payload("synchronize", c3, c0)).status_code == 202
+    assert deliver(server, "pull_request", pull_request("synchronize", c2, c0)).status_code == 202
+    assert deliver(server, "pull_request", pull_request("synchronize", c3, c0)).status_code == 202
     wait_for(lambda: final_status(github, c3, "gradci/patch"), "C3's final statuses", timeout_s=180)
     runs = {r["head_sha"]: r for r in httpx.get(f"{server}/api/runs").json()["items"]}
     assert runs[c2]["status"] == "cancelled"
@@ -180,5 +168,5 @@ def test_pull_request_flow(github_service, mirror, github):
 
     # Closing the pull request starts nothing new.
     count = len(httpx.get(f"{server}/api/runs").json()["items"])
-    assert deliver(server, "pull_request", pr_payload("closed", c3, c0)).status_code == 202
+    assert deliver(server, "pull_request", pull_request("closed", c3, c0)).status_code == 202
     assert len(httpx.get(f"{server}/api/runs").json()["items"]) == count

@@ -85,6 +85,11 @@ def test_a_scenario_without_a_jax_f_gets_no_jax_job_only_a_count(redis_service: 
     assert {j.backend for j in jobs_of(redis_service.database_url, run_id)} == {"torch-rev"}
     with redis_service.client() as client:
         assert "1 cells not made" in client.get(f"/runs/{run_id}").text
+        # Where the scenario is defined, relative to the repository: its Scenario(...) call's line.
+        source = (Path(__file__).parents[1] / "data" / "projects" / "service_checks" / "gradci_scenarios.py")
+        line = next(i for i, text in enumerate(source.read_text().splitlines(), 1) if '"culprit/tanh-jvp"' in text)
+        cell_page = client.get(f"/runs/{run_id}/cells/{results[0].id}").text
+        assert f'<code id="defined-at">gradci_scenarios.py:{line}</code>' in cell_page
 
 
 def test_a_runs_repeats_reach_every_cell(redis_service: Service) -> None:

@@ -10,3 +10,11 @@ PAYLOADS = Path(__file__).resolve().parent.parent / "data" / "github-payloads"
 
 def payload(name: str) -> dict:
     return json.loads((PAYLOADS / f"{name}.json").read_text())
+
+
+def pull_request(action: str, head: str, base: str) -> dict:
+    """GitHub's ``pull_request`` example (Codertocat/Hello-World#2) with ``action``, from ``head`` onto ``base``."""
+    body = payload("pull_request.opened")
+    body["action"] = action
+    body["pull_request"]["head"]["sha"], body["pull_request"]["base"]["sha"] = head, base
+    return body

@@ -6,6 +6,7 @@ import json
 import socket
 import uuid
 
+import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -29,11 +30,19 @@ def webhook_headers(event: str, raw: bytes, delivery: str | None = None, secret:
     return headers
 
 
-def deliver(client: TestClient, event: str, body: dict | bytes, delivery: str | None = None,
-            secret: str = SECRET, signed: bool = True):
+def deliver(client: TestClient | httpx.Client, event: str, body: dict | bytes, delivery: str | None = None,
+            secret: str = SECRET, signed: bool = True) -> httpx.Response:
+    """A delivery as GitHub sends it, to an app in process (TestClient) or a server over HTTP."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return client.post("/webhooks/github", content=raw,
                        headers=webhook_headers(event, raw, delivery, secret, signed))
+
+
+def deliver_over_http(url: str, event: str, body: dict, delivery: str | None = None,
+                      secret: str = SECRET) -> httpx.Response:
+    """``deliver`` to a server at ``url``."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        return deliver(client, event, body, delivery, secret)
 
 
 def act_on_stored(settings: Settings) -> list[Outcome]:

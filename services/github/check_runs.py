@@ -1,0 +1,45 @@
+"""A run as a GitHub check run (App mode): ``in_progress`` from the start, linking to the run page;
+``completed`` with a conclusion, the report as its summary and an annotation per failing scenario.
+GitHub takes at most 50 annotations per request and appends those of each update, so the rest go
+in further updates, each repeating the output's title and summary as GitHub requires."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gradci.services.github.client import GitHubClient, truncate
+from gradci.services.reports.annotations import Annotation
+
+CHECK_NAME = "gradci"
+ANNOTATIONS_PER_REQUEST = 50
+SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output summary
+
+
+def start(client: GitHubClient, full_name: str, head_sha: str, run_id: int, details_url: str | None,
+          title: str) -> int:
+    """Create the run's check run, in progress; its id."""
+    body: dict[str, object] = {"name": CHECK_NAME, "head_sha": head_sha, "status": "in_progress",
+                               "external_id": str(run_id), "output": {"title": title, "summary": title}}
+    if details_url:
+        body["details_url"] = details_url
+    return int(client.request("POST", f"/repos/{full_name}/check-runs", json=body).json()["id"])
+
+
+def complete(client: GitHubClient, full_name: str, check_run_id: int, conclusion: str, title: str,
+             summary: str, annotations: Sequence[Annotation]) -> None:
+    """Complete the check run; ``annotations`` in batches of 50, the first with the conclusion."""
+    summary = truncate(summary, SUMMARY_LIMIT)
+    batches = [annotations[i:i + ANNOTATIONS_PER_REQUEST] for i in range(0, len(annotations), ANNOTATIONS_PER_REQUEST)]
+    path = f"/repos/{full_name}/check-runs/{check_run_id}"
+    for index, batch in enumerate(batches or [()]):
+        body: dict[str, object] = {"output": {"title": title, "summary": summary,
+                                              "annotations": [a.to_github() for a in batch]}}
+        if index == 0:
+            body |= {"status": "completed", "conclusion": conclusion}
+        client.request("PATCH", path, json=body)
+
+
+def update(client: GitHubClient, full_name: str, check_run_id: int, title: str, summary: str) -> None:
+    """A completed check run's output again (its report changed once its base run finished),
+    without annotations: GitHub would add them a second time."""
+    client.request("PATCH", f"/repos/{full_name}/check-runs/{check_run_id}",
+                   json={"output": {"title": title, "summary": truncate(summary, SUMMARY_LIMIT)}})

@@ -1,0 +1,55 @@
+"""The failing scenarios of a run where their code is: one check-run annotation per scenario with a
+failing cell, at the file and line of its ``Scenario(...)`` call (``scenario_catalog.file``/``line``,
+relative to the repository), so the pull request's diff shows the failure beside the code."""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gradci.scenarios.contract.cell import FAILING
+from gradci.services.db.models import Result, ScenarioCatalogEntry
+
+MESSAGE_LIMIT = 64 * 1024  # GitHub's annotation message limit is 64 KB
+CELLS_LISTED = 10  # per annotation: the first failing cells, then a count
+
+
+@dataclasses.dataclass(frozen=True)
+class Annotation:
+    path: str
+    start_line: int
+    title: str
+    message: str
+
+    def to_github(self) -> dict[str, object]:
+        return {"path": self.path, "start_line": self.start_line, "end_line": self.start_line,
+                "annotation_level": "failure", "title": self.title[:255], "message": self.message[:MESSAGE_LIMIT]}
+
+
+def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotation]:
+    """An annotation per scenario with a fail, error or xpass cell, in scenario order; scenarios whose
+    definition is unknown (outside the repository, or listed before 0014) get none."""
+    where = (select(ScenarioCatalogEntry.name, ScenarioCatalogEntry.file, ScenarioCatalogEntry.line)
+             .where(ScenarioCatalogEntry.run_id == run_id, ScenarioCatalogEntry.file.is_not(None)))
+    defined: dict[str, tuple[str, int | None]] = {name: (file, line) for name, file, line in session.execute(where)
+                                                  if file is not None}
+    failing: dict[str, list[tuple[str, str, str, str, str]]] = defaultdict(list)
+    rows = session.execute(select(Result.scenario, Result.backend, Result.device, Result.dtype, Result.status,
+                                  Result.message)
+                           .where(Result.run_id == run_id, Result.status.in_(FAILING))
+                           .order_by(Result.scenario, Result.backend, Result.device, Result.dtype))
+    for scenario, backend, device, dtype, status, message in rows:
+        failing[scenario].append((backend, device, dtype, status, message or ""))
+    out = []
+    for scenario, cells in failing.items():
+        if scenario not in defined:
+            continue
+        path, line = defined[scenario]
+        listed = [f"{backend} · {device} · {dtype}: {status}: {message}" for backend, device, dtype, status, message
+                  in cells[:CELLS_LISTED]]
+        more = [f"… and {len(cells) - CELLS_LISTED} more failing cells"] if len(cells) > CELLS_LISTED else []
+        out.append(Annotation(path=path, start_line=line or 1, title=f"{scenario}: {len(cells)} failing cells",
+                              message="\n".join(listed + more)))
+    return out
