@@ -29,6 +29,7 @@ from gradci.services.db.models import (
     Trigger,
     Upload,
     UploadShard,
+    database_now,
     utcnow,
 )
 from gradci.services.db.results import upsert_results
@@ -77,7 +78,7 @@ def open_upload(session: Session, repository: Repository, commit: Commit, wait_s
     if upload is None:
         run = create_run(session, repository=repository, head_sha=commit.sha, base_sha=commit.base_sha,
                          ref=commit.ref, pr_number=commit.pr_number, trigger=Trigger.upload.value)
-        now = utcnow()
+        now = database_now(session)  # the deadline is judged by the sweep of any host: one clock for all
         run.status, run.started_at, run.config = RunStatus.running.value, now, dict(commit.config)
         if repository.full_name:  # statuses and the pull-request comment, as for a webhook's run
             session.add(GitHubReport(run_id=run.id, full_name=repository.full_name))
@@ -148,7 +149,7 @@ def missing_at_close(session: Session, run_id: int) -> list[str]:
 def close_overdue(session: Session, *, limit: int) -> list[int]:
     """Close the open upload runs whose wait (GRADCI_UPLOAD_WAIT after the first upload) is over;
     returns those this caller closed, whose finalisation it sends."""
-    now = utcnow()
+    now = database_now(session)
     overdue = session.scalars(
         select(Upload.run_id).join(Run, Run.id == Upload.run_id)
         .where(Upload.closed_at.is_(None), Upload.deadline <= now, Run.status.not_in(FINISHED_VALUES))
