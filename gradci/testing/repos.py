@@ -23,10 +23,16 @@ def commit_all(repo: Path, message: str = "scenarios") -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def make_repository(root: Path, files: Mapping[str, str], branch: str = "main") -> str:
-    """A new git repository at ``root`` holding ``files`` (relative path -> text); its head sha."""
+def init_repository(root: Path, branch: str = "main") -> Path:
+    """A new, empty git repository at ``root`` (made with its parents); ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", branch)
+    return root
+
+
+def make_repository(root: Path, files: Mapping[str, str], branch: str = "main") -> str:
+    """A new git repository at ``root`` holding ``files`` (relative path -> text); its head sha."""
+    init_repository(root, branch)
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from celery import Celery
 from sqlalchemy import delete, update
 
 from gradci.services.db.models import Job, Result, Run, utcnow
 from gradci.services.db.session import session_scope
 from tests.support import faults
+from tests.support.broker import send_task
 from tests.support.faults import FaultyService, PrivatePostgres, PrivateRedis
 from tests.support.processes import wait_for
 from tests.support.service import assert_each_cell_once, jobs_of, results_of
@@ -165,8 +165,4 @@ def rewound_run(faulty_service: FaultyService, scenario: str, *, keep_jobs: bool
 
 
 def send(faulty_service: FaultyService, task: str, argument: int) -> None:
-    sender = Celery(broker=faulty_service.broker_url)
-    try:
-        sender.send_task(task, args=[argument], queue="cpu")
-    finally:
-        sender.close()
+    send_task(faulty_service.broker_url, task, argument)

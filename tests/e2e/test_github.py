@@ -15,7 +15,7 @@ from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import pull_request
 from tests.support.processes import wait_for
-from tests.support.repos import git
+from tests.support.repos import commit_all, init_repository
 from tests.support.service import Service, running_service
 
 pytestmark = pytest.mark.integration
@@ -57,18 +57,14 @@ def scenarios():
 def commit(repo: Path, message: str, a_reference: str = "", b_value: float = 13.0, extra: str = "[]") -> str:
     (repo / "grad_scenarios.py").write_text(MODULE.format(a_reference=a_reference, b_value=b_value, extra=extra))
     (repo / "NOTES").write_text(message)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+    return commit_all(repo, message)
 
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
     """file:// mirror of Codertocat/Hello-World: C0 (base) and the pull request's pushes C1, C2, C3."""
     root = tmp_path_factory.mktemp("mirrors")
-    repo = root / "Codertocat" / "Hello-World.git"
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "master")
+    repo = init_repository(root / "Codertocat" / "Hello-World.git", "master")
     (repo / "gradci.toml").write_text(TOML)
     shas = [commit(repo, "base: b has a wrong reference")]
     new_scenario = '[Scenario("d/tanh", "gradient", tanh, x)]'

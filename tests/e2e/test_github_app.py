@@ -21,7 +21,7 @@ from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import pull_request
 from tests.support.processes import wait_for
-from tests.support.repos import git
+from tests.support.repos import commit_all, init_repository
 from tests.support.service import Service, running_service
 
 pytestmark = pytest.mark.integration
@@ -53,9 +53,7 @@ def scenarios():
 
 def commit(repo: Path, message: str, reference: str = "") -> str:
     (repo / "grad_scenarios.py").write_text(MODULE.format(reference=reference))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+    return commit_all(repo, message)
 
 
 def line_of(text: str, needle: str) -> int:
@@ -65,9 +63,7 @@ def line_of(text: str, needle: str) -> int:
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
     root = tmp_path_factory.mktemp("mirrors")
-    repo = root / "Codertocat" / "Hello-World.git"
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "master")
+    repo = init_repository(root / "Codertocat" / "Hello-World.git", "master")
     (repo / "gradci.toml").write_text(gradci_toml("grad_scenarios", backends=["torch-rev"], dtypes=["float64"]))
     return root, [commit(repo, "base: all pass"), commit(repo, "break a", ", reference=np.zeros(3)")]
 

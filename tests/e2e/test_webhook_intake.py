@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from celery import Celery
 from sqlalchemy import select
 
 from gradci.services.db.models import Delivery
@@ -25,6 +24,7 @@ from gradci.services.db.runs import get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.github.intake import base_run_lock, subject_lock
 from tests.support import faults
+from tests.support.broker import send_task
 from tests.support.faults import FaultyService, start_faulty_service
 from tests.support.payloads import payload
 from tests.support.processes import children_map, wait_for
@@ -109,11 +109,7 @@ def waiting_for_locks(connection: psycopg.Connection, count: int) -> bool:
 
 
 def send(service: FaultyService, task: str, argument: int) -> None:
-    sender = Celery(broker=service.broker_url)
-    try:
-        sender.send_task(task, args=[argument], queue="cpu")
-    finally:
-        sender.close()
+    send_task(service.broker_url, task, argument)
 
 
 def worker_log(service: FaultyService) -> str:

@@ -16,3 +16,15 @@ def queued_plan_runs(redis_url: str) -> list[tuple[str, list[Any]]]:
     finally:
         client.close()
     return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+
+def send_task(broker_url: str, task: str, argument: int, queue: str = "cpu") -> None:
+    """``task(argument)`` sent to ``queue`` as the API or a worker sends it: by name, from a producer
+    that imports none of the worker's code."""
+    from celery import Celery
+
+    sender = Celery(broker=broker_url)
+    try:
+        sender.send_task(task, args=[argument], queue=queue)
+    finally:
+        sender.close()

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from gradci.testing.repos import commit_all, copy_repository, git, make_repository
+from gradci.testing.repos import commit_all, copy_repository, git, init_repository, make_repository
 
 PROJECTS = Path(__file__).resolve().parent.parent / "data" / "projects"
 
-__all__ = ["PROJECTS", "commit_all", "copy_repository", "git", "make_repository", "project_repository"]
+__all__ = ["PROJECTS", "commit_all", "copy_repository", "git", "init_repository", "make_repository",
+           "project_repository"]
 
 
 def project_repository(name: str, root: Path, extra_files: Mapping[str, str] | None = None,
