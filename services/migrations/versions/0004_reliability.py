@@ -6,30 +6,30 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from gradci.services.migrations.columns import add_columns, drop_columns
+
 revision = "0004"
 down_revision = "0003"
 
 TIMESTAMP = sa.DateTime(timezone=True)
 
 
+def added() -> dict[str, list[sa.Column]]:
+    return {"jobs": [sa.Column("queued_at", TIMESTAMP, nullable=True),
+                     sa.Column("delivery", sa.String(64), nullable=True),
+                     sa.Column("lease_renewed_at", TIMESTAMP, nullable=True)],
+            "github_reports": [sa.Column("next_attempt_at", TIMESTAMP, nullable=True)]}
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("queued_at", TIMESTAMP, nullable=True))
-        batch.add_column(sa.Column("delivery", sa.String(64), nullable=True))
-        batch.add_column(sa.Column("lease_renewed_at", TIMESTAMP, nullable=True))
+    add_columns(added)
     op.execute("UPDATE jobs SET queued_at = created_at")
     with op.batch_alter_table("jobs") as batch:
         batch.alter_column("queued_at", existing_type=TIMESTAMP, nullable=False)
         batch.create_index(op.f("ix_jobs_status_queued_at"), ["status", "queued_at"])
-    with op.batch_alter_table("github_reports") as batch:
-        batch.add_column(sa.Column("next_attempt_at", TIMESTAMP, nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("github_reports") as batch:
-        batch.drop_column("next_attempt_at")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index(op.f("ix_jobs_status_queued_at"))
-        batch.drop_column("lease_renewed_at")
-        batch.drop_column("delivery")
-        batch.drop_column("queued_at")
+    drop_columns(added)

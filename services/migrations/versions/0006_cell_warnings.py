@@ -2,18 +2,13 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from gradci.services.migrations.columns import adding_columns
 
 revision = "0006"
 down_revision = "0005"
 
-
-def upgrade() -> None:
-    # The server default fills the rows stored before this column existed: they raised none we kept.
-    with op.batch_alter_table("results") as batch:
-        batch.add_column(sa.Column("warnings", sa.Text(), nullable=False, server_default=""))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("results") as batch:
-        batch.drop_column("warnings")
+# The server default fills the rows stored before this column existed: they raised none we kept.
+upgrade, downgrade = adding_columns(lambda: {
+    "results": [sa.Column("warnings", sa.Text(), nullable=False, server_default="")],
+})

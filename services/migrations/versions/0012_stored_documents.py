@@ -4,21 +4,13 @@ scenario gives no f for a backend's framework (counted in the summary, never lis
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from gradci.services.migrations.columns import adding_columns
 
 revision = "0012"
 down_revision = "0011"
 
-
-def upgrade() -> None:
-    with op.batch_alter_table("run_reports") as batch:
-        batch.add_column(sa.Column("junit_gz", sa.LargeBinary(), nullable=True))
-    with op.batch_alter_table("runs") as batch:
-        batch.add_column(sa.Column("omitted_cells", sa.Integer(), nullable=False, server_default="0"))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("runs") as batch:
-        batch.drop_column("omitted_cells")
-    with op.batch_alter_table("run_reports") as batch:
-        batch.drop_column("junit_gz")
+upgrade, downgrade = adding_columns(lambda: {
+    "run_reports": [sa.Column("junit_gz", sa.LargeBinary(), nullable=True)],
+    "runs": [sa.Column("omitted_cells", sa.Integer(), nullable=False, server_default="0")],
+})

@@ -7,6 +7,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from gradci.services.migrations.columns import add_columns, drop_columns
+
 revision = "0013"
 down_revision = "0012"
 
@@ -14,12 +16,15 @@ JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)
 
 
+def added() -> dict[str, list[sa.Column]]:
+    return {"deliveries": [sa.Column("decision", JSON, nullable=True),
+                           sa.Column("subject", sa.String(320), nullable=True),
+                           sa.Column("processed_at", TIMESTAMP, nullable=True),
+                           sa.Column("outcome", JSON, nullable=True)]}
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("deliveries") as batch:
-        batch.add_column(sa.Column("decision", JSON, nullable=True))
-        batch.add_column(sa.Column("subject", sa.String(320), nullable=True))
-        batch.add_column(sa.Column("processed_at", TIMESTAMP, nullable=True))
-        batch.add_column(sa.Column("outcome", JSON, nullable=True))
+    add_columns(added)
     op.execute("UPDATE deliveries SET processed_at = received_at")
     with op.batch_alter_table("deliveries") as batch:
         batch.create_index(op.f("ix_deliveries_processed_at_subject"), ["processed_at", "subject"])
@@ -28,7 +33,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("deliveries") as batch:
         batch.drop_index(op.f("ix_deliveries_processed_at_subject"))
-        batch.drop_column("outcome")
-        batch.drop_column("processed_at")
-        batch.drop_column("subject")
-        batch.drop_column("decision")
+    drop_columns(added)

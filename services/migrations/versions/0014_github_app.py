@@ -4,27 +4,15 @@ defined (its check-run annotation's file and line, relative to the repository)."
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from gradci.services.migrations.columns import adding_columns
 
 revision = "0014"
 down_revision = "0013"
 
-
-def upgrade() -> None:
-    with op.batch_alter_table("repositories") as batch:
-        batch.add_column(sa.Column("github_installation_id", sa.BigInteger(), nullable=True))
-    with op.batch_alter_table("github_reports") as batch:
-        batch.add_column(sa.Column("check_run_id", sa.BigInteger(), nullable=True))
-    with op.batch_alter_table("scenario_catalog") as batch:
-        batch.add_column(sa.Column("file", sa.String(1024), nullable=True))
-        batch.add_column(sa.Column("line", sa.Integer(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("scenario_catalog") as batch:
-        batch.drop_column("line")
-        batch.drop_column("file")
-    with op.batch_alter_table("github_reports") as batch:
-        batch.drop_column("check_run_id")
-    with op.batch_alter_table("repositories") as batch:
-        batch.drop_column("github_installation_id")
+upgrade, downgrade = adding_columns(lambda: {
+    "repositories": [sa.Column("github_installation_id", sa.BigInteger(), nullable=True)],
+    "github_reports": [sa.Column("check_run_id", sa.BigInteger(), nullable=True)],
+    "scenario_catalog": [sa.Column("file", sa.String(1024), nullable=True),
+                         sa.Column("line", sa.Integer(), nullable=True)],
+})
