@@ -70,7 +70,8 @@ class FakeGitHub(JsonServer):
         if self.app_id is None:
             return None
         credential = (headers.get("Authorization") or "").removeprefix("Bearer ").strip()
-        if parts[:2] == ["app", "installations"]:
+        if parts[:2] == ["app", "installations"] or (len(parts) == 4 and parts[0] == "repos"
+                                                     and parts[3] == "installation"):
             try:
                 claims = jwt.decode(credential, self._app_public_key, algorithms=["RS256"],
                                     options={"require": ["iat", "exp", "iss"]})
@@ -133,6 +134,10 @@ class FakeGitHub(JsonServer):
                 self.tokens[token] = (int(parts[2]), expires)
                 return 201, {"token": token, "expires_at": datetime.fromtimestamp(expires, UTC).isoformat()
                              .replace("+00:00", "Z")}
+            if method == "GET" and len(parts) == 4 and parts[0] == "repos" and parts[3] == "installation":
+                repo = f"{parts[1]}/{parts[2]}"
+                found = [number for number, repos in self.installations.items() if repo in repos]
+                return (200, {"id": found[0]}) if found else (404, {"message": "Not Found"})
             if len(parts) >= 4 and parts[0] == "repos" and parts[3] == "check-runs":
                 answered = self._check_run(method, parts, body or {})
                 if answered is not None:
