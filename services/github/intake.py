@@ -169,8 +169,11 @@ def subject_lock(subject: str) -> str:
 
 
 def stored_decision(stored: dict[str, Any]) -> Decision:
-    lists = {name: tuple(stored[name]) for name in ("added", "removed") if name in stored}  # JSON has no tuples
-    return Decision(**{**stored, **lists, "kind": DecisionKind(stored["kind"])})
+    fields: dict[str, Any] = {**stored, "kind": DecisionKind(stored["kind"])}
+    for name in ("added", "removed"):  # JSON has no tuples
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    return Decision(**fields)
 
 
 def _act_once(session: Session, delivery: Delivery) -> Outcome:
