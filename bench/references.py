@@ -5,20 +5,30 @@ every operator they take):
 
 1. The references alone: point by point with nothing shared (as before batching) against batched
    and shared across operators, with the memo's hit rate.
-2. gradci with the three JAX backends × float64, float32 (references included, computed afresh)
-   ÷ ``jax.test_util.check_grads(f, (x,), order, modes=("fwd", "rev"))`` on the same functions at the
-   same points, in both dtypes (order 2 where a second-order operator is checked). Target ≤ 1.
+2. gradci × float64, float32 (references included, computed afresh) ÷
+   ``jax.test_util.check_grads(f, (x,), order, modes=("fwd", "rev"))`` on the same functions at the
+   same points, in both dtypes (order 2 where a second-order operator is checked). Target ≤ 1 for
+   the backends that check the same modes, ``jax-fwd`` and ``jax-rev-jit``; the three JAX backends
+   (op-by-op ``jax-rev`` too) are printed beside them. Each side runs twice in fresh processes
+   (imports and JAX's start not counted): cold, with an empty JAX compilation cache of its own, then
+   warm, with the cache its cold run left, as a second check of unchanged code finds it.
 3. ``--library``: the memo's hit rate on the built-in library (``gradci.scenarios.library.default()``).
 
-Both sides run once to warm up (imports, compilation) before they are timed.
-Run: .venv/bin/python bench/references.py [--every N] [--library]
+Run: .venv/bin/python bench/references.py [--every N] [--limit N] [--parts references,cells] [--library]
+(``--every 10 --parts cells``: a tenth of the functions, the cells alone, to iterate quickly.)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import gradci
 from gradci.scenarios.library import conformance as frameworks
@@ -28,14 +38,17 @@ from gradci.scenarios.reference.flat_function import ravel
 from gradci.scenarios.reference.stencils import BATCHING_ENV
 
 JAX_BACKENDS = ["jax-rev", "jax-fwd", "jax-rev-jit"]
+SAME_MODES = ["jax-fwd", "jax-rev-jit"]  # what check_grads(modes=("fwd", "rev")) checks: jvp and vjp rules, jitted
 DTYPES = ["float64", "float32"]
+SIDES = {"gradci": SAME_MODES, "gradci-3": JAX_BACKENDS, "check_grads": None}
 
 
-def jax_scenarios(every: int) -> list:
-    """The family's JAX scenarios, of every ``every``-th function (each with all its operators)."""
+def jax_scenarios(every: int, limit: int | None = None) -> list:
+    """The family's JAX scenarios, of every ``every``-th function (each with all its operators), the
+    first ``limit`` of those functions."""
     chosen = [s for s in frameworks.scenarios() if s.implementation("jax") is not None
               and all(s.implementation(other) is None for other in ("numpy", "torch"))]
-    kept = set(list(dict.fromkeys(s.name.rsplit("/", 1)[0] for s in chosen))[::every])
+    kept = set(list(dict.fromkeys(s.name.rsplit("/", 1)[0] for s in chosen))[::every][:limit])
     return [s for s in chosen if s.name.rsplit("/", 1)[0] in kept]
 
 
@@ -60,14 +73,17 @@ def batching(enabled: bool):
             os.environ[BATCHING_ENV] = before
 
 
-def run_gradci(chosen: list) -> tuple[float, object]:
+def run_gradci(chosen: list, backends: list[str]) -> tuple[float, object]:
     start = time.perf_counter()
-    report = gradci.check(chosen, backends=JAX_BACKENDS, devices=["cpu"], dtypes=DTYPES,
-                             references=ReferenceCache())  # a fresh cache: references recomputed
+    report = gradci.check(chosen, backends=backends, devices=["cpu"], dtypes=DTYPES,
+                          references=ReferenceCache())  # a fresh cache: references recomputed
     return time.perf_counter() - start, report
 
 
 def run_check_grads(pairs: list) -> tuple[float, int]:
+    from gradci.scenarios.adapters import get_framework
+
+    get_framework("jax")  # x64 on, as in gradci's runs (and the same compile flags)
     import jax
     import jax.numpy as jnp
     from jax.test_util import check_grads
@@ -109,16 +125,57 @@ def references_before_and_after(chosen: list) -> None:
           f"memo hit rate {cache.memo.hit_rate:.0%}", flush=True)
 
 
-def side_by_side(chosen: list) -> None:
-    pairs = functions_at_points(chosen)
-    run_gradci(chosen), run_check_grads(pairs)  # warm-up: imports, compilation
-    ours, report = run_gradci(chosen)
-    theirs, failures = run_check_grads(pairs)
-    counts = dict(report.counts())
-    print(f"2. gradci, {len(JAX_BACKENDS)} backends × {len(DTYPES)} dtypes, {len(report.cells)} cells {counts}: "
-          f"{ours:7.1f} s", flush=True)
-    print(f"   check_grads(order 1|2, fwd+rev) on {len(pairs)} functions × {len(DTYPES)} dtypes "
-          f"({failures} raised):   {theirs:7.1f} s   ratio {ours / theirs:5.2f}", flush=True)
+def run_side(side: str, chosen: list) -> dict:
+    """One side's run: seconds, and what it found (cells by status, or how many check_grads raised)."""
+    if SIDES[side] is None:
+        seconds, failures = run_check_grads(functions_at_points(chosen))
+        return {"seconds": seconds, "found": f"{failures} raised"}
+    seconds, report = run_gradci(chosen, SIDES[side])
+    counts = {str(status): count for status, count in sorted(report.counts().items())}
+    return {"seconds": seconds, "found": f"{len(report.cells)} cells {counts}"}
+
+
+def child(side: str, every: int, limit: int | None) -> None:
+    """One side's run in this fresh process: JAX started (x64 on, the compile flags set, its CPU
+    client made) before the clock starts, as any check starts; compilations then come from the
+    compilation cache the parent named, or are made (and stored there)."""
+    from gradci.scenarios.adapters import get_framework
+
+    get_framework("jax")
+    import jax.numpy as jnp
+
+    jnp.zeros(1).block_until_ready()
+    result = run_side(side, jax_scenarios(every, limit))
+    result["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result), flush=True)
+
+
+def in_fresh_process(side: str, every: int, limit: int | None, cache: str) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--every", str(every)]
+    command += ["--limit", str(limit)] if limit is not None else []
+    done = subprocess.run(command, env={**os.environ, "GRADCI_JAX_CACHE_DIR": cache}, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the {side} run failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(every: int, limit: int | None) -> None:
+    """Each side twice, in fresh processes: cold, with an empty compilation cache of its own, then
+    warm, with the cache its cold run left (what a second check of unchanged code finds)."""
+    pairs = functions_at_points(jax_scenarios(every, limit))
+    print(f"2. gradci ÷ check_grads(order 1|2, fwd+rev) on {len(pairs)} functions × {len(DTYPES)} dtypes; "
+          f"gradci = {' + '.join(SAME_MODES)}, gradci-3 = {' + '.join(JAX_BACKENDS)}", flush=True)
+    runs: dict[tuple[str, str], dict] = {}
+    for side in ("check_grads", "gradci", "gradci-3"):
+        with tempfile.TemporaryDirectory(prefix="gradci-bench-jax-cache-") as cache:
+            for label in ("cold", "warm"):
+                load = os.getloadavg()[0]
+                run = runs[label, side] = in_fresh_process(side, every, limit, cache)
+                theirs = runs.get((label, "check_grads"), run)["seconds"]
+                ratio = "" if side == "check_grads" else f"   ÷ check_grads = {run['seconds'] / theirs:5.2f}"
+                print(f"   {label} {side:12s} {run['seconds']:7.1f} s{ratio}   ({run['found']}, "
+                      f"max RSS {run['max_rss_mb']:.0f} MB, load {load:.1f})", flush=True)
 
 
 def library_hit_rate() -> None:
@@ -129,15 +186,30 @@ def library_hit_rate() -> None:
           f"({cache.memo.hits} of {cache.memo.hits + cache.memo.misses} evaluations)")
 
 
-if __name__ == "__main__":
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--every", type=int, default=1, help="only every N-th function, with all its operators")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N of those functions")
+    parser.add_argument("--parts", default="references,cells", help="references, cells (comma-separated)")
     parser.add_argument("--library", action="store_true", help="also the memo's hit rate on the built-in library")
+    parser.add_argument("--child", choices=sorted(SIDES), help=argparse.SUPPRESS)  # a cold run (``cold``)
     args = parser.parse_args()
-    chosen = jax_scenarios(args.every)
-    operators = sorted({s.operator for s in chosen})
-    print(f"{len(chosen)} JAX scenarios ({', '.join(operators)})", flush=True)
-    references_before_and_after(chosen)
-    side_by_side(chosen)
-    if args.library:
-        library_hit_rate()
+    if args.child:
+        child(args.child, args.every, args.limit)
+        return
+    parts = set(args.parts.split(","))
+    with tempfile.TemporaryDirectory(prefix="gradci-bench-jax-cache-") as cache:
+        os.environ["GRADCI_JAX_CACHE_DIR"] = cache  # this process's: before jax starts, empty
+        chosen = jax_scenarios(args.every, args.limit)
+        operators = sorted({s.operator for s in chosen})
+        print(f"{len(chosen)} JAX scenarios ({', '.join(operators)})", flush=True)
+        if "references" in parts:
+            references_before_and_after(chosen)
+        if "cells" in parts:
+            side_by_side(args.every, args.limit)
+        if args.library:
+            library_hit_rate()
+
+
+if __name__ == "__main__":
+    main()

@@ -217,19 +217,23 @@ def other_mode_backends(backend: str, run_backends: Sequence[str], known: Mappin
             and known.get(name, {}).get("mode") == modes[own["mode"]]]
 
 
+# The engine's options a run may set (Run.options), each over gradci.toml's [check] key of that name.
+ENGINE_OPTIONS = ("repeats", "timings")
+
+
 def engine_options(source: Source, run: RunRef) -> dict[str, Any]:
     """The engine's options for a run's cells (``check_scenario``'s keyword arguments): the run's own
-    (``POST /api/runs`` ``repeats``), else the repository's gradci.toml ``[check] repeats``, as
-    ``gradci check`` takes it."""
-    if "repeats" in run.options:
-        return {"repeats": run.options["repeats"]}
-    if source.root is None:
-        return {}
+    (``POST /api/runs`` ``repeats``, ``timings``), else the repository's gradci.toml ``[check] repeats``
+    and ``timings``, as ``gradci check`` takes them."""
+    options = {name: run.options[name] for name in ENGINE_OPTIONS if name in run.options}
+    if source.root is None or len(options) == len(ENGINE_OPTIONS):
+        return options
     try:
-        repeats = load_project(source.root).repeats
+        project = load_project(source.root)
     except ProjectError:  # the runner, reading the same file, has said what is wrong with it
-        return {}
-    return {} if repeats is None else {"repeats": repeats}
+        return options
+    found = {name: getattr(project, name) for name in ENGINE_OPTIONS if getattr(project, name) is not None}
+    return {**found, **options}
 
 
 def cells_of(job: JobRef, source: Source | None, run: RunRef) -> list[tuple[str, str]]:

@@ -136,7 +136,8 @@ def list_source(cache: SourceCache, request: messages.ListRequest) -> messages.L
     from gradci.scenarios.backends import registry
 
     source = cache.get(request.source, request.family)
-    backends = [messages.BackendEntry(name=b.name, framework=b.framework, mode=b.mode) for b in registry().values()]
+    backends = [messages.BackendEntry(name=b.name, framework=b.framework, mode=b.mode, default=b.default)
+                for b in registry().values()]
     reply = messages.ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
     if request.availability:
         from gradci.scenarios.verdict.check import available_devices

@@ -46,6 +46,7 @@ class BackendEntry(TypedDict):
     framework: str
     mode: str
     unavailable: NotRequired[str | None]  # why it cannot run here; only when availability was asked
+    default: NotRequired[bool]  # checked where no backends are named (Backend.default); absent: True
 
 
 def _plain(value: Any) -> Any:

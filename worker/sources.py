@@ -36,8 +36,10 @@ class Source:
 
     @property
     def available_backends(self) -> list[str]:
-        """Backends that can run on this worker (listed with ``availability=True``)."""
-        return [name for name, info in self.backends.items() if "unavailable" in info and info["unavailable"] is None]
+        """Backends that can run on this worker (listed with ``availability=True``) and that a run naming
+        none gets: an opt-in backend (``Backend.default``) only where named."""
+        return [name for name, info in self.backends.items()
+                if "unavailable" in info and info["unavailable"] is None and info.get("default", True)]
 
     def requested(self, run_matrix: Matrix) -> Matrix:
         """What the run asks for over what the repository's file says."""

@@ -63,8 +63,9 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
-              parallel: int | None = None, upload_to: UploadOptions | None = None) -> int:
-    """``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``)."""
+              parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None) -> int:
+    """``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
+    times over repeated calls (None: gradci.toml's ``[check] timings``, else one call)."""
     err = Console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
     try:
@@ -77,6 +78,8 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         target, timeout_s = gather(repo, flags, cell_timeout_s, family)
         if repeats is None and target.source:  # the flag over gradci.toml's [check] repeats
             repeats = load_project(target.source).repeats
+        if timings is None and target.source:  # and over [check] timings
+            timings = load_project(target.source).timings
         for name in target.matrix.backends or []:
             gradci.get_backend(name)
         config = load_project(target.source).config if target.source else {}
@@ -84,9 +87,8 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             commit_fields(upload_to, os.environ)
             shards(upload_to, config)
         wanted = parallel or default_parallelism(target.matrix)
-        cells, runners, omitted = _check_with_progress(target, timeout_s, err,
-                                                       {} if repeats is None else {"repeats": repeats}, wanted,
-                                                       catalog)
+        options = {**({} if repeats is None else {"repeats": repeats}), **({"timings": True} if timings else {})}
+        cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog)
     except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE

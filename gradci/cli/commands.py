@@ -36,7 +36,8 @@ app.add_typer(tokens_app, name="tokens")
 @app.command()
 def check(
     repo: str | None = typer.Option(None, help="Repository with a gradci.toml (default: the built-in library)."),
-    backends: str | None = typer.Option(None, help="Comma-separated backends (default: all available)."),
+    backends: str | None = typer.Option(None, help="Comma-separated backends (default: every available one but "
+                                                       "the opt-in jax-rev)."),
     devices: str | None = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
     dtypes: str | None = typer.Option(None, help="Comma-separated dtypes, e.g. float64,float32."),
     k: str | None = typer.Option(None, "-k", help=SCENARIOS_HELP),
@@ -53,6 +54,9 @@ def check(
     repeats: int | None = typer.Option(None, "--repeats", metavar="N",
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
+    timings: bool | None = typer.Option(None, "--timings/--no-timings",
+                                        help="Time each cell's steady state over repeated calls (default: "
+                                             "gradci.toml's [check] timings, else one call: see the docs)."),
     upload: str | None = typer.Option(None, "--upload", metavar="URL",
                                       help="Also send the cells to the gradci server at URL (its base URL), "
                                            "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
@@ -85,7 +89,7 @@ def check(
         branch=branch, pr=pr, base_sha=base_sha)
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
-                               parallel=jobs, upload_to=upload_to))
+                               parallel=jobs, upload_to=upload_to, timings=timings))
 
 
 @app.command()
@@ -166,13 +170,16 @@ def submit(
     repeats: int | None = typer.Option(None, "--repeats", metavar="N", min=1, max=100,
                                           help="Compute each derivative N times and record whether the results "
                                                "are bitwise reproducible (default: gradci.toml's, each scenario's)."),
+    timings: bool | None = typer.Option(None, "--timings/--no-timings",
+                                        help="Time each cell's steady state over repeated calls (default: "
+                                             "gradci.toml's [check] timings, else one call)."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
 ) -> None:
     """Submit a run to a gradci server."""
     from gradci.cli.submit import submit as submit_run
 
     raise typer.Exit(submit_run(server=server, repo=repo, sha=sha, ref=ref, wait=wait, repeats=repeats,
-                                matrix=matrix_of(backends, devices, dtypes, scenarios)))
+                                timings=timings, matrix=matrix_of(backends, devices, dtypes, scenarios)))
 
 
 @app.command()

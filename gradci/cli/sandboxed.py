@@ -91,7 +91,8 @@ def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
     listing = runner.list_source(target.source, availability=True, family=target.family)
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
     backends = {backend["name"]: backend for backend in listing.backends}
-    names = target.matrix.backends or [name for name, b in backends.items() if b["unavailable"] is None]
+    names = target.matrix.backends or [name for name, b in backends.items()
+                                       if b["unavailable"] is None and b.get("default", True)]
     found = listing.devices or []  # asked for: availability=True
     devices = found if target.matrix.devices is None else expand_devices(target.matrix.devices, found)
     planned, omitted = [], 0

@@ -34,10 +34,10 @@ def _client(server: str | None) -> GradciClient:
 
 
 def submit(*, server: str | None, repo: str | None, sha: str | None, ref: str | None, matrix: Matrix,
-           wait: bool, repeats: int | None = None) -> int:
+           wait: bool, repeats: int | None = None, timings: bool | None = None) -> int:
     console = Console(stderr=True)
     fields: dict[str, Any] = {"repo": _repo_for_server(repo), "sha": sha, "ref": ref, "repeats": repeats,
-                              **matrix.to_mapping()}
+                              "timings": timings, **matrix.to_mapping()}
     try:
         with _client(server) as client:
             created = client.submit(**fields)

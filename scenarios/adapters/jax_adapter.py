@@ -64,6 +64,9 @@ class JaxAdapter(FrameworkAdapter):
     name = "jax"
     dtypes = _DTYPES
     version = jax.__version__
+    # value_dtypes traces f: its answer follows from f and the inputs' shapes and dtypes alone, so the
+    # backends share it across their cells (and a scenario's operators) instead of tracing f for each.
+    value_dtypes_traced = True
 
     def device_unavailable(self, device: str) -> str | None:
         if simulated(device):

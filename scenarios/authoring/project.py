@@ -22,6 +22,8 @@ reason = "old-style autograd.Function: torch.func refuses it"
 cell_timeout_s = 300                   # per cell, in the sandboxed runner (--cell-timeout overrides it)
 repeats = 3                            # each derivative 3 times, to see it is bitwise reproducible
                                        # (gradci check and the service's runs; --repeats overrides it)
+timings = true                         # steady-state times over repeated calls (default: one call;
+                                       # gradci check and the service's runs; --timings/--no-timings)
 ```
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Project:
     config: dict[str, Any]
     cell_timeout_s: float | None = None  # [check] cell_timeout_s: gradci check's, unless its flag says otherwise
     repeats: int | None = None  # [check] repeats: over every scenario's own (scenarios.repeats)
+    timings: bool | None = None  # [check] timings: steady-state times over repeated calls (None: not said)
     expect: tuple[tuple[str, Expect], ...] = ()  # [[expect]]: (scenario glob, expectation)
 
 
@@ -94,7 +97,7 @@ def load_project(root: str | Path) -> Project:
         raise ProjectError(f"{path}: [matrix]: {exc}") from None
     return Project(root=root, modules=modules, matrix=matrix, config=config,
                    cell_timeout_s=_cell_timeout(config, path), repeats=_repeats(config, path),
-                   expect=_suite_expectations(config, path))
+                   timings=_timings(config, path), expect=_suite_expectations(config, path))
 
 
 EXPECT_FIELDS = {"scenario", "backend", "device", "dtype", "raises", "match", "reason"}
@@ -141,6 +144,14 @@ def _repeats(config: dict[str, Any], path: Path) -> int | None:
     value = table.get("repeats") if isinstance(table, dict) else None
     if value is not None and (type(value) is not int or value < 1):
         raise ProjectError(f"{path}: [check] repeats must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def _timings(config: dict[str, Any], path: Path) -> bool | None:
+    table = config.get("check", {})
+    value = table.get("timings") if isinstance(table, dict) else None
+    if value is not None and not isinstance(value, bool):
+        raise ProjectError(f"{path}: [check] timings must be true or false, not {value!r}")
     return value
 
 

@@ -30,6 +30,9 @@ class Prepared:
     # (a float64 constant in its closure) checks float64 arithmetic, and says so.
     # (dtypes f returns, floating dtypes computed inside f), for the cell's wider-dtype warning
     value_dtypes: Callable[[], tuple[set[str], set[str]]] | None = None
+    # Whether the first ``call()`` compiles and later calls only run the compiled program (jax.jit):
+    # one more call then measures the steady state at the cost of a run alone.
+    compiled: bool = False
 
 
 class Backend:
@@ -38,6 +41,9 @@ class Backend:
     name: str = ""
     framework: str = ""
     mode: str = ""
+    # Whether a check that names no backends runs it ("every available backend"). An opt-in backend
+    # (False: jax-rev) runs only where named: --backends, gradci.toml's [matrix] backends, a run's.
+    default: bool = True
 
     def unavailable(self) -> str | None:
         """Why this backend cannot run here at all (framework missing), or None."""

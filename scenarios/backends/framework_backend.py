@@ -1,10 +1,13 @@
 """Backends that run a framework's own differentiation (torch, jax): the shared cell preparation."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
+import numpy as np
 import optree
+from array_api_compat import is_jax_array, is_torch_array
 
 from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
 from gradci.scenarios.adapters.adapter import arrays_apart
@@ -17,6 +20,43 @@ from gradci.scenarios.operators.records import OPERATOR_RECORDS
 # element, all at once, vectorised: past this many elements that is too much memory and time to be
 # worth it (a 100k-parameter gradient would ask for tens of GB); such cells are skipped with the reason.
 FORWARD_INPUT_LIMIT = 4096
+
+# Compiled computations kept for later cells. A compiler caches by the function object (jax.jit), so a
+# fresh closure per cell would be traced, lowered and compiled anew where an earlier cell built the same
+# program: the same function, operator and contexts at another point, or in a check run again in one
+# process. Few are kept: a kept jitted computation holds its jaxprs, lowered modules and executables
+# (about 1.7 MB each on the CPU, measured), and a check's cells rarely repeat a program (another dtype
+# is another program). f's traced value dtypes, which every backend and operator of a function and
+# dtype share, cost next to nothing to keep.
+PROGRAMS_KEPT = 64
+VALUE_DTYPES_KEPT = 4096
+
+
+class KeptPrograms:
+    """A bounded map of reusable values, the least recently used dropped first."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get_or_make(self, key: Hashable | None, make: Callable[[], Any]) -> Any:
+        """The value kept under ``key``, else ``make()``, kept (a None key: made, not kept)."""
+        if key is None:
+            return make()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        value = self._entries[key] = make()
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+PROGRAMS = KeptPrograms(PROGRAMS_KEPT)  # (backend, operator, batched, function key) -> compiled computation
+VALUE_DTYPES = KeptPrograms(VALUE_DTYPES_KEPT)  # (framework, function key, input shapes and dtypes) -> value_dtypes
 
 
 class FrameworkBackend(Backend):
@@ -50,6 +90,10 @@ class FrameworkBackend(Backend):
 
     def compile(self, computation: Callable) -> Callable:
         return computation
+
+    def compiles(self) -> bool:
+        """Whether ``compile`` compiles: its first call traces and compiles, later ones run the program."""
+        return False
 
     def result_ready(self, result: Any) -> Any:
         """Wait until the result is computed (asynchronous dispatch), return it."""
@@ -86,7 +130,10 @@ class FrameworkBackend(Backend):
                 return tuple(self.operator_fn(operator, f, x_, t) for t in tangent_)
             return self.operator_fn(operator, f, x_, tangent_)
 
-        compiled = self.compile(computation)
+        traced = getattr(adapter, "value_dtypes_traced", False)
+        function = _function_key(fn, scenario.state, fcontexts) if self.compiles() or traced else None
+        reusable = None if function is None or not self.compiles() else (self, operator, batched, function)
+        compiled = PROGRAMS.get_or_make(reusable, lambda: self.compile(computation))
         ready = self.result_ready
         # Decided once, not per timed call: a simulated GPU computes on the CPU, with nothing to wait for.
         sync = (lambda: adapter.synchronize(device)) if execution_device(device) != CPU else (lambda: None)
@@ -96,8 +143,61 @@ class FrameworkBackend(Backend):
             sync()
             return result
 
-        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
-                        value_dtypes=lambda: adapter.value_dtypes(lambda z: fn(z, *with_state(fcontexts)), fx))
+        def value_dtypes():  # shared where f's trace decides them: by f and its inputs' shapes and dtypes
+            key = (None if not traced or function is None else
+                   (self.framework, function, _shapes_and_dtypes(fx), _shapes_and_dtypes(context_arrays)))
+            return VALUE_DTYPES.get_or_make(key, lambda: adapter.value_dtypes(
+                lambda z: fn(z, *with_state(fcontexts)), fx))
+
+        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts), value_dtypes=value_dtypes,
+                        compiled=self.compiles())
+
+
+# Leaves whose repr tells their values apart (0.0 from -0.0, 1 from True, with the type beside it).
+_LITERALS = (bool, int, float, complex, str, bytes, type(None), np.generic)
+
+
+def _function_key(fn: Callable, state: tuple[int, ...], contexts: Any) -> Hashable | None:
+    """What a cell's computation holds besides its arrays' shapes and dtypes (which the compiler's
+    own cache tells apart): the function, by identity, the state positions, and the contexts'
+    structure with their non-array leaves. None where a non-array leaf is not a literal (an object,
+    a numpy array of strings): the computation is then never reused."""
+    leaves, spec = optree.tree_flatten(contexts, none_is_leaf=True)
+    constants = []
+    for leaf in leaves:
+        if is_jax_array(leaf) or is_torch_array(leaf):
+            continue
+        if not isinstance(leaf, _LITERALS):
+            return None
+        constants.append((type(leaf), repr(leaf)))
+    try:
+        key = (Same(fn), state, spec, tuple(constants))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class Same:
+    """An object as part of a key, by identity (held, so that no other object takes its id)."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: Any):
+        self.held = held
+
+    def __hash__(self) -> int:
+        return id(self.held)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.held is self.held
+
+
+def _shapes_and_dtypes(tree: Any) -> Hashable:
+    """A pytree's structure and its leaves' shapes and dtypes (others by type and repr)."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    return spec, tuple((tuple(leaf.shape), str(leaf.dtype)) if hasattr(leaf, "dtype") and hasattr(leaf, "shape")
+                       else (type(leaf), repr(leaf)) for leaf in leaves)
 
 
 def _state_resetter(adapter, state: tuple[int, ...]) -> Callable[[tuple], tuple]:

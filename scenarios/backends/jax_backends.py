@@ -30,8 +30,8 @@ class JaxBackend(FrameworkBackend):
     framework = "jax"
     jit = False
 
-    def __init__(self, name: str, mode: str, jit: bool = False):
-        self.name, self.mode, self.jit = name, mode, jit
+    def __init__(self, name: str, mode: str, jit: bool = False, default: bool = True):
+        self.name, self.mode, self.jit, self.default = name, mode, jit, default
 
     def operator_fn(self, operator, f, x, tangent):
         return apply_operator(jax_transforms(), self.mode, operator, f, x, tangent)
@@ -43,15 +43,20 @@ class JaxBackend(FrameworkBackend):
 
         return jax.jit(computation)
 
+    def compiles(self):
+        return self.jit
+
     def result_ready(self, result):
         return block_until_ready(result)
 
 
 def jax_backends() -> list[JaxBackend]:
     # jax-rev runs op by op, as code outside jit does; forward mode is compiled, as it runs in practice
-    # (and op-by-op jacfwd/hessian compiles every primitive on first use: seconds per cell).
+    # (and op-by-op jacfwd/hessian compiles every primitive on first use: seconds per cell). jax-rev
+    # checks the rules jax-rev-jit checks compiled, at more than the two jitted backends' cost
+    # together (bench/RESULTS.md, References): opt-in, for functions jit cannot trace.
     return [
-        JaxBackend("jax-rev", "reverse"),
+        JaxBackend("jax-rev", "reverse", default=False),
         JaxBackend("jax-fwd", "forward", jit=True),
         JaxBackend("jax-rev-jit", "reverse", jit=True),
     ]

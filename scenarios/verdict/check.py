@@ -28,7 +28,9 @@ from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapsh
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
 from gradci.scenarios.verdict.tolerances import Tolerance, agreement_tolerance, tolerance_for
 
-# Steady-state timing: repeat the call until this many repetitions or this much time, take the median.
+# Steady-state timing, where timings are asked for (``timings=True``: ``gradci check --timings``,
+# gradci.toml's ``[check] timings``): after the first call, repeat it until this many repetitions or
+# this much time, and take the median. Otherwise a cell's computation runs once (see ``_timed_calls``).
 TIMING_REPEATS = 3
 TIMING_BUDGET_S = 0.05
 MESSAGE_LIMIT = 500
@@ -83,19 +85,20 @@ def available_devices() -> list[str]:
 
 
 def resolve_backends(names: Sequence[str] | None) -> list[Backend]:
-    """None: every registered backend whose framework is installed."""
+    """None: every registered default backend (``Backend.default``) whose framework is installed."""
     if names is None:
-        return [b for b in registry().values() if b.unavailable() is None]
+        return [b for b in registry().values() if b.default and b.unavailable() is None]
     return [get_backend(name) for name in names]
 
 
 def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
           devices: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
           progress: Callable[[Cell], None] | None = None,
-          references: ReferenceCache | None = None, repeats: int | None = None) -> Report:
+          references: ReferenceCache | None = None, repeats: int | None = None, timings: bool = False) -> Report:
     """Check every cell; None for backends, devices or dtypes means all available (dtypes: each
     scenario's own). Devices with both cpu and cuda ones add CPU–GPU agreement cells; ``repeats``
-    overrides each scenario's own."""
+    overrides each scenario's own; ``timings`` measures each cell's steady-state time over repeated
+    calls (``_timed_calls``)."""
     chosen = resolve_backends(backends)
     devices = list(devices) if devices is not None else available_devices()
     references = references or shared_cache()
@@ -106,14 +109,15 @@ def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
         lacked = scenario.lacked_frameworks()
         own = [backend for backend in chosen if backend.framework not in lacked]
         omitted += (len(chosen) - len(own)) * len(computed) * len(dtypes if dtypes is not None else scenario.dtypes)
-        cells.extend(check_scenario(scenario, own, devices, dtypes, references, progress, repeats=repeats))
+        cells.extend(check_scenario(scenario, own, devices, dtypes, references, progress, repeats=repeats,
+                                    timings=timings))
     return Report(cells, omitted)
 
 
 def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
                    dtypes: Sequence[str] | None, references: ReferenceCache,
                    progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
-                   repeats: int | None = None) -> list[Cell]:
+                   repeats: int | None = None, timings: bool = False) -> list[Cell]:
     """``_check_scenario`` in the framework state its module set at import (none: the state as it
     is), which is restored afterwards: no scenario changes the next one's defaults, seeds or
     precision switches. What its module changed at import and what its cells changed while they
@@ -124,7 +128,7 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
         global_state.restore(module_state)
     expected = global_state.capture()
     try:
-        cells = _check_scenario(scenario, backends, devices, dtypes, references, None, peers, repeats)
+        cells = _check_scenario(scenario, backends, devices, dtypes, references, None, peers, repeats, timings)
         while_running = global_state.changes(expected, global_state.capture())
     finally:
         global_state.restore(before)
@@ -144,7 +148,7 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
 def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequence[str],
                     dtypes: Sequence[str] | None, references: ReferenceCache,
                     progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
-                    repeats: int | None = None) -> list[Cell]:
+                    repeats: int | None = None, timings: bool = False) -> list[Cell]:
     """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
     cells are computed only to compare the forward and reverse modes with (the service checks one
     backend a job) and are not returned; see ``_peer_cells``.
@@ -153,7 +157,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
     where ``devices`` has cpu too, or names the comparison itself (``cuda:0-vs-cpu``: the CPU results
     are then computed for the comparison only, as a service job on a GPU does). ``repeats``: how many
     times each derivative is computed to see whether it is reproducible (None: the scenario's
-    ``repeats``)."""
+    ``repeats``); ``timings``: whether steady-state times are measured over repeated calls."""
     computed = [device for device in devices if compared_device(device) is None]
     repeats = scenario.repeats if repeats is None else repeats
     cells, results, raised = [], {}, {}
@@ -169,7 +173,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                         raised[cell.key] = reference.exception
                     else:
                         results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
-                                                     raised=raised, repeats=repeats)
+                                                     raised=raised, repeats=repeats, timings=timings)
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
@@ -310,10 +314,11 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
 
 
 def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
-             raised: dict | None = None, repeats: int = 1) -> Any:
+             raised: dict | None = None, repeats: int = 1, timings: bool = False) -> Any:
     """Fill in ``cell``; return the backend's numpy result (None when there is none). An exception
     the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type).
-    ``repeats`` > 1 computes the derivative that many times and records their spread."""
+    ``repeats`` > 1 computes the derivative that many times and records their spread; ``timings``:
+    see ``_timed_calls``."""
     reason = _unavailable(backend, cell.device, cell.dtype)
     if reason:
         cell.status, cell.message = Status.SKIP, reason
@@ -325,7 +330,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
             tol = _precision_and_tolerance(cell, scenario, adapter)
             prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
             before = snapshot(prepared.inputs)
-            result = _timed_calls(cell, backend, prepared)
+            result = _timed_calls(cell, backend, prepared, timings)
             numpy_result = prepared.to_numpy(result)
             if repeats > 1:
                 others = [prepared.to_numpy(prepared.call()) for _ in range(repeats - 1)]
@@ -447,20 +452,26 @@ def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent:
     return total
 
 
-def _timed_calls(cell: Cell, backend: Backend, prepared) -> Any:
+def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) -> Any:
+    """Compute the cell's result, timed. ``first_call_ms``: the first call, with its tracing and
+    compiling where the backend compiles. ``time_ms``, the steady state: with ``timings``, the median of
+    up to TIMING_REPEATS further calls (as many as fit in TIMING_BUDGET_S, at least one); without, the
+    one further call of a backend that compiles (``Prepared.compiled``: it runs the program alone, at
+    the cost of a run), and None for one that does not (op-by-op jax, torch): its computation runs once."""
     adapter = getattr(backend, "adapter", None)
     if adapter:
         adapter.reset_peak_memory(cell.device)
     start = time.perf_counter()
     result = prepared.call()
     cell.first_call_ms = (time.perf_counter() - start) * 1e3
+    wanted = TIMING_REPEATS if timings else int(prepared.compiled)
     durations: list[float] = []
     budget_end = time.perf_counter() + TIMING_BUDGET_S
-    while len(durations) < TIMING_REPEATS and (not durations or time.perf_counter() < budget_end):
+    while len(durations) < wanted and (not durations or time.perf_counter() < budget_end):
         start = time.perf_counter()
         result = prepared.call()
         durations.append(time.perf_counter() - start)
-    cell.time_ms = statistics.median(durations) * 1e3
+    cell.time_ms = statistics.median(durations) * 1e3 if durations else None
     if adapter:
         cell.peak_memory_bytes = adapter.peak_memory(cell.device)
     return result

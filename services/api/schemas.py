@@ -49,10 +49,14 @@ class RunCreate(BaseModel):
     repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(
         None, description="compute each derivative this many times and record whether the results were bitwise "
         "reproducible (over gradci.toml's [check] repeats and each scenario's own)")
+    timings: bool | None = Field(
+        None, description="time each cell's steady state over repeated calls (over gradci.toml's [check] timings; "
+        "default: one call, a steady-state time only where the backend compiles)")
 
     def options(self) -> dict[str, Any]:
         """The run's engine options (``Run.options``)."""
-        return {} if self.repeats is None else {"repeats": self.repeats}
+        return {name: value for name, value in (("repeats", self.repeats), ("timings", self.timings))
+                if value is not None}
 
     def matrix(self) -> Matrix:
         return Matrix.of(backends=self.backends, devices=self.devices, dtypes=self.dtypes, scenarios=self.scenarios)
