@@ -279,6 +279,7 @@ def test_a_finished_runs_junit_is_stored_gzipped_and_reads_as_the_live_document(
     """Rendered once when the run is finalised: sent as it is (Content-Encoding: gzip) to a client that
     accepts gzip, inflated for one that does not; either way the very document a running run streams."""
     cells = [cell_factory(i, dtype=dtype) for i in range(40) for dtype in ("float32", "float64")]
+    cells[0]["time_ms"] = None  # not timed (no timings asked for): its one call, 20 ms, is its time
     run_id = seed_run(settings.database_url, cells)
     live = client.get(f"/api/runs/{run_id}/junit.xml", headers={"Accept-Encoding": "identity"})
     assert "content-encoding" not in live.headers  # not final yet: streamed from the cells
@@ -295,6 +296,8 @@ def test_a_finished_runs_junit_is_stored_gzipped_and_reads_as_the_live_document(
     assert int(raw.headers["content-length"]) < len(live.content) / 5
     plain = client.get(f"/api/runs/{run_id}/junit.xml", headers={"Accept-Encoding": "gzip;q=0, identity"})
     assert "content-encoding" not in plain.headers and plain.content == live.content
+    first = ET.fromstring(live.content).find("testsuite/testcase[@name='scenario_00000']")
+    assert first is not None and first.get("time") == "0.020000"
 
 
 @pytest.mark.parametrize(("header", "gzip"), [("gzip", True), ("gzip, deflate, br", True), ("*", True),
