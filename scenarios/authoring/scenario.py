@@ -268,14 +268,21 @@ class Scenario:
         digest.update(f"{self.name}\0{self.operator}\0{self._code_fingerprint()}".encode())
         if callable(self.reference):
             digest.update(fingerprint_of(self.reference)[0].encode())
-        for part in (self.x, self.tangent, self.contexts, None if callable(self.reference) else self.reference):
-            _hash_tree(digest, part)
+        given = None if callable(self.reference) else self.reference
+        whole = [_hash_tree(digest, part) for part in (self.x, self.tangent, self.contexts, given)]
+        self.__dict__["_inputs_read"] = all(whole)
         return digest.hexdigest()[:20]
 
     def cache_key(self) -> str:
         """The key under which this scenario's reference is shared: its fingerprint, or, where the
         fingerprint could not read everything its function reads, a key of its own."""
-        return self.fingerprint() if self._code_fully_read() else f"{self.fingerprint()}/{self._unshared_token()}"
+        shared = self._code_fully_read() and self._inputs_fully_read()
+        return self.fingerprint() if shared else f"{self.fingerprint()}/{self._unshared_token()}"
+
+    def _inputs_fully_read(self) -> bool:
+        """Whether every leaf of x, the tangent, the contexts and the reference could be hashed whole."""
+        self.fingerprint()
+        return self.__dict__["_inputs_read"]
 
     def _code_fingerprint(self) -> str:
         return self._read_code()[0]
@@ -307,27 +314,38 @@ class Scenario:
     def _compute_function_fingerprint(self) -> str:
         digest = hashlib.sha256()
         digest.update(self._code_fingerprint().encode())
-        if not self._code_fully_read():  # f read something that could not be hashed: never shared
-            digest.update(self._unshared_token().encode())
         leaves, spec = optree.tree_flatten(self.x, none_is_leaf=True)
         digest.update(f"{spec}{[np.shape(leaf) for leaf in leaves]}{self.state}".encode())
-        _hash_tree(digest, self.contexts)
+        contexts_whole = _hash_tree(digest, self.contexts)
+        if not (self._code_fully_read() and contexts_whole):  # something could not be hashed: never shared
+            digest.update(self._unshared_token().encode())
         return digest.hexdigest()[:20]
 
 
 
-def _hash_tree(digest, tree: Any) -> None:
-    """Hash a pytree's structure and its leaves (arrays by shape and content)."""
+# Leaves whose repr is exact and complete: hashed by it. Any other leaf by everything it holds.
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _hash_tree(digest, tree: Any) -> bool:
+    """Hash a pytree's structure and its leaves (arrays by shape and content, plain values by repr,
+    any other object by everything it holds: ``fingerprints``); whether every leaf was read whole."""
     leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
     digest.update(str(spec).encode())
+    whole = True
     for leaf in leaves:
         if isinstance(leaf, np.ndarray):
             # float64 (every x, every float context) by shape alone, as before index arrays existed
             kind = "" if leaf.dtype == np.float64 else str(leaf.dtype)
             digest.update(f"{kind}{leaf.shape}".encode())
             digest.update(np.ascontiguousarray(leaf).tobytes())
-        else:
-            digest.update(repr(leaf).encode())
+        elif isinstance(leaf, _PLAIN):
+            digest.update(f"{type(leaf).__name__}:{leaf!r}".encode())
+        else:  # an object's repr may leave out what decides f (a config whose repr names its class only)
+            text, complete = fingerprint_of(leaf)
+            digest.update(text.encode())
+            whole = whole and complete
+    return whole
 
 
 def _required_positional(fn: Callable) -> int | None:

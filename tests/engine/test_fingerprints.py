@@ -64,6 +64,47 @@ def test_twins_sharing_one_cache_are_each_checked_against_their_own_reference():
         assert report.ok, report.failing()
 
 
+class Config:
+    """A context whose repr leaves out what decides f: its scale."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __repr__(self):
+        return "Config()"
+
+
+def scaled_square(x, config):
+    return gradci.namespace(x).sum(config.scale * x ** 2)
+
+
+def test_contexts_are_read_whole_not_by_their_repr():
+    def made(scale):  # one factory, one name: only the context's state tells them apart
+        return Scenario("factory/config", "gradient", scaled_square, np.array([0.3, -0.2, 0.7]),
+                        contexts=(Config(scale),))
+
+    one, two = made(1.0), made(2.0)
+    assert one.fingerprint() != two.fingerprint() and one.function_fingerprint() != two.function_fingerprint()
+    assert one.cache_key() == made(1.0).cache_key()  # equal contents are still shared
+    shared = ReferenceCache()
+    for scenario in (one, two):  # against the other's reference, a correct backend would fail
+        report = gradci.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
+                              references=shared)
+        assert report.ok, report.failing()
+
+
+def test_an_object_context_that_cannot_be_read_is_never_shared():
+    class Opaque:  # no attributes to read (a C extension's handle, say): what it holds is unknown
+        __slots__ = ()
+
+    def made():
+        return Scenario("opaque", "gradient", lambda x, handle: (x ** 2).sum(), np.ones(2), contexts=(Opaque(),))
+
+    first, second = made(), made()
+    assert first.cache_key() != second.cache_key()
+    assert first.function_fingerprint() != second.function_fingerprint()
+
+
 def test_a_global_the_function_reads_is_part_of_it():
     namespace: dict = {"np": np, "WEIGHT": np.array([1.0, 2.0])}
     exec("def f(x):\n    return np.sum(WEIGHT * x)", namespace)
