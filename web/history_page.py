@@ -25,7 +25,8 @@ CHARTS = (("error ÷ tolerance (1 = at the tolerance)", "tolerance_ratio", "log"
            "No error ÷ tolerance to plot: no cell of these runs recorded errors (they errored or were skipped; "
            "the status chart says which)."),
           ("steady-state time (ms)", "time_ms", "log",
-           "No steady-state time to plot: no cell of these runs recorded one."),
+           "No steady-state time to plot: no cell of these runs recorded one (cells are timed only where "
+           "timings are asked for: [check] timings = true in gradci.toml, or a run's timings)."),
           ("first call: compile and trace (ms)", "first_call_ms", "log",
            "No first-call time to plot: no cell of these runs recorded one."))
 FONT = {"family": "system-ui, sans-serif", "size": 11}

@@ -126,7 +126,8 @@ def test_a_pull_request_reports_as_a_check_run_with_annotations_and_reruns(app_s
     # The check run was created in progress before it completed; the base run got one too.
     creations = [c for c in fake.calls if c["method"] == "POST" and c["path"].endswith("/check-runs")]
     assert any(c["body"]["head_sha"] == c1 and c["body"]["status"] == "in_progress" for c in creations)
-    assert completed(fake, c0)[0]["conclusion"] == "success"
+    base = wait_for(lambda: completed(fake, c0), "the base run's completed check run", timeout_s=60)
+    assert base[0]["conclusion"] == "success"
     # Every repository call carried an installation token the fake issued; the comment stays.
     (comment,) = fake.comments_on(FULL_NAME, 2)
     assert comment["body"].startswith(MARKER)
