@@ -1,5 +1,6 @@
-"""Sending a run's report to GitHub: commit statuses `gradci/project` and `gradci/patch`, and the one
-pull-request comment, edited in place. Idempotent: publishing twice sends the same state twice.
+"""Sending a run's report to GitHub: commit statuses `gradci/project` and `gradci/patch` (token mode)
+or a check run with annotations (App mode: ``check_runs``), and the one pull-request comment, edited
+in place. Idempotent: publishing twice sends the same state twice (a check run's annotations once).
 
 What is owed is in the database (``GitHubReport``), so an outage delays a report but never loses
 it: every attempt first sets when the next may start, ``report_retry_base_s`` doubling with each
