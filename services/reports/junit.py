@@ -11,7 +11,6 @@ import gzip
 import io
 import itertools
 import xml.etree.ElementTree as ET
-import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -111,13 +110,6 @@ def compressed_junit(session: Session, run_id: int) -> bytes:
 
 def decompressed_chunks(blob: bytes, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
     """A stored document for a client that does not accept gzip, inflated a bounded piece at a time."""
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    for start in range(0, len(blob), chunk_bytes):
-        pending = blob[start:start + chunk_bytes]
-        while pending:
-            piece = inflate.decompress(pending, chunk_bytes * 8)
-            if piece:
-                yield piece
-            pending = inflate.unconsumed_tail
-    if tail := inflate.flush():
-        yield tail
+    with gzip.GzipFile(fileobj=io.BytesIO(blob)) as document:
+        while piece := document.read(chunk_bytes):
+            yield piece
