@@ -99,8 +99,10 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
         if row is None or run is None or not run.head_sha:
             return "none"
         phase, statuses, report = plan_statuses(session, run)
-        summary = render(report, dashboard_url(settings, run.id)) if report is not None else statuses[0][2]
-        body = summary if report is not None and run.pr_number else None
+        # The report as markdown: the pull request's comment, and in App mode the check run's summary.
+        rendered = (render(report, dashboard_url(settings, run.id))
+                    if report is not None and (run.pr_number or settings.github_app_mode) else None)
+        body = rendered if run.pr_number else None
         if body is not None and run.status == RunStatus.skipped.value:
             body = (f"**Nothing was checked**: {run.error_message or 'every cell was skipped'}. A run that ran "
                     f"no cell is not a pass: bring a worker for its devices online, or check why its scenarios "
@@ -110,16 +112,15 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
                        if settings.github_app_mode and phase == "final" and not final_before else [])
         attempt = _Publication(row.full_name, run.head_sha, run.pr_number, phase, statuses, body, run.status,
                                run.repository.github_installation_id if run.repository else None, row.check_run_id,
-                               final_before, annotations, summary)
+                               final_before, annotations, rendered or statuses[0][2])
         now = utcnow()
         # Due again after the backoff, should this attempt fail or never finish (its worker died).
         row.state, row.attempts, row.updated_at = ReportState.pending.value, row.attempts + 1, now
         row.next_attempt_at = now + timedelta(seconds=retry_delay_s(settings, row.attempts))
-    check_run_id = attempt.check_run_id
     try:
         with client_for(settings, attempt.installation_id, attempt.full_name) as client:
             if settings.github_app_mode:
-                check_run_id = _send_check_run(client, settings, run_id, attempt)
+                _send_check_run(client, settings, run_id, attempt)
             else:
                 for context, state, description in attempt.statuses:
                     client.set_status(attempt.full_name, attempt.sha, context, state, description,
@@ -130,9 +131,9 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
         if exc.status_code == 401 and attempt.installation_id is not None:  # a revoked token: ask anew next time
             installation_tokens.forget(settings, attempt.installation_id)
         state = ReportState.pending if exc.retryable or exc.status_code == 401 else ReportState.failed
-        _record(settings, run_id, state, None, str(exc), check_run_id)
+        _record(settings, run_id, state, None, str(exc))
         return state.value
-    _record(settings, run_id, ReportState.published, attempt.phase, None, check_run_id)
+    _record(settings, run_id, ReportState.published, attempt.phase, None)
     return ReportState.published.value
 
 
@@ -144,8 +145,8 @@ def conclusion(run_status: str, project_state: str) -> str:
     return "success" if project_state == "success" else "failure"
 
 
-def _send_check_run(client: GitHubClient, settings: Settings, run_id: int, attempt: _Publication) -> int:
-    """The check run of ``attempt`` created, updated or completed; its id."""
+def _send_check_run(client: GitHubClient, settings: Settings, run_id: int, attempt: _Publication) -> None:
+    """The check run of ``attempt`` created (its id stored at once), updated or completed."""
     title = attempt.statuses[0][2]
     check_run_id = attempt.check_run_id
     if check_run_id is None:
@@ -153,13 +154,12 @@ def _send_check_run(client: GitHubClient, settings: Settings, run_id: int, attem
                                         dashboard_url(settings, run_id), title)
         _record_check_run(settings, run_id, check_run_id)
     if attempt.phase != "final":
-        return check_run_id
+        return
     if attempt.final_before:
         check_runs.update(client, attempt.full_name, check_run_id, title, attempt.summary)
     else:
         check_runs.complete(client, attempt.full_name, check_run_id, conclusion(attempt.run_status,
                             attempt.statuses[0][1]), title, attempt.summary, attempt.annotations)
-    return check_run_id
 
 
 def _record_check_run(settings: Settings, run_id: int, check_run_id: int) -> None:
@@ -170,14 +170,11 @@ def _record_check_run(settings: Settings, run_id: int, check_run_id: int) -> Non
             row.check_run_id = check_run_id
 
 
-def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None,
-            check_run_id: int | None = None) -> None:
+def _record(settings: Settings, run_id: int, state: ReportState, phase: str | None, error: str | None) -> None:
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
         assert row is not None, "a report is recorded only once it is owed"
         row.state, row.last_error, row.updated_at = state.value, error, utcnow()
-        if check_run_id is not None:
-            row.check_run_id = check_run_id
         if state is not ReportState.pending:  # nothing left to retry: the backoff starts over next time
             row.attempts, row.next_attempt_at = 0, None
         if phase:
