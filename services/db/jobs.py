@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from gradci.scenarios.contract.cell import COUNTED, FAILING, Status
 from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
+    FINISHED_RUN_VALUES,
     Job,
     JobStatus,
     Result,
@@ -41,7 +42,6 @@ from gradci.services.db.upsert import dialect_insert, rows_matched
 from gradci.services.reports.coverage import coverage_percent
 
 UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
-FINISHED_RUN_VALUES = tuple(sorted(status.value for status in FINISHED_RUN_STATUSES))
 FINISHED_JOB_STATUSES = (JobStatus.done.value, JobStatus.error.value, JobStatus.cancelled.value)
 
 

@@ -66,6 +66,7 @@ class RunStatus(Vocabulary):
 
 FINISHED_RUN_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.cancelled, RunStatus.error,
                                    RunStatus.skipped})
+FINISHED_RUN_VALUES = tuple(sorted(status.value for status in FINISHED_RUN_STATUSES))  # for SQL's IN
 
 
 class JobStatus(Vocabulary):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, lazyload
 
 from gradci.scenarios.contract.cell import FAILING
@@ -136,9 +136,10 @@ def rerun_matrix(session: Session, run: Run) -> Matrix | None:
                      scenarios=[exact_pattern(name) for name in scenarios])
 
 
-def create_rerun(session: Session, run: Run) -> Run | None:
-    """A new run of the same commit over ``rerun_matrix(run)``; None when nothing failed."""
-    matrix = rerun_matrix(session, run)
+def create_rerun(session: Session, run: Run, matrix: Matrix | None = None) -> Run | None:
+    """A new run of the same commit over ``matrix`` (None: ``rerun_matrix(run)``, its failed cells);
+    None when nothing failed."""
+    matrix = matrix if matrix is not None else rerun_matrix(session, run)
     if matrix is None:
         return None
     return create_run(
@@ -153,12 +154,6 @@ def create_rerun(session: Session, run: Run) -> Run | None:
         parent_run_id=run.id,
         options=run.options,
     )
-
-
-def delete_runs(session: Session, run_ids: list[int]) -> None:
-    """Forget runs that were never queued (their jobs, results and reports go with them)."""
-    if run_ids:
-        session.execute(delete(Run).where(Run.id.in_(run_ids)))
 
 
 def mark_run_error(session: Session, run: Run, message: str) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy import delete, exists, select, update
 from sqlalchemy.orm import Session
 
 from gradci.services.db.models import (
-    FINISHED_RUN_STATUSES,
+    FINISHED_RUN_VALUES,
     GitHubReport,
     Repository,
     Result,
@@ -35,8 +35,6 @@ from gradci.services.db.models import (
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, lock_for_transaction, lock_run
 from gradci.services.db.upsert import rows_matched
-
-FINISHED_VALUES = tuple(sorted(status.value for status in FINISHED_RUN_STATUSES))
 
 
 class UploadRunFinished(Exception):
@@ -88,7 +86,7 @@ def open_upload(session: Session, repository: Repository, commit: Commit, wait_s
         session.flush()
         return upload, True
     existing = lock_run(session, upload.run_id)
-    if upload.closed_at is not None or existing is None or existing.status in FINISHED_VALUES:
+    if upload.closed_at is not None or existing is None or existing.status in FINISHED_RUN_VALUES:
         raise UploadRunFinished(upload.run_id)
     # A later shard may know what the first did not (the pull request, once it was opened).
     existing.base_sha, existing.ref = existing.base_sha or commit.base_sha, existing.ref or commit.ref
@@ -152,7 +150,7 @@ def close_overdue(session: Session, *, limit: int) -> list[int]:
     now = database_now(session)
     overdue = session.scalars(
         select(Upload.run_id).join(Run, Run.id == Upload.run_id)
-        .where(Upload.closed_at.is_(None), Upload.deadline <= now, Run.status.not_in(FINISHED_VALUES))
+        .where(Upload.closed_at.is_(None), Upload.deadline <= now, Run.status.not_in(FINISHED_RUN_VALUES))
         .order_by(Upload.deadline).limit(limit))
     return [run_id for run_id in list(overdue) if close(session, run_id, now)]
 
@@ -161,5 +159,5 @@ def closed_unfinished(session: Session, *, closed_before: datetime, limit: int) 
     """Upload runs closed before ``closed_before`` and still unfinished: their finalisation was lost."""
     return list(session.scalars(
         select(Upload.run_id).join(Run, Run.id == Upload.run_id)
-        .where(Upload.closed_at < closed_before, Run.status.not_in(FINISHED_VALUES))
+        .where(Upload.closed_at < closed_before, Run.status.not_in(FINISHED_RUN_VALUES))
         .order_by(Upload.run_id).limit(limit)))

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.devices import CPU
 from gradci.scenarios.contract.requirements import memory_text
-from gradci.services.db.jobs import FINISHED_RUN_VALUES, lock_run
-from gradci.services.db.models import Job, JobStatus, Run, Worker, utcnow
+from gradci.services.db.jobs import lock_run
+from gradci.services.db.models import FINISHED_RUN_VALUES, Job, JobStatus, Run, Worker, utcnow
 from gradci.services.db.workers import gpu_offer, online_workers, worker_queues
 from gradci.services.planner import PARKED, queue_description
 

@@ -38,6 +38,7 @@ from gradci.services.db.deliveries import pending_deliveries, store_delivery, su
 from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger, utcnow
 from gradci.services.db.runs import (
     RunAlreadyFinished,
+    create_rerun,
     create_run,
     get_or_create_repository,
     lock_for_transaction,
@@ -51,9 +52,8 @@ from gradci.services.settings import Settings
 log = logging.getLogger(__name__)
 
 ACTIVE = (RunStatus.queued.value, RunStatus.running.value)
-ACTED_ON = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline, DecisionKind.rerun,
-            DecisionKind.installation)
 FROM_A_REPOSITORY = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline, DecisionKind.rerun)
+ACTED_ON = (*FROM_A_REPOSITORY, DecisionKind.installation)
 Send = Callable[[int], None]  # a run's id to plan or report on
 
 
@@ -302,7 +302,7 @@ def _rerun(session: Session, decision: Decision, repository: Repository) -> Outc
         return Outcome({"ignored": f"no run of {repository.full_name} to re-run"})
     if run.trigger == Trigger.upload.value:
         return Outcome({"ignored": f"run {run.id} was uploaded by the project's CI: re-run its CI job"})
-    again = _tracked_run(session, decision, repository, Trigger.rerun.value, head_sha=run.head_sha,
-                         base_sha=run.base_sha, ref=run.ref, pr_number=run.pr_number,
-                         matrix=Matrix.from_mapping(run.matrix), parent_run_id=run.id, options=run.options)
+    again = create_rerun(session, run, matrix=Matrix.from_mapping(run.matrix))
+    assert again is not None, "a rerun over a given matrix is always made"
+    session.add(GitHubReport(run_id=again.id, full_name=decision.full_name))
     return Outcome({"runs": [again.id], "rerun_of": run.id}, new_runs=[again.id])

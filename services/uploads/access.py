@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gradci.services.api.repo_refs import RepoRef, is_allowed
 from gradci.services.db.session import session_scope
 from gradci.services.github.client import GitHubClient, GitHubError
-from gradci.services.github.events import DEFAULT_APPROVAL_LABEL, awaiting_approval
+from gradci.services.github.events import DEFAULT_APPROVAL_LABEL, awaiting_approval, repository_allowed
 from gradci.services.settings import Settings
 from gradci.services.uploads import oidc, tokens
 
@@ -75,7 +74,7 @@ def authorize(settings: Settings, credential: Credential, repository: str, pr_nu
     request ``pr_number``, if any); ``Unavailable`` when GitHub cannot say whether it is a fork's."""
     if credential.repository.casefold() != repository.casefold():  # GitHub's names ignore case
         raise Forbidden(f"{credential.describe()} is for {credential.repository}, not {repository}")
-    if not is_allowed(RepoRef(url=repository, full_name=repository), settings.allowed_repos):
+    if not repository_allowed(repository, settings.allowed_repos):
         raise Forbidden(f"repository {repository!r} is not in GRADCI_ALLOWED_REPOS")
     if pr_number is not None:
         refuse_unapproved_fork(settings, repository, pr_number)
