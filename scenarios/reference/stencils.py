@@ -269,8 +269,7 @@ class StencilEvaluator:
             if values is not None:
                 self.g.evaluations += len(rows)
                 return values
-        # Each point its own copy: f may write into its argument or read past a view's edges.
-        return np.stack([self.g(np.array(row)) for row in rows])
+        return self._point_by_point(rows)
 
     def evaluate_line(self, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
         """g at x + c·direction for each coefficient c, each evaluated (no memo), as ``evaluate``."""
@@ -280,7 +279,11 @@ class StencilEvaluator:
             if values is not None:
                 self.g.evaluations += len(coefficients)
                 return values
-        return np.stack([self.g(row) for row in line_rows(self.g.v0, direction, coefficients)])
+        return self._point_by_point(line_rows(self.g.v0, direction, coefficients))
+
+    def _point_by_point(self, rows: np.ndarray) -> np.ndarray:
+        # Each point its own copy: f may write into its argument or read past a view's edges.
+        return np.stack([self.g(np.array(row)) for row in rows])
 
 
 class LineEvaluator:
