@@ -34,7 +34,6 @@ from gradci.scenarios.verdict.tolerances import Tolerance, agreement_tolerance, 
 TIMING_REPEATS = 3
 TIMING_BUDGET_S = 0.05
 MESSAGE_LIMIT = 500
-# Frameworks whose backends run the scenario's own implementation (fd runs any, in float64).
 
 
 @dataclasses.dataclass
