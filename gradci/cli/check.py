@@ -76,13 +76,14 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         if parallel is not None and parallel < 1:
             raise UsageError(f"-j must be a whole number of at least 1, not {parallel}")
         target, timeout_s = gather(repo, flags, cell_timeout_s, family)
-        if repeats is None and target.source:  # the flag over gradci.toml's [check] repeats
-            repeats = load_project(target.source).repeats
-        if timings is None and target.source:  # and over [check] timings
-            timings = load_project(target.source).timings
+        project = load_project(target.source) if target.source else None
+        if repeats is None and project:  # the flag over gradci.toml's [check] repeats
+            repeats = project.repeats
+        if timings is None and project:  # and over [check] timings
+            timings = project.timings
         for name in target.matrix.backends or []:
             gradci.get_backend(name)
-        config = load_project(target.source).config if target.source else {}
+        config = project.config if project else {}
         if upload_to is not None:  # before checking: a CI job missing what the upload needs fails at once
             commit_fields(upload_to, os.environ)
             shards(upload_to, config)
