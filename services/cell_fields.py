@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Literal, get_type_hints
 
+from pydantic import BaseModel, create_model
+
 from gradci.scenarios.contract.cell import FIELD_NAMES, FIELDS, VOCABULARIES, Cell, stored_values
 
 
@@ -20,3 +22,11 @@ def cell_fields(names: Iterable[str] = FIELD_NAMES, *, required: bool = False) -
         default = defaults[name]
         out[name] = (kind, ... if required or default is dataclasses.MISSING else default)
     return out
+
+
+def cell_record(name: str, base: type[BaseModel], names: Iterable[str] = FIELD_NAMES, *, required: bool = False,
+                doc: str | None = None, **more: Any) -> type[BaseModel]:
+    """A pydantic record ``name`` on ``base`` holding the cell's fields ``names`` and ``more`` fields;
+    ``more`` may also give a cell field another type. Type checkers cannot see its fields: the
+    modules that use it declare the record as ``Any`` for them."""
+    return create_model(name, __base__=base, __doc__=doc, **{**cell_fields(names, required=required), **more})

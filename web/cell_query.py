@@ -16,12 +16,12 @@ Choice = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=
 
 
 class CellQuery(FormQuery):
-    family: Choice | None = None
+    family: Choice | None = Field(None, description="only this family's scenarios: 'nn' holds 'nn/…'")
     operator: Choice | None = None
     backend: Choice | None = None
     device: Choice | None = None
     dtype: Choice | None = None
-    status: Status | None = None
+    status: Status | None = Field(None, description="only cells of this status")
     page: int = Field(1, ge=1, le=1_000_000, description="page of the heatmap's rows")
     cursor: Annotated[str, StringConstraints(max_length=40)] | None = Field(None, description="page of the table")
 

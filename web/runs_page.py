@@ -31,8 +31,9 @@ class RunsQuery(FormQuery):
 
 @router.get("/", response_class=HTMLResponse)
 def runs_page(request: Request, session: ReadSession, query: Annotated[RunsQuery, Query()]):
-    page = queries.list_runs(session, repo=query.repo, status=query.status and query.status.value,
-                             trigger=query.trigger and query.trigger.value, limit=RUNS_PER_PAGE, cursor=query.cursor)
+    where = queries.RunFilter(repo=query.repo, status=query.status and query.status.value,
+                              trigger=query.trigger and query.trigger.value)
+    page = queries.list_runs(session, where, limit=RUNS_PER_PAGE, cursor=query.cursor)
     runs = page.items
     counts = finished.cell_counts(session, runs)
     jobs = queries.job_counts(session, [run.id for run in runs])

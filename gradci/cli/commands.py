@@ -3,6 +3,8 @@ and the dashboard together. Each command imports what it needs when it runs, so 
 ``gradci submit`` and ``gradci status`` load no numpy or framework."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from gradci.scenarios.contract.matrix import Matrix
@@ -25,6 +27,13 @@ SCENARIOS_HELP = ("Scenario patterns, comma-separated: a glob, or a plain word m
 
 UPLOAD_PANEL = "Uploading to a gradci server"
 
+# The matrix's axes and the cell options, where check and submit take them alike.
+Devices = Annotated[str | None, typer.Option(help="Comma-separated devices: cpu, cuda, cuda:N.")]
+Dtypes = Annotated[str | None, typer.Option(help="Comma-separated dtypes, e.g. float64,float32.")]
+Timings = Annotated[bool | None, typer.Option("--timings/--no-timings",
+                                              help="Time each cell's steady state over repeated calls (default: "
+                                                   "gradci.toml's \\[check] timings, else one call: see the docs).")]
+
 app = typer.Typer(help="gradci: derivative checks for JAX and PyTorch, as a CI service.",
                   no_args_is_help=True, add_completion=False)
 tokens_app = typer.Typer(help="Upload tokens: which repository's results `gradci check --upload` may send. "
@@ -38,8 +47,8 @@ def check(
     repo: str | None = typer.Option(None, help="Repository with a gradci.toml (default: the built-in library)."),
     backends: str | None = typer.Option(None, help="Comma-separated backends (default: every available one but "
                                                        "the opt-in jax-rev)."),
-    devices: str | None = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
-    dtypes: str | None = typer.Option(None, help="Comma-separated dtypes, e.g. float64,float32."),
+    devices: Devices = None,
+    dtypes: Dtypes = None,
     k: str | None = typer.Option(None, "-k", help=SCENARIOS_HELP),
     format: str = typer.Option("table", "--format", help="table, json or junit."),
     output: str | None = typer.Option(None, "-o", "--output", help="Write the report to this file."),
@@ -54,9 +63,7 @@ def check(
     repeats: int | None = typer.Option(None, "--repeats", metavar="N",
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
-    timings: bool | None = typer.Option(None, "--timings/--no-timings",
-                                        help="Time each cell's steady state over repeated calls (default: "
-                                             "gradci.toml's [check] timings, else one call: see the docs)."),
+    timings: Timings = None,
     upload: str | None = typer.Option(None, "--upload", metavar="URL",
                                       help="Also send the cells to the gradci server at URL (its base URL), "
                                            "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
@@ -164,15 +171,13 @@ def submit(
     sha: str | None = typer.Option(None, help="Commit to check."),
     ref: str | None = typer.Option(None, help="Branch or tag to check (when no sha)."),
     backends: str | None = typer.Option(None, help="Comma-separated backends."),
-    devices: str | None = typer.Option(None, help="Comma-separated devices: cpu, cuda, cuda:N."),
-    dtypes: str | None = typer.Option(None, help="Comma-separated dtypes."),
+    devices: Devices = None,
+    dtypes: Dtypes = None,
     scenarios: str | None = typer.Option(None, help=SCENARIOS_HELP),
     repeats: int | None = typer.Option(None, "--repeats", metavar="N", min=1, max=100,
                                           help="Compute each derivative N times and record whether the results "
                                                "are bitwise reproducible (default: gradci.toml's, each scenario's)."),
-    timings: bool | None = typer.Option(None, "--timings/--no-timings",
-                                        help="Time each cell's steady state over repeated calls (default: "
-                                             "gradci.toml's [check] timings, else one call)."),
+    timings: Timings = None,
     wait: bool = typer.Option(False, "--wait", help="Wait for the run; exit code as gradci check."),
 ) -> None:
     """Submit a run to a gradci server."""

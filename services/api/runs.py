@@ -133,9 +133,8 @@ def list_runs(
     cursor: Cursor = None,
 ) -> RunsPage:
     """Newest first."""
-    page = queries.list_runs(
-        session, repo=repo, sha=sha, pr=pr, status=status.value if status else None, limit=limit, cursor=cursor
-    )
+    where = queries.RunFilter(repo=repo, sha=sha, pr=pr, status=status.value if status else None)
+    page = queries.list_runs(session, where, limit=limit, cursor=cursor)
     return RunsPage(items=runs_out(session, page.items, settings, request), next_cursor=page.next_cursor)
 
 

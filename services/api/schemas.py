@@ -4,12 +4,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.repo_refs import REPO_PATTERN, parse_repo_ref
-from gradci.services.cell_fields import cell_fields
+from gradci.services.cell_fields import cell_record
 from gradci.services.reports.model import StatusCounts
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -139,20 +139,21 @@ class RunsPage(BaseModel):
     next_cursor: str | None
 
 
+class _StoredCell(BaseModel):
+    """Where the service stored a cell: its row, and the job that made it (None: an upload's)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    job_id: int | None
+
+
 # A stored cell: the engine's Cell, plus where and when the service stored it.
 if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
     CellOut: TypeAlias = Any
 else:
-    CellOut = create_model(
-        "CellOut",
-        __config__=ConfigDict(from_attributes=True),
-        id=(int, ...),
-        job_id=(int | None, ...),
-        **cell_fields(required=True),
-        fingerprint=(str | None, ...),
-        created_at=(datetime, ...),
-    )
-
+    CellOut = cell_record("CellOut", _StoredCell, required=True, fingerprint=(str | None, ...),
+                          created_at=(datetime, ...))
 
 class ResultsPage(BaseModel):
     items: list[CellOut]

@@ -3,7 +3,7 @@ tables; ``tests/services/test_db.py`` compares the two."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from sqlalchemy import (
     JSON,
@@ -52,6 +52,8 @@ NAMING_CONVENTION = {
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite has no 64-bit autoincrement other than its INTEGER rowid.
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+# The column of a row that belongs to a run and is deleted with it.
+OfRun = Annotated[int, mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))]
 
 
 class RunStatus(Vocabulary):
@@ -208,7 +210,7 @@ class Job(Base):
                       Index(None, "status", "queued_at"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[OfRun]
     backend: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(32))
     queue: Mapped[str] = mapped_column(String(64))
@@ -257,7 +259,7 @@ class Result(Base):
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[OfRun]
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     # One column per scenarios.cell.Cell field, in its order (a class body is a namespace: the
     # columns exist before the constraints above are bound to the table).
@@ -301,7 +303,7 @@ class ScenarioCatalogEntry(Base):
     __table_args__ = (UniqueConstraint("run_id", "name"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[OfRun]
     name: Mapped[str] = mapped_column(String(255))
     operator: Mapped[str] = mapped_column(String(32))
     fingerprint: Mapped[str | None] = mapped_column(String(64))
@@ -368,7 +370,7 @@ class GitHubReport(Base):
     __tablename__ = "github_reports"
     __table_args__ = (status_check("state", ReportState.values()), Index(None, "state"))
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[OfRun] = mapped_column(primary_key=True)
     full_name: Mapped[str] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16), default=ReportState.pending.value)
     published_phase: Mapped[str | None] = mapped_column(String(16))  # "pending" or "final" statuses sent
@@ -387,7 +389,7 @@ class StoredReport(Base):
 
     __tablename__ = "run_reports"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[OfRun] = mapped_column(primary_key=True)
     base_run_id: Mapped[int | None] = mapped_column(Integer)  # the base it was compared with, if any
     report: Mapped[dict[str, Any]]
     computed_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -407,7 +409,7 @@ class Upload(Base):
     __tablename__ = "uploads"
     __table_args__ = (UniqueConstraint("repository_id", "head_sha"), Index(None, "closed_at", "deadline"))
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[OfRun] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"))
     head_sha: Mapped[str] = mapped_column(String(64))
     # The shard names to wait for (empty: only the first upload's shard).

@@ -28,33 +28,33 @@ def get_run(session: Session, run_id: int) -> Run | None:
     return session.get(Run, run_id)
 
 
-def list_runs(
-    session: Session,
-    *,
-    repo: str | None = None,
-    sha: str | None = None,
-    pr: int | None = None,
-    status: str | None = None,
-    trigger: str | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> Page[Run]:
-    """Newest first. ``repo`` matches a repository's URL or owner/name; a ``sha`` shorter than a
-    full object name matches as a prefix, as git does."""
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    repo: str | None = None  # a repository's URL or owner/name
+    sha: str | None = None  # shorter than a full object name: a prefix, as git matches it
+    pr: int | None = None
+    status: str | None = None
+    trigger: str | None = None
+
+
+def list_runs(session: Session, where: RunFilter = RunFilter(), *, limit: int = 50,
+              cursor: str | None = None) -> Page[Run]:
+    """The runs ``where`` chooses, newest first."""
     statement = select(Run)
-    if repo is not None:
-        statement = statement.join(Run.repository).where(or_(Repository.url == repo, Repository.full_name == repo))
-    if sha is not None:
-        sha = sha.lower()
+    if where.repo is not None:
+        statement = statement.join(Run.repository).where(
+            or_(Repository.url == where.repo, Repository.full_name == where.repo))
+    if where.sha is not None:
+        sha = where.sha.lower()
         statement = statement.where(
             Run.head_sha == sha if len(sha) in FULL_SHA_LENGTHS else Run.head_sha.startswith(sha, autoescape=True)
         )
-    if pr is not None:
-        statement = statement.where(Run.pr_number == pr)
-    if status is not None:
-        statement = statement.where(Run.status == status)
-    if trigger is not None:
-        statement = statement.where(Run.trigger == trigger)
+    if where.pr is not None:
+        statement = statement.where(Run.pr_number == where.pr)
+    if where.status is not None:
+        statement = statement.where(Run.status == where.status)
+    if where.trigger is not None:
+        statement = statement.where(Run.trigger == where.trigger)
     return keyset_page(session, statement, Run.id, limit=limit, cursor=cursor, newest_first=True)
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field
 
 from gradci.scenarios.contract.cell import STATUSES, status_attribute
-from gradci.services.cell_fields import cell_fields
+from gradci.services.cell_fields import cell_record
 from gradci.services.reports.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
 from gradci.services.reports.targets import CoverageState
 
@@ -106,16 +106,13 @@ BRIEF_FIELDS = ("scenario", "backend", "device", "dtype", "status", "max_abs_err
 if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
     CellBrief: TypeAlias = Any
 else:
-    CellBrief = create_model(
-        "CellBrief",
-        __base__=Record,
-        __doc__="A cell whose status or error changed against the base run, with the base's side beside it.",
-        **cell_fields(BRIEF_FIELDS),
+    CellBrief = cell_record(
+        "CellBrief", Record, BRIEF_FIELDS,
+        doc="A cell whose status or error changed against the base run, with the base's side beside it.",
         tolerance_ratio=(float | None, None),
         base_status=(CellStatusName, ...),
         base_tolerance_ratio=(float | None, None),
     )
-
 
 class ReportSubject(Record):
     """Which run a report is about and which run it is compared with."""

@@ -16,7 +16,6 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationInfo,
-    create_model,
     field_validator,
     model_validator,
 )
@@ -25,7 +24,7 @@ from gradci.scenarios.contract.cell import KEY_LENGTHS, OPERATORS, TEXT_FIELDS, 
 from gradci.scenarios.contract.devices import compared_device, validate_device
 from gradci.scenarios.contract.requirements import Requirements
 from gradci.services.api.repo_refs import FULL_NAME
-from gradci.services.cell_fields import cell_fields
+from gradci.services.cell_fields import cell_record
 from gradci.services.reports.targets import TargetConfigError, parse_report_config
 
 MAX_INT32 = 2**31 - 1
@@ -96,15 +95,12 @@ class _CellChecks(BaseModel):
 if TYPE_CHECKING:  # built from the cell contract at import: its fields are not spelled out for type checkers
     UploadedCell: TypeAlias = Any
 else:
-    UploadedCell = create_model(
-        "UploadedCell",
-        __base__=_CellChecks,
-        __doc__="One cell as `gradci check --format json` writes it.",
-        **{**cell_fields(), **{name: (Annotated[str, StringConstraints(min_length=1, max_length=limit)], ...)
-                               for name, limit in KEY_LENGTHS.items() if name != "dtype"}},
+    UploadedCell = cell_record(
+        "UploadedCell", _CellChecks, doc="One cell as `gradci check --format json` writes it.",
+        **{name: (Annotated[str, StringConstraints(min_length=1, max_length=limit)], ...)
+           for name, limit in KEY_LENGTHS.items() if name != "dtype"},
         fingerprint=(Annotated[str, StringConstraints(max_length=64)] | None, None),
     )
-
 
 class UploadedScenario(BaseModel):
     """A scenario the shard checked, with its fingerprint: the pull request's patch coverage covers

@@ -241,7 +241,7 @@ def test_runs_list_newest_first_with_filters_and_pages(database_url, make_run) -
 
     def ids(**filters):
         with session_scope(database_url) as session:
-            return [run.id for run in queries.list_runs(session, limit=100, **filters).items]
+            return [run.id for run in queries.list_runs(session, queries.RunFilter(**filters), limit=100).items]
 
     assert ids() == list(range(12, 0, -1))
     assert ids(repo="acme/kernels") == ids(repo="https://github.com/acme/kernels.git") == [11, 9, 7, 5, 3, 1]
