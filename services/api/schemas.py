@@ -155,6 +155,7 @@ else:
     CellOut = cell_record("CellOut", _StoredCell, required=True, fingerprint=(str | None, ...),
                           created_at=(datetime, ...))
 
+
 class ResultsPage(BaseModel):
     items: list[CellOut]
     next_cursor: str | None

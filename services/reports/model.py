@@ -114,6 +114,7 @@ else:
         base_tolerance_ratio=(float | None, None),
     )
 
+
 class ReportSubject(Record):
     """Which run a report is about and which run it is compared with."""
 

@@ -102,6 +102,7 @@ else:
         fingerprint=(Annotated[str, StringConstraints(max_length=64)] | None, None),
     )
 
+
 class UploadedScenario(BaseModel):
     """A scenario the shard checked, with its fingerprint: the pull request's patch coverage covers
     the scenarios whose fingerprint differs from the base run's."""
