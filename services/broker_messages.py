@@ -39,13 +39,13 @@ def broker_tasks(settings: Settings, queues: Iterable[str]) -> dict[TaskKey, flo
     queue, else the time (``time.time()``) a worker took the latest one."""
     with broker_connection(settings) as connection:
         channel = connection.default_channel
-        driver = connection.transport.driver_type
-        if driver == "redis":
+        transport = connection.transport_cls
+        if transport in ("redis", "rediss"):
             messages = _redis_messages(channel, sorted(set(queues)))
-        elif driver == "sql":
+        elif str(transport).startswith(("sqla", "sqlalchemy")):
             messages = ((payload, WAITING) for payload in _sqlalchemy_payloads(channel, sorted(set(queues))))
         else:
-            raise UnknownTransport(f"cannot list the messages of a {driver!r} broker")
+            raise UnknownTransport(f"cannot list the messages of a {transport!r} broker")
         found: dict[TaskKey, float | None] = {}
         for payload, taken_at in messages:
             key = _task_key(channel, payload)
