@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return " ".join(f"{average:.2f}" for average in os.getloadavg())
 
 
 def cold_environment(folder: Path) -> dict[str, str]:

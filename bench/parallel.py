@@ -27,7 +27,7 @@ COMPARED = ("status", "reference", "reference_error", "message")  # as tests/cli
 
 
 def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return " ".join(f"{average:.2f}" for average in os.getloadavg())
 
 
 def timed_check(jobs: int, pattern: str | None) -> tuple[float, list[dict]]:
