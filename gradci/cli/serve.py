@@ -112,8 +112,11 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
 
     console = Console()
     forbid_inspection()
-    # `docker stop` and service managers send SIGTERM: stop the children as Ctrl-C does.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # `docker stop` and service managers send SIGTERM: stop the children as Ctrl-C does. SIGINT is
+    # set too because a process can start with it ignored (a script's `gradci up &`, nohup), and
+    # Python then leaves it ignored: `kill -INT` would do nothing (uvicorn and Celery set both too).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     settings = get_settings()
     settings.ensure_local_directories()
     if not port_is_free(settings.api_host, port):

@@ -40,12 +40,18 @@ def service_env(**gradci: str) -> dict[str, str]:
     return env
 
 
-def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None,
+          ignoring: tuple[signal.Signals, ...] = ()) -> subprocess.Popen[bytes]:
     """``argv`` in a session of its own (so ``stop`` reaches its whole tree), output appended to ``log``.
-    ``cwd`` defaults to the log's folder: never a folder whose own packages could shadow gradci's."""
+    ``cwd`` defaults to the log's folder: never a folder whose own packages could shadow gradci's.
+    ``ignoring``: signals it starts with ignored, as a shell's background job starts with SIGINT."""
+    def ignore() -> None:
+        for signum in ignoring:
+            signal.signal(signum, signal.SIG_IGN)
+
     with open(log, "ab") as output:
         return subprocess.Popen(argv, env=env, cwd=cwd or log.parent, stdout=output, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=ignore if ignoring else None)
 
 
 def stop(process: subprocess.Popen[bytes], grace_s: float = 10) -> None:

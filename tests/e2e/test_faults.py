@@ -37,8 +37,14 @@ def worker_log(faulty_service: FaultyService) -> str:
 def started(faulty_service: FaultyService) -> int:
     """A run of every scenario, once its first cell is stored and jobs are running."""
     run_id = faulty_service.submit(scenarios="slow/*")
-    wait_for(lambda: results_of(faulty_service.database_url, run_id), "a first cell", interval_s=0.1)
-    assert any(job.status == "running" for job in jobs_of(faulty_service.database_url, run_id)), faulty_service.run(run_id)
+
+    def mid_run() -> bool:
+        # Both at one poll: between one job's end and the next one's claim, none may be running.
+        jobs = jobs_of(faulty_service.database_url, run_id)
+        assert not jobs or any(job.status != "done" for job in jobs), f"the run ended before it was caught running: {jobs}"
+        return bool(results_of(faulty_service.database_url, run_id)) and any(job.status == "running" for job in jobs)
+
+    wait_for(mid_run, "a first cell stored while a job is running", interval_s=0.05)
     return run_id
 
 
