@@ -39,13 +39,13 @@ def broker_tasks(settings: Settings, queues: Iterable[str]) -> dict[TaskKey, flo
     queue, else the time (``time.time()``) a worker took the latest one."""
     with broker_connection(settings) as connection:
         channel = connection.default_channel
-        transport = connection.transport_cls
-        if transport in ("redis", "rediss"):
+        driver = connection.transport.driver_type
+        if driver == "redis":
             messages = _redis_messages(channel, sorted(set(queues)))
-        elif str(transport).startswith(("sqla", "sqlalchemy")):
+        elif driver == "sql":
             messages = ((payload, WAITING) for payload in _sqlalchemy_payloads(channel, sorted(set(queues))))
         else:
-            raise UnknownTransport(f"cannot list the messages of a {transport!r} broker")
+            raise UnknownTransport(f"cannot list the messages of a {driver!r} broker")
         found: dict[TaskKey, float | None] = {}
         for payload, taken_at in messages:
             key = _task_key(channel, payload)

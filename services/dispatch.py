@@ -40,7 +40,8 @@ def _producer(settings: Settings) -> Celery:
 def broker_connection(settings: Settings) -> Connection:
     """A connection to the settings' broker that gives up after ``BROKER_TIMEOUT_S``."""
     settings.ensure_local_directories()
-    return Connection(settings.broker_url, transport_options=settings.broker_transport_options(),
+    url, transport = settings.broker_target()
+    return Connection(url, transport=transport, transport_options=settings.broker_transport_options(),
                       connect_timeout=BROKER_TIMEOUT_S)
 
 

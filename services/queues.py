@@ -78,6 +78,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def create_celery(settings: Settings, include: tuple[str, ...] = ()) -> Celery:
     """A Celery app on the settings' broker; ``include`` names the modules of tasks it runs."""
     settings.ensure_local_directories()
-    celery = Celery("gradci", broker=settings.broker_url, include=list(include), set_as_current=False)
-    celery.conf.update(celery_config(settings))
+    url, transport = settings.broker_target()
+    celery = Celery("gradci", broker=url, include=list(include), set_as_current=False)
+    celery.conf.update(celery_config(settings), broker_transport=transport)
     return celery

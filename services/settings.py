@@ -20,6 +20,7 @@ from gradci.services.db.urls import ensure_sqlite_directory, normalize_database_
 EMBEDDED_DATABASE_FILE = "gradci.db"
 EMBEDDED_BROKER_FILE = "broker.db"
 EMBEDDED_BROKER_SCHEMES = ("sqla+", "sqlalchemy+")
+EMBEDDED_TRANSPORT = "gradci.services.embedded_broker:Transport"
 # Redis redelivers a task not acknowledged within the visibility timeout; it must outlive the
 # hard time limit or a long job is handed to a second worker while the first still runs it.
 VISIBILITY_MARGIN_S = 600
@@ -141,6 +142,14 @@ class Settings(BaseSettings):
     @property
     def broker_visibility_timeout_s(self) -> int:
         return self.job_hard_time_limit_s + VISIBILITY_MARGIN_S
+
+    def broker_target(self) -> tuple[str, str | None]:
+        """(URL, transport) to open the broker with: an embedded broker's database URL with gradci's
+        transport for it (``gradci.services.embedded_broker``); any other URL as it is, its
+        transport named by its scheme."""
+        if self.broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
+            return _strip_broker_scheme(self.broker_url), EMBEDDED_TRANSPORT
+        return self.broker_url, None
 
     def broker_transport_options(self) -> dict[str, Any]:
         """Celery's ``broker_transport_options`` for this broker."""

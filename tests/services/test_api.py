@@ -450,6 +450,24 @@ def test_embedded_mode_queues_runs_another_process_can_take(clean_environment, t
     assert (tmp_path / ".gradci" / "gradci.db").exists() and (tmp_path / ".gradci" / "broker.db").exists()
 
 
+def test_the_embedded_broker_is_polled_ten_times_a_second_by_workers_and_senders(clean_environment, tmp_path,
+                                                                                monkeypatch) -> None:
+    """kombu's SQLAlchemy transport sleeps a second whenever its queues are empty: each message to an
+    idle worker waited up to that long. A Redis broker is left as kombu makes it."""
+    from gradci.services.dispatch import broker_connection
+    from gradci.services.embedded_broker import POLLING_INTERVAL_S
+    from gradci.services.queues import create_celery
+
+    monkeypatch.chdir(tmp_path)
+    embedded = Settings()
+    assert POLLING_INTERVAL_S <= 0.1
+    for connection in (create_celery(embedded).connection_for_read(), broker_connection(embedded)):
+        with connection:
+            assert (connection.transport.driver_type, connection.transport.polling_interval) == ("sql", POLLING_INTERVAL_S)
+    with broker_connection(Settings(broker_url="redis://127.0.0.1:1/0")) as connection:
+        assert connection.transport.driver_type == "redis"
+
+
 # --- a real server ------------------------------------------------------------------------------
 
 
