@@ -37,8 +37,13 @@ lint: $(STAMP)
 	$(PY) scripts/typecheck_tree.py > /dev/null
 	$(VENV)/bin/mypy
 
+# Two pytest processes (pytest-xdist), a test module each at a time so that a module's service starts
+# once: most tests wait on spawned services, so two keep both cores of a 2-core machine busy
+# (10 min instead of 18 there; bench/RESULTS.md). Each process has its own PostgreSQL database and
+# Redis database number (tests/support/databases.py: at most 12 at once). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: lint services browser
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP) services
 	$(PY) bench/engine.py
