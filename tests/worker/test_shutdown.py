@@ -56,7 +56,10 @@ def test_a_stopped_worker_leaves_nothing_and_its_jobs_run_again(fresh_service: S
 def _up(tmp_path: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
     """``gradci up`` started with SIGINT ignored, as a script's ``gradci up &`` (or a pytest run in the
     background) starts it: SIGINT must stop it all the same."""
-    env = service_env(workdir=str(workdir), worker_heartbeat_s="1", job_chunk_size="3")
+    # The reconciler's grace shortened as the fault tests shorten it: a job whose worker died with the
+    # group's SIGTERM is sent again within seconds of the restart, not after the default minute.
+    env = service_env(workdir=str(workdir), worker_heartbeat_s="1", worker_online_s="5", reconcile_grace_s="5",
+                      job_chunk_size="3")
     return spawn([sys.executable, "-m", "gradci", "up", "--port", str(port)], env, tmp_path / "up.log", cwd=tmp_path,
                  ignoring=(signal.SIGINT,))
 
