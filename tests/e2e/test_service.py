@@ -160,6 +160,15 @@ def test_cancellation_stops_running_jobs_and_drops_waiting_ones(redis_service: S
     assert {j.status for j in jobs} <= {"cancelled", "done"} and jobs[-1].status == "cancelled"
 
 
+def test_the_api_serves_with_uvicorns_c_parser_and_event_loop(redis_service: Service) -> None:
+    """``gradci api`` as deployed: uvicorn picks httptools and uvloop up by itself when they are
+    installed (dependencies of gradci), and the webhook intake's p99 depends on it."""
+    assert redis_service.api is not None
+    with open(f"/proc/{redis_service.api.pid}/maps") as maps:
+        loaded = {name for line in maps for name in ("httptools", "uvloop") if f"/{name}/" in line}
+    assert loaded == {"httptools", "uvloop"}, f"the API process loaded only {sorted(loaded)} of httptools, uvloop"
+
+
 def test_an_unknown_commit_ends_the_run_with_a_clear_error(redis_service: Service) -> None:
     run_id = redis_service.submit(sha="0" * 40)
     run = redis_service.wait_finished(run_id)
