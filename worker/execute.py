@@ -242,6 +242,17 @@ def cells_of(job: JobRef, source: Source | None, run: RunRef) -> list[tuple[str,
     return job_cells(job.scenarios, declared, dtypes)
 
 
+def scenario_groups(cells: Sequence[tuple[str, str]]) -> list[tuple[int, list[tuple[str, str]]]]:
+    """The (scenario, dtype) cells in runs of one scenario each, with the index of each run's first cell."""
+    groups: list[tuple[int, list[tuple[str, str]]]] = []
+    for index, cell in enumerate(cells):
+        if groups and groups[-1][1][0][0] == cell[0]:
+            groups[-1][1].append(cell)
+        else:
+            groups.append((index, [cell]))
+    return groups
+
+
 def error_cells(job: JobRef, source: Source | None, cells: Sequence[tuple[str, str]], message: str,
                 context: WorkerContext) -> list[dict[str, Any]]:
     return [cell_spec(job, source, scenario, dtype, context).error_cell(message) for scenario, dtype in cells]
@@ -292,7 +303,9 @@ class JobExecution:
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
         try:
-            for index, (scenario, dtype) in enumerate(cells):  # noqa: B007 - read after the loop: where it stopped
+            # A scenario's dtypes in one request, as `gradci check` asks for them: one check of the
+            # scenario per job instead of one per cell (the runner's timeout still holds per cell).
+            for index, scenario_cells in scenario_groups(cells):  # noqa: B007 - read after the loop: where it stopped
                 stop = writer.flush_and_poll() if writer.due() else None
                 if stop is Stop.lost:
                     log.warning("job %s was taken over by another delivery: this one stops", job.id)
@@ -300,9 +313,11 @@ class JobExecution:
                 if stop is Stop.cancelled:
                     status = JobStatus.cancelled.value
                     break
-                spec = cell_spec(job, source, scenario, dtype, self.context)
-                # The agreement cell's CPU side is computed in the same request: the cpu job owns the CPU cells.
-                specs = [spec, agreement_spec(spec)] if agreement else [spec]
+                specs = []
+                for scenario, dtype in scenario_cells:
+                    spec = cell_spec(job, source, scenario, dtype, self.context)
+                    # The agreement cell's CPU side is computed in the same request: the cpu job owns the CPU cells.
+                    specs += [spec, agreement_spec(spec)] if agreement else [spec]
                 for record in runner.run_cells(specs, peers=peers, options=options):
                     writer.add(record)
         except SoftTimeLimitExceeded:
