@@ -2,8 +2,8 @@
 
 The worker process itself never imports scenario code or a framework. It asks its runner
 (``gradci.worker.runner_child``) for the cells of one scenario at a time over JSON lines
-(``gradci.worker.runner_messages``; a job asks for one
-cell, ``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
+(``gradci.worker.runner_messages``; a job asks for a scenario's cells of its backend and device,
+``gradci check`` for all of a scenario's), with a timeout per cell. When the runner
 segfaults, aborts, exits or hangs, the cells asked for become ``error`` cells naming the signal or
 the timeout, the runner is killed (with anything it started: it leads its own process group) and
 the next request starts a fresh one, so the job goes on with its next cell. Between requests, never
