@@ -146,7 +146,7 @@ def test_the_checker_sees_lazy_imports_and_module_strings() -> None:
     assert "gradci.services.queues" in graph["gradci.services.dispatch"]            # a module-level import
     assert "gradci.cli.check" in graph["gradci.cli.commands"]                        # inside a function
     assert "gradci.worker.tasks" in graph["gradci.worker.celery_app"]                 # TASK_MODULES, a string
-    assert "gradci.web.app" in graph["gradci.cli.serve"]                           # "gradci.web.app:create_app"
+    assert "gradci.web.app" in graph["gradci.cli.serve"]                           # inside api_app
     assert "gradci.scenarios.verdict.check" in graph["gradci"]                           # the lazy authoring API
 
 

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -24,17 +25,30 @@ from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.secrecy import forbid_inspection
 from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 READY_TIMEOUT_S = 180.0
 
 
-def serve_api(host: str, port: int) -> None:
-    """``gradci api``: the FastAPI app under uvicorn, in this process."""
+def serve_api(host: str, port: int, workers: int = 1) -> None:
+    """``gradci api``: the FastAPI app under uvicorn, in this process, or in ``workers`` processes
+    that uvicorn starts and restarts (this one then only watches them)."""
     import uvicorn
 
     forbid_inspection()
-    # web.app adds the dashboard pages (where commit statuses link) to the REST API.
-    uvicorn.run("gradci.web.app:create_app", factory=True, host=host, port=port, log_level="info",
-                proxy_headers=True)
+    uvicorn.run("gradci.cli.serve:api_app", factory=True, host=host, port=port, log_level="info",
+                proxy_headers=True, workers=workers)
+
+
+def api_app() -> FastAPI:
+    """The app, made in the process that serves it. uvicorn's worker processes are started afresh
+    (``exec``), which makes them inspectable again: each hides its settings' secrets as its parent
+    does. web.app adds the dashboard pages (where commit statuses link) to the REST API."""
+    from gradci.web.app import create_app
+
+    forbid_inspection()
+    return create_app()
 
 
 def ensure_api_token(settings: Settings, console: Console) -> str:

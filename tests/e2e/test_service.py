@@ -22,8 +22,18 @@ from sqlalchemy import select
 
 from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
 from gradci.services.db.session import dispose_engine, session_scope
-from tests.support.processes import RUN_TIMEOUT_S, free_port, service_env, spawn, stop, wait_for
-from tests.support.service import Service, assert_each_cell_once, jobs_of, results_of
+from tests.support.processes import (
+    RUN_TIMEOUT_S,
+    alive,
+    command_line,
+    descendants,
+    free_port,
+    service_env,
+    spawn,
+    stop,
+    wait_for,
+)
+from tests.support.service import Service, api_answers, assert_each_cell_once, jobs_of, results_of, start_api
 
 pytestmark = pytest.mark.integration
 
@@ -167,6 +177,29 @@ def test_the_api_serves_with_uvicorns_c_parser_and_event_loop(redis_service: Ser
     with open(f"/proc/{redis_service.api.pid}/maps") as maps:
         loaded = {name for line in maps for name in ("httptools", "uvloop") if f"/{name}/" in line}
     assert loaded == {"httptools", "uvloop"}, f"the API process loaded only {sorted(loaded)} of httptools, uvloop"
+
+
+def test_gradci_api_with_two_workers_serves_from_two_processes(redis_service: Service, tmp_path: Path) -> None:
+    port = free_port()
+    api = start_api(redis_service.env, tmp_path, port, "--workers", "2")
+    try:
+        wait_for(lambda: api_answers(f"http://127.0.0.1:{port}"), "gradci api --workers 2 to answer", timeout_s=90)
+        wait_for(lambda: len([pid for pid in descendants(api.pid) if "spawn_main" in command_line(pid)]) == 2,
+                 "uvicorn's two worker processes", timeout_s=30)
+    finally:
+        stop(api)
+    assert not alive(descendants(api.pid))
+
+
+def test_the_app_gradci_api_serves_hides_the_process_that_serves_it(tmp_path: Path) -> None:
+    """uvicorn's worker processes start afresh (exec), inspectable again: the app's factory makes each
+    non-dumpable, as ``gradci api`` makes itself."""
+    probe = ("import ctypes; from gradci.cli.serve import api_app; libc = ctypes.CDLL(None); "
+             "before = libc.prctl(3, 0, 0, 0, 0); api_app(); print(before, libc.prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+    done = subprocess.run([sys.executable, "-P", "-c", probe], env=service_env(workdir=str(tmp_path)), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0"]
 
 
 def test_an_unknown_commit_ends_the_run_with_a_clear_error(redis_service: Service) -> None:
