@@ -194,8 +194,8 @@ def test_gradci_api_with_two_workers_serves_from_two_processes(redis_service: Se
 def test_the_app_gradci_api_serves_hides_the_process_that_serves_it(tmp_path: Path) -> None:
     """uvicorn's worker processes start afresh (exec), inspectable again: the app's factory makes each
     non-dumpable, as ``gradci api`` makes itself."""
-    probe = ("import ctypes; from gradci.cli.serve import api_app; libc = ctypes.CDLL(None); "
-             "before = libc.prctl(3, 0, 0, 0, 0); api_app(); print(before, libc.prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+    probe = ("from gradci.cli.serve import api_app; from gradci.services.secrecy import libc; "
+             "before = libc().prctl(3, 0, 0, 0, 0); api_app(); print(before, libc().prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
     done = subprocess.run([sys.executable, "-P", "-c", probe], env=service_env(workdir=str(tmp_path)), cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
