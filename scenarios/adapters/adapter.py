@@ -19,6 +19,12 @@ class FrameworkAdapter:
     name: str = ""
     dtypes: dict[str, Any] = {}  # gradci's dtype name → the framework's dtype
 
+    def adopt(self, tree: Any) -> Any:
+        """Float64 numpy arrays made for one call and held by nobody else, as the framework's arrays
+        on the CPU: without a copy where the framework can share their memory (by default, copied as
+        ``to_framework`` does)."""
+        return self.to_framework(tree, "float64", "cpu")  # type: ignore[attr-defined]  # every adapter has it
+
     def dtype_unavailable(self, device: str, dtype: str) -> str | None:
         if dtype not in self.dtypes:
             return f"{self.name} has no dtype {dtype}"

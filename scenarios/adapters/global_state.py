@@ -27,39 +27,54 @@ JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_p
              "jax_softmax_custom_jvp", "jax_random_seed_offset", "jax_legacy_prng_key")
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:12]
+class RandomState:
+    """A global generator's state, as its ``set_state`` takes it, with ``identity``: a value equal
+    between two reads exactly when the states are (compared directly: hashing kilobytes of generator
+    state at every read cost more than the rest of a capture). Shown by a digest of it."""
+
+    __slots__ = ("state", "identity")
+
+    def __init__(self, state: Any, identity: Any):
+        self.state, self.identity = state, identity
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RandomState) and self.identity == other.identity
+
+    def __repr__(self) -> str:
+        return f"state {hashlib.sha256(repr(self.identity).encode()).hexdigest()[:12]}"
+
+
+def _random_setting(read: Callable[[], RandomState], write: Callable[[Any], object]) -> Setting:
+    return read, lambda value: write(value.state), repr
 
 
 def _numpy_settings() -> dict[str, Setting]:
     import numpy as np
 
-    def read_random() -> tuple[str, Any]:
+    def read_random() -> RandomState:
         state: Any = np.random.get_state(legacy=True)  # (name, keys, pos, has_gauss, cached_gaussian)
-        return _digest(repr(state[0]).encode() + state[1].tobytes() + repr(state[2:]).encode()), state
+        return RandomState(state, (state[0], state[1].tobytes(), *state[2:]))
 
     return {
         "numpy error state (np.seterr)": (np.geterr, lambda value: np.seterr(**value), str),
-        "numpy's global random state (np.random.seed)": (
-            read_random, lambda value: np.random.set_state(value[1]), lambda value: f"state {value[0]}"),
+        "numpy's global random state (np.random.seed)": _random_setting(read_random, np.random.set_state),
     }
 
 
 def _python_settings() -> dict[str, Setting]:
-    def read() -> tuple[str, Any]:
+    def read() -> RandomState:
         state = random.getstate()
-        return _digest(repr(state).encode()), state
+        return RandomState(state, state)
 
-    return {"Python's global random state (random.seed)": (read, lambda value: random.setstate(value[1]),
-                                                            lambda value: f"state {value[0]}")}
+    return {"Python's global random state (random.seed)": _random_setting(read, random.setstate)}
 
 
 def _torch_settings() -> dict[str, Setting]:
     import torch
 
-    def read_random() -> tuple[str, Any]:
+    def read_random() -> RandomState:
         state = torch.random.get_rng_state()
-        return _digest(state.numpy().tobytes()), state
+        return RandomState(state, state.numpy().tobytes())
 
     # The TF32 switches before the matmul precision: torch keeps its legacy switches and the
     # precision consistent only when they are written in the order a user writes them (a switch
@@ -79,8 +94,7 @@ def _torch_settings() -> dict[str, Setting]:
             torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, str),
         "torch gradient mode (torch.set_grad_enabled)": (
             torch.is_grad_enabled, lambda value: torch.set_grad_enabled(value), str),
-        "torch's global random state (torch.manual_seed)": (
-            read_random, lambda value: torch.random.set_rng_state(value[1]), lambda value: f"state {value[0]}"),
+        "torch's global random state (torch.manual_seed)": _random_setting(read_random, torch.random.set_rng_state),
     }
     return settings
 
@@ -146,14 +160,13 @@ def changes(before: State, after: State) -> list[str]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str):  # (digest, state): by digest
-        return a[0] == b[0]
     return bool(a == b)
 
 
-def restore(state: State) -> None:
-    """Every setting of ``state`` back as it was (those that differ now)."""
-    current = capture()
+def restore(state: State, current: State | None = None) -> None:
+    """Every setting of ``state`` back as it was (those that differ now; ``current``: the state now,
+    where the caller has just captured it)."""
+    current = capture() if current is None else current
     for name, (_, write, _) in _settings().items():
         # A setting that cannot be read now (torch refuses to read its precision once the switches
         # disagree) is written back all the same.

@@ -53,6 +53,14 @@ class TorchAdapter(FrameworkAdapter):
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
 
+    def adopt(self, tree: Any) -> Any:
+        def share(leaf):
+            if isinstance(leaf, np.ndarray) and leaf.dtype == np.float64:
+                return torch.from_numpy(leaf)
+            return self.to_framework(leaf, "float64", "cpu")
+
+        return optree.tree_map(share, tree, none_is_leaf=True)
+
     def to_numpy(self, tree: Any) -> Any:
         def convert(leaf):
             if isinstance(leaf, torch.Tensor):

@@ -306,6 +306,17 @@ class Scenario:
         several operators) can share f's evaluations. Computed once, as ``fingerprint``."""
         return self._once("_function_fingerprint", self._compute_function_fingerprint)
 
+    def point_fingerprint(self) -> str:
+        """A hash of x alone, its structure and values: with ``function_fingerprint``, which point of
+        which function. Computed once, as ``fingerprint``."""
+        return self._once("_point_fingerprint", self._compute_point_fingerprint)
+
+    def _compute_point_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        if not _hash_tree(digest, self.x):  # a leaf that could not be read whole: never shared
+            digest.update(self._unshared_token().encode())
+        return digest.hexdigest()[:20]
+
     def _once(self, key: str, compute: Callable[[], str]) -> str:
         if key not in self.__dict__:
             self.__dict__[key] = compute()

@@ -13,7 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradci.scenarios.authoring.scenario import Scenario
-from gradci.scenarios.reference.flat_function import FlatFunction, ravel
+from gradci.scenarios.reference.flat_function import FlatFunction
 
 # Bounds: stored values by their bytes (a probe point of a large network is megabytes), flat
 # functions (each holds f(x)) by count. Least recently used first out.
@@ -36,7 +36,7 @@ class EvaluationMemo:
 
     def flat_function(self, scenario: Scenario) -> FlatFunction:
         """The scenario's FlatFunction, f(x) evaluated once for all scenarios of its function at x."""
-        key = (scenario.function_fingerprint(), ravel(scenario.x)[0].tobytes())
+        key = (scenario.function_fingerprint(), scenario.point_fingerprint())
         g = self._functions.get(key)
         if g is None:
             g = self._functions[key] = FlatFunction(scenario)

@@ -38,9 +38,11 @@ def owned_copy(tree: Any) -> Any:
                            else leaf, tree, none_is_leaf=True)
 
 
-def float64_callable(scenario: Scenario) -> Callable:
+def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
     """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU;
     every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
+    ``adopting``: x's arrays are the call's own already (made for it, held by nobody else), handed
+    over without another copy where the framework can share their memory.
 
     Prefer the numpy (or framework-neutral) implementation; fall back to torch, then jax, on the CPU in
     float64, so that every framework is held to the same reference.
@@ -49,13 +51,15 @@ def float64_callable(scenario: Scenario) -> Callable:
     fn = scenario.implementation(framework)
     assert fn is not None, "reference_framework picks a framework the scenario implements"
     if framework == "numpy":
-        return lambda x, *contexts: fn(*owned_copy((x, *contexts)))
+        own_x = (lambda x: x) if adopting else owned_copy
+        return lambda x, *contexts: fn(own_x(x), *owned_copy(contexts))
     from gradci.scenarios.adapters import get_framework
 
     fw = get_framework(framework)
+    convert_x = fw.adopt if adopting else (lambda x: fw.to_framework(x, "float64", "cpu"))
 
     def through_framework(x, *contexts):
-        args = [fw.to_framework(tree, "float64", "cpu") for tree in (x, *contexts)]
+        args = [convert_x(x)] + [fw.to_framework(tree, "float64", "cpu") for tree in contexts]
         return fw.to_numpy(fn(*args))
 
     return through_framework
@@ -85,8 +89,12 @@ class FlatFunction:
     def __init__(self, scenario: Scenario):
         self.token = next(_TOKENS)  # this function at this x: what the memo's keys of lines through x name
         self._fn = float64_callable(scenario)
+        self._adopting_fn = float64_callable(scenario, adopting=True)
         self._contexts = scenario.contexts
         self.v0, self.unravel_input = ravel(scenario.x)
+        leaves, self._spec = optree.tree_flatten(self.unravel_input(self.v0), none_is_leaf=True)
+        stops = np.cumsum([leaf.size for leaf in leaves], dtype=int)
+        self._spans = [((int(stop) - leaf.size, int(stop)), leaf.shape) for leaf, stop in zip(leaves, stops)]
         self.value = self._call_tree(scenario.x)
         self.y0, self.unravel_output = ravel(self.value)
         self.check_output(scenario.operator)
@@ -98,14 +106,30 @@ class FlatFunction:
         FlatFunction may serve the scenarios of several operators)."""
         _check_output(operator, self.value, self.y0)
 
-    def _call_tree(self, x: Any) -> Any:
-        out = self._fn(x, *self._contexts)
+    def _call_tree(self, x: Any, adopting: bool = False) -> Any:
+        out = (self._adopting_fn if adopting else self._fn)(x, *self._contexts)
         return optree.tree_map(_float_array, out, none_is_leaf=True)
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
+        return self._outside_domain_as_nan(lambda: self._call_tree(self.unravel_input(v)))
+
+    def along(self, direction: np.ndarray, coefficient: float) -> np.ndarray:
+        """g(v0 + coefficient·direction), the point built leaf by leaf in arrays of its own with
+        ``line_rows``' arithmetic (a product, then a sum: the same roundings) and handed to f without
+        another copy: each of a network's parameter arrays is made just before f reads it, while it is
+        in cache, where building every point first and copying each into the framework cost 1.5×."""
+        leaves = []
+        for (start, stop), shape in self._spans:
+            leaf = np.multiply(coefficient, direction[start:stop])
+            leaf += self.v0[start:stop]
+            leaves.append(leaf.reshape(shape))
+        point = optree.tree_unflatten(self._spec, leaves)
+        return self._outside_domain_as_nan(lambda: self._call_tree(point, adopting=True))
+
+    def _outside_domain_as_nan(self, evaluate: Callable[[], Any]) -> np.ndarray:
         self.evaluations += 1
         try:
-            return ravel(self._call_tree(self.unravel_input(v)))[0]
+            return ravel(evaluate())[0]
         except Exception as exc:  # noqa: BLE001 - any exception: the point is outside f's domain
             self.failure = exc
             return np.full(self.y0.size, np.nan)

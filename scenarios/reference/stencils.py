@@ -38,31 +38,31 @@ def batching_enabled() -> bool:
 
 
 class BatchedFunction:
-    """f at a batch of flat points, rows (k, m) → rows (k, n), once validated against the loop;
-    ``line``, where the framework has one, takes the points of a line instead, built in the
-    framework (``line_rows``' arithmetic) rather than converted from numpy."""
+    """f at a batch of flat points, rows (k, m) → rows (k, n), once validated against the loop.
+    ``call`` may hand f the rows themselves (torch, without a copy): f may write into them."""
 
-    def __init__(self, call: Callable[[np.ndarray], np.ndarray], line: LineCall | None = None):
+    def __init__(self, call: Callable[[np.ndarray], np.ndarray]):
         self._call = call
-        self._line = line
         self.trusted = False
         self.refused: str | None = None  # why the loop evaluates this function, once refused
 
     def evaluate(self, rows: np.ndarray, g: FlatFunction) -> np.ndarray | None:
-        """f at every row, or None (and refused from now on) where the batched call cannot be used."""
-        return self._checked(lambda: self._call(rows), len(rows), lambda i: rows[i], g)
+        """f at every row, or None (and refused from now on) where the batched call cannot be used.
+        f gets a copy: the loop takes over from ``rows`` where the batched call is refused."""
+        return self._checked(lambda: self._call(rows.copy()), len(rows), lambda i: rows[(0, -1)[i]], g)
 
     def evaluate_line(self, origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray,
                       g: FlatFunction) -> np.ndarray | None:
-        """f at origin + c·direction for each coefficient c, as ``evaluate`` at ``line_rows``."""
-        if self._line is None:
-            return self.evaluate(line_rows(origin, direction, coefficients), g)
-        line = self._line
-        return self._checked(lambda: line(origin, direction, coefficients), len(coefficients),
-                             lambda i: line_rows(origin, direction, coefficients[i:i + 1])[0], g)
+        """f at origin + c·direction for each coefficient c, as ``evaluate`` at ``line_rows``: f gets
+        the points themselves, made for this call (the loop, if it takes over, makes its own)."""
+        ends = coefficients[[0, -1]]
+        return self._checked(lambda: self._call(line_rows(origin, direction, coefficients)), len(coefficients),
+                             lambda i: line_rows(origin, direction, ends[i:i + 1])[0], g)
 
-    def _checked(self, compute: Callable[[], np.ndarray], count: int, row: Callable[[int], np.ndarray],
+    def _checked(self, compute: Callable[[], np.ndarray], count: int, end_row: Callable[[int], np.ndarray],
                  g: FlatFunction) -> np.ndarray | None:
+        """``compute()``'s values, checked once against the loop at the first and last rows
+        (``end_row(0)``, ``end_row(1)``)."""
         try:
             # vmap's own notices (torch: "not yet implemented the batching rule for ...") are ours to
             # keep quiet; what f itself warns about, its cells report when the backends run it.
@@ -76,22 +76,18 @@ class BatchedFunction:
             self.refused = f"the batched call returned shape {values.shape}, not {(count, g.y0.size)}"
             return None
         if not self.trusted:
-            sample = [0, count - 1]
-            looped = np.stack([g(np.array(row(i))) for i in sample])
-            if not _agree(values[sample], looped):
+            looped = np.stack([g(np.array(end_row(i))) for i in (0, 1)])
+            if not _agree(values[[0, count - 1]], looped):
                 self.refused = "the batched call disagreed with the loop"
                 return None
             self.trusted = True
         return values
 
 
-# f at the points of a line: (origin (m,), direction (m,), coefficients (k,)) → values (k, n).
-LineCall = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
 def line_rows(origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
     """The points origin + c·direction (k, m), in one array of their own, filled in place: a second
-    temporary of k 100k-element points doubles the memory traffic, which is the cost here."""
+    temporary of k 100k-element points doubles the memory traffic, and each fresh one is page-faulted
+    in (numpy asks for huge pages for large arrays; torch, measured building them, took 4× as long)."""
     rows = np.multiply(np.asarray(coefficients, dtype=np.float64)[:, None], direction)
     rows += origin
     return rows
@@ -110,11 +106,9 @@ def batched_function(scenario: Scenario) -> BatchedFunction | None:
     reference implementation has no batching (numpy, framework-neutral) or it was refused."""
     key = scenario.function_fingerprint()
     if key not in _BATCHED:
-        framework = reference_framework(scenario)
-        builder, line_builder = _BUILDERS.get(framework), _LINE_BUILDERS.get(framework)
+        builder = _BUILDERS.get(reference_framework(scenario))
         try:
-            _BATCHED[key] = (BatchedFunction(builder(scenario), line_builder(scenario) if line_builder else None)
-                             if builder else None)
+            _BATCHED[key] = BatchedFunction(builder(scenario)) if builder else None
         except Exception:  # noqa: BLE001 - e.g. contexts the framework cannot take: the loop can
             _BATCHED[key] = None
         if len(_BATCHED) > MAX_FUNCTIONS:
@@ -165,8 +159,9 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     return call
 
 
-def _torch_mapped(scenario: Scenario) -> Callable[[Any], np.ndarray]:
-    """f over a batch of flat torch points (k, m) → numpy values (k, n)."""
+def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
+    """f over a batch of flat points, numpy rows (k, m) → numpy values (k, n); the rows are f's to
+    keep (a tensor sharing their memory)."""
     import torch
 
     from gradci.scenarios.adapters import get_framework
@@ -182,38 +177,15 @@ def _torch_mapped(scenario: Scenario) -> Callable[[Any], np.ndarray]:
     # "same": a seeded draw inside f gives every point the numbers its own call would get.
     mapped = torch.func.vmap(flat_f, in_dims=(0, None), randomness="same")
 
-    def run(points):
+    def run(rows: np.ndarray) -> np.ndarray:
         # Contexts converted per call: state a function updates starts from its declared value.
         contexts = fw.to_framework(scenario.contexts, "float64", "cpu")
-        return fw.to_numpy(mapped(points, contexts))
+        return fw.to_numpy(mapped(torch.from_numpy(rows), contexts))
 
     return run
 
 
-def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
-    import torch
-
-    run = _torch_mapped(scenario)
-    return lambda rows: run(torch.tensor(rows))
-
-
-def _torch_line(scenario: Scenario) -> LineCall:
-    import torch
-
-    run = _torch_mapped(scenario)
-
-    def line(origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
-        # line_rows' arithmetic (a product, then a sum: the same roundings) on tensors sharing the
-        # arrays' memory, only read; the points are a tensor of their own, which f may write into.
-        points = torch.from_numpy(np.asarray(coefficients, dtype=np.float64))[:, None] * torch.from_numpy(direction)
-        points += torch.from_numpy(origin)
-        return run(points)
-
-    return line
-
-
 _BUILDERS = {"jax": _jax_batched, "torch": _torch_batched}
-_LINE_BUILDERS = {"torch": _torch_line}
 
 
 class StencilEvaluator:
@@ -279,7 +251,7 @@ class StencilEvaluator:
             if values is not None:
                 self.g.evaluations += len(coefficients)
                 return values
-        return self._point_by_point(line_rows(self.g.v0, direction, coefficients))
+        return np.stack([self.g.along(direction, float(c)) for c in coefficients])
 
     def _point_by_point(self, rows: np.ndarray) -> np.ndarray:
         # Each point its own copy: f may write into its argument or read past a view's edges.

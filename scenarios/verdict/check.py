@@ -121,16 +121,19 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
     is), which is restored afterwards: no scenario changes the next one's defaults, seeds or
     precision switches. What its module changed at import and what its cells changed while they
     ran are named on every cell, as warnings."""
-    before = global_state.capture()
+    # Captures are read only where the state may have moved since the last one (a capture reads the
+    # global generators' states: most of what a scenario's own bookkeeping costs).
+    before = expected = global_state.capture()
     module_state, at_import = scenario.module_state()
     if module_state is not None:
-        global_state.restore(module_state)
-    expected = global_state.capture()
+        global_state.restore(module_state, current=before)
+        expected = global_state.capture()
     try:
         cells = _check_scenario(scenario, backends, devices, dtypes, references, None, peers, repeats, timings)
-        while_running = global_state.changes(expected, global_state.capture())
     finally:
-        global_state.restore(before)
+        after = global_state.capture()
+        global_state.restore(before, current=after)
+    while_running = global_state.changes(expected, after)
     # One line each (a cell keeps a few warnings): restored for the other modules, named here.
     notes = [f"gradci: when its module was imported, {'; '.join(lines)} (restored for other modules' scenarios)"
              for lines in (at_import,) if lines]
@@ -334,7 +337,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
             if repeats > 1:
                 others = [prepared.to_numpy(prepared.call()) for _ in range(repeats - 1)]
                 cell.repeat_spread = repeat_spread(numpy_result, others)
-            changed = mutation(before, snapshot(prepared.inputs))
+            changed = mutation(before, prepared.inputs)
             note = _wider_dtype_note(prepared, cell.dtype)  # evaluates f: under the pin, on its device
     except CellSkipped as exc:
         cell.status, cell.message = Status.SKIP, str(exc)

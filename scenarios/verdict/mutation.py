@@ -22,11 +22,12 @@ _TORCH_FUNC_CAPTURED = "that would mutate a captured Tensor"
 _DECLARE_STATE = "declare it with state=({index}) so that every evaluation starts from its value"
 
 
-def snapshot(inputs: tuple[Any, Any, tuple]) -> list[list[tuple[str, Any]]]:
-    """Bitwise host copies of (x, tangent, contexts), each leaf with its name."""
+def snapshot(inputs: tuple[Any, Any, tuple], copy: bool = True) -> list[list[tuple[str, Any]]]:
+    """Bitwise host copies of (x, tangent, contexts), each leaf with its name; without ``copy``, their
+    values as they are now, read in place where they live on the host (to compare, not to keep)."""
     x, tangent, contexts = inputs
     parts = [("x", x), ("the tangent", tangent)] + [(f"context {i}", c) for i, c in enumerate(contexts)]
-    return [[(name + leaf_path(path), _to_host(leaf)) for path, leaf in _leaves_with_paths(tree)]
+    return [[(name + leaf_path(path), _to_host(leaf, copy)) for path, leaf in _leaves_with_paths(tree)]
             for name, tree in parts]
 
 
@@ -35,22 +36,27 @@ def _leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
     return list(zip(paths, leaves))
 
 
-def _to_host(leaf: Any) -> Any:
+def _to_host(leaf: Any, copy: bool) -> Any:
     if hasattr(leaf, "detach"):  # torch
-        tensor = leaf.detach().cpu().clone()
+        tensor = leaf.detach().cpu()
         # numpy has no bfloat16; float32 holds every bfloat16 value exactly
-        return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
-    return np.array(leaf, copy=True) if hasattr(leaf, "shape") else leaf
+        if str(tensor.dtype) == "torch.bfloat16":
+            return tensor.float().numpy()
+        return (tensor.clone() if copy else tensor).numpy()
+    return np.array(leaf, copy=copy or None) if hasattr(leaf, "shape") else leaf
 
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray):
-        return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+        # Equal without NaNs, the common case, costs a fraction of the comparison that allows them.
+        return a.shape == b.shape and (np.array_equal(a, b) or np.array_equal(a, b, equal_nan=True))
     return a == b
 
 
-def mutation(before: list, after: list) -> tuple[Status, str] | None:
-    """(status, message) for the first argument that changed in place, or None."""
+def mutation(before: list, inputs: tuple[Any, Any, tuple]) -> tuple[Status, str] | None:
+    """(status, message) for the first argument of ``inputs`` that changed in place since its
+    ``snapshot`` ``before``, or None."""
+    after = snapshot(inputs, copy=False)
     for part_before, part_after in zip(before, after):
         for (name, old), (_, new) in zip(part_before, part_after):
             if _same(old, new):

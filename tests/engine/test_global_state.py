@@ -62,7 +62,7 @@ def test_each_change_is_named_on_the_cells_of_the_module_that_made_it():
 def test_without_restoring_the_state_leaks(monkeypatch: pytest.MonkeyPatch):
     """What the tests above guard against, shown: with nothing restored, a later module sees it all."""
     before = global_state.capture()
-    monkeypatch.setattr(global_state, "restore", lambda state: None)
+    monkeypatch.setattr(global_state, "restore", lambda state, current=None: None)
     try:
         found = cells_by_scenario()
     finally:
