@@ -143,8 +143,9 @@ def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
     else:
         terms = probe.w[:, None] * flat.reshape(probe.w.size, probe.u.size) * probe.u[None, :]
     # Not np.linalg.norm: a threaded BLAS call whose spinning workers fought torch's threads for the
-    # cores (1.7 ms a probed cell on one torch thread, 20-30 ms on two, and a slower next call).
-    return float(np.sum(terms)), float(np.sqrt(np.sum(terms * terms)))
+    # cores (1.7 ms a probed cell on one torch thread, 20-30 ms on two, and a slower next call); einsum's
+    # own loop, without BLAS, sums the squares without another temporary the size of the result.
+    return float(np.sum(terms)), float(np.sqrt(np.einsum("i,i->", terms.reshape(-1), terms.reshape(-1))))
 
 
 def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expected_size: int) -> Comparison:
