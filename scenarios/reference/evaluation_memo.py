@@ -27,7 +27,7 @@ MAX_LINES = 64
 class EvaluationMemo:
     def __init__(self, max_bytes: int = MAX_BYTES, max_functions: int = MAX_FUNCTIONS):
         self._values: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
-        self._functions: OrderedDict[tuple[str, bytes], FlatFunction] = OrderedDict()
+        self._functions: OrderedDict[tuple[str, str], FlatFunction] = OrderedDict()
         self._lines: OrderedDict[int, tuple[tuple[str, int, float], np.ndarray]] = OrderedDict()
         self._line_numbers = itertools.count()
         self._bytes = 0
