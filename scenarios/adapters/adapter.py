@@ -19,11 +19,15 @@ class FrameworkAdapter:
     name: str = ""
     dtypes: dict[str, Any] = {}  # gradci's dtype name → the framework's dtype
 
+    def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:
+        """numpy pytrees as the framework's arrays of ``dtype`` on ``device``, each a copy of its own."""
+        raise NotImplementedError
+
     def adopt(self, tree: Any) -> Any:
         """Float64 numpy arrays made for one call and held by nobody else, as the framework's arrays
         on the CPU: without a copy where the framework can share their memory (by default, copied as
         ``to_framework`` does)."""
-        return self.to_framework(tree, "float64", "cpu")  # type: ignore[attr-defined]  # every adapter has it
+        return self.to_framework(tree, "float64", "cpu")
 
     def dtype_unavailable(self, device: str, dtype: str) -> str | None:
         if dtype not in self.dtypes:

@@ -38,11 +38,11 @@ def _leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
 
 def _to_host(leaf: Any, copy: bool) -> Any:
     if hasattr(leaf, "detach"):  # torch
-        tensor = leaf.detach().cpu()
+        tensor = leaf.detach().cpu()  # a copy already, from a GPU
         # numpy has no bfloat16; float32 holds every bfloat16 value exactly
         if str(tensor.dtype) == "torch.bfloat16":
             return tensor.float().numpy()
-        return (tensor.clone() if copy else tensor).numpy()
+        return (tensor.clone() if copy and tensor.device == leaf.device else tensor).numpy()
     return np.array(leaf, copy=copy or None) if hasattr(leaf, "shape") else leaf
 
 

@@ -11,6 +11,7 @@ from gradci import Scenario, namespace
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.finite_differences import FULL_FIRST_ORDER_LIMIT, compute_references
 from gradci.scenarios.reference.stencils import batched_function
+from gradci.testing.planted import torch_elementwise
 
 SIZE = 200  # well past FULL_FIRST_ORDER_LIMIT: probed
 X = np.linspace(-1.5, 1.5, SIZE)
@@ -52,36 +53,18 @@ def test_a_probe_costs_six_points_besides_f_at_x():
     assert memo.flat_function(scenario).evaluations == 6
 
 
-class WrongBackward:
-    """tanh with a backward off by ``factor`` (a hand-written rule with a bug in its scale)."""
+def tanh_cos(backward_scale: float):
+    """sum(tanh(x)·cos(x)) through a hand-written tanh whose backward is scaled (1.0: correct)."""
+    import torch
 
-    def __init__(self, factor: float):
-        import torch
-
-        class Tanh(torch.autograd.Function):
-            @staticmethod
-            def forward(x):
-                return torch.tanh(x)
-
-            @staticmethod
-            def setup_context(ctx, inputs, output):
-                ctx.save_for_backward(output)
-
-            @staticmethod
-            def backward(ctx, grad):
-                (y,) = ctx.saved_tensors
-                return grad * (1 - y * y) * factor
-
-        self.apply = Tanh.apply
-
-    def __call__(self, x):
-        return (self.apply(x) * x.cos()).sum()
+    tanh = torch_elementwise(torch.tanh, lambda x: 1 - torch.tanh(x) ** 2, backward_scale)
+    return lambda x: (tanh(x) * x.cos()).sum()
 
 
 @pytest.mark.parametrize("factor, status", [(1.0, "pass"), (1.001, "fail"), (0.98, "fail")])
 def test_a_wrong_backward_of_a_large_input_fails_against_the_probe(factor, status):
     pytest.importorskip("torch")
-    scenario = Scenario("tanh-cos/gradient", "gradient", {"torch": WrongBackward(factor)}, X)
+    scenario = Scenario("tanh-cos/gradient", "gradient", {"torch": tanh_cos(factor)}, X)
     (cell,) = gradci.check([scenario], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"]).cells
     assert cell.reference.endswith("probes"), cell.reference
     assert cell.status == status, cell.message
