@@ -113,9 +113,10 @@ class ResultWriter:
         self.last_poll = time.monotonic()
         try:
             with session_scope(self.database) as session:
-                stored = self._store(session)
+                held = self._held(session)
+                stored = self._store(session, held)
                 cancelled = cancel_requested(session, self.job.run_id)
-                lost = self.delivery is not None and not holds_job(session, self.job.id, self.delivery)
+                lost = not held
         except DATABASE_UNAVAILABLE as exc:
             log.warning("job %s: %d cells wait for the database: %s", self.job.id, len(self.pending),
                         str(exc).splitlines()[0])
@@ -148,16 +149,21 @@ class ResultWriter:
 
         return patiently(finish_once, f"finishing job {self.job.id}")
 
-    def _store(self, session) -> int:
-        """Only while the job is this delivery's: a worker cut off from the database past its lease
-        (its host's link down) may come back after another delivery took the job over and stored its
-        cells; its own, late, are dropped (the caller then stops), and the check is repeated in the
-        statement that writes, should the takeover come in between."""
+    def _held(self, session) -> bool:
+        """Whether the job is still this delivery's (always, for a job run without one)."""
+        return self.delivery is None or holds_job(session, self.job.id, self.delivery)
+
+    def _store(self, session, held: bool | None = None) -> int:
+        """Only while the job is this delivery's (``held``, where the caller has just read it): a
+        worker cut off from the database past its lease (its host's link down) may come back after
+        another delivery took the job over and stored its cells; its own, late, are dropped (the
+        caller then stops), and the check is repeated in the statement that writes, should the
+        takeover come in between."""
         if not self.pending:
             return 0
         if self.delivery is None:
             return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
-        if not holds_job(session, self.job.id, self.delivery):
+        if not (self._held(session) if held is None else held):
             return 0
         return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
                               replace_only_if=held_by(self.job.id, self.delivery))
