@@ -147,20 +147,27 @@ class _Composed:
         return values.T.reshape(values.shape[1:] + batch)
 
 
+def _along_a_line(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSettings,
+                  prefetch: Callable[[np.ndarray], None] | None):
+    """``_richardson`` of a scipy.differentiate call at s = 0 of a function of one number s. ``prefetch(s)``,
+    where given, is told the steps of a central stencil's first two iterations before they are asked
+    for, to evaluate them in one call: scipy asks for its first iteration's ``order`` points, then for
+    two more each iteration, and never stops before the second (its error estimate compares two)."""
+    def prefetched(steps, directions):
+        if prefetch is not None and directions[0] == 0 and settings.maxiter > 1:
+            prefetch(_central_steps(float(steps[0]), settings.order))
+        return compute(steps, directions)
+
+    return _richardson(prefetched, settings, 1)
+
+
 def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings,
                  prefetch: Callable[[np.ndarray], None] | None = None):
     """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
-    (value (n,), error (n,)). ``prefetch(s)``, where given, is told the steps of a central stencil's
-    first two iterations before they are asked for, to evaluate them in one call: scipy asks for its
-    first iteration's ``order`` points, then for two more each iteration, and never stops before the
-    second (its error estimate compares two)."""
-    def compute(steps, directions):
-        if prefetch is not None and directions[0] == 0 and settings.maxiter > 1:
-            prefetch(_central_steps(float(steps[0]), settings.order))
-        return differentiate.jacobian(_Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions,
-                                      step_factor=STEP_FACTOR, **_scipy_options(settings))
-
-    res = _richardson(compute, settings, 1)
+    (value (n,), error (n,))."""
+    res = _along_a_line(lambda steps, directions: differentiate.jacobian(
+        _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions, step_factor=STEP_FACTOR,
+        **_scipy_options(settings)), settings, prefetch)
     return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
 
 
@@ -169,13 +176,9 @@ def _line_derivative(along: Callable[[np.ndarray], np.ndarray], settings: FDSett
     """d/ds at 0 of a scalar function of s, given elementwise on arrays of s: (value, error), as
     ``_directional`` computes them for a vector, through scipy.differentiate.derivative itself (its
     jacobian wraps the same iterations in reshapes that cost as much again as a probe's arithmetic)."""
-    def compute(steps, directions):
-        if prefetch is not None and directions[0] == 0 and settings.maxiter > 1:
-            prefetch(_central_steps(float(steps[0]), settings.order))
-        return differentiate.derivative(along, 0.0, initial_step=float(steps[0]), step_direction=int(directions[0]),
-                                        step_factor=STEP_FACTOR, **_scipy_options(settings))
-
-    res = _richardson(compute, settings, 1)
+    res = _along_a_line(lambda steps, directions: differentiate.derivative(
+        along, 0.0, initial_step=float(steps[0]), step_direction=int(directions[0]), step_factor=STEP_FACTOR,
+        **_scipy_options(settings)), settings, prefetch)
     return float(res.df), float(res.error)
 
 
