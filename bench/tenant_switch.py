@@ -40,7 +40,7 @@ def main(rounds: int) -> None:
         for name in ("tenant_attacker", "tenant_victim"):
             roots[name] = base / name
             shutil.copytree(PROJECTS / name, roots[name])
-        runner = WarmRunner(cell_timeout_s=300, workdir=base / "work", visible=(base,))
+        runner = WarmRunner(cell_timeout_s=300, workdir=base / "work")
         try:
             victim, other = (roots["tenant_victim"], "https://example.org/b"), (roots["tenant_attacker"],
                                                                                   "https://example.org/a")

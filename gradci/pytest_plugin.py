@@ -92,7 +92,7 @@ class _Runners:
         if cls.runner is None:
             from gradci.cli.sandboxed import local_runner_for
 
-            cls.runner = local_runner_for((Path(config.rootpath), cls.written()), timeout_s)
+            cls.runner = local_runner_for(timeout_s, readable=(Path(config.rootpath), cls.written()))
             config.add_cleanup(cls.close)
             atexit.register(cls.close)
         return cls.runner

@@ -63,11 +63,16 @@ class Settings(BaseSettings):
     job_hard_time_limit_s: int = Field(3600, gt=0)
     max_job_attempts: int = Field(3, ge=1)
 
-    # The runner sandbox (worker/sandbox.py): the user scenario code runs as when the worker is
-    # root ("" keeps the worker's own user), its address-space limit on CPU workers (0: none),
-    # how much of its output reaches the worker's log per request, and how long importing a
-    # repository's scenario modules may take.
-    runner_user: str = "gradci-runner"
+    # The runner's box (worker/sandbox.py, built by bubblewrap): the pool of fresh uids its runners
+    # get when the worker is root ("first-last"), the processes of one runner's tree, its memory
+    # on CPU workers (0: none), how much of its output reaches the worker's log per request, and
+    # how long importing a repository's scenario modules may take. ``runner_unsandboxed``: run
+    # repository code with no box where none can be built (an operator's explicit choice).
+    runner_uid_range: str = Field("2100000000-2100999999", pattern=r"^\d+-\d+$")
+    runner_pids_max: int = Field(256, ge=8)
+    runner_unsandboxed: bool = False
+    # All repositories' JAX compilation caches together (MB); the least recently used go first.
+    runner_cache_max_mb: int = Field(4096, ge=0)
     runner_memory_limit_mb: int = Field(8192, ge=0)
     runner_output_limit_kb: int = Field(64, ge=0)
     # The runner's scratch folder (its HOME, TMPDIR, caches), capped: a tmpfs of this size where it

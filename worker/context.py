@@ -6,11 +6,8 @@ from it inherit the configuration.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
-import re
 import socket
-import threading
 from pathlib import Path
 
 from gradci.scenarios.contract.devices import CPU
@@ -70,29 +67,21 @@ class WorkerContext:
         checkouts.mkdir(parents=True, exist_ok=True)  # bound into the runner's view when it starts
         runner = shared_runner(cell_timeout_s=settings.cell_timeout_s, workdir=self.workdir,
                                list_timeout_s=settings.scenario_import_timeout_s, sandbox=self.sandbox(),
-                               visible=(checkouts,), output_limit_bytes=settings.runner_output_limit_kb << 10,
-                               max_rss_mb=settings.runner_max_rss_mb)
+                               output_limit_bytes=settings.runner_output_limit_kb << 10,
+                               max_rss_mb=settings.runner_max_rss_mb, cache_max_mb=settings.runner_cache_max_mb)
         runner.extra_env.update(self.runner_environment())
         return runner
 
     def sandbox(self) -> SandboxPolicy:
-        """Runners see nothing of the workdir but the checkouts; the address-space limit holds on
-        CPU workers only (CUDA reserves address space far beyond the memory it uses)."""
-        limit = self.settings.runner_memory_limit_mb if self.device.index is None else 0
-        user = f"{self.settings.runner_user}-{self.runner_slot()}" if self.settings.runner_user else None
-        return SandboxPolicy(user=user, memory_limit_mb=limit or None, hidden=(self.workdir,),
-                             scratch_mb=self.settings.runner_scratch_mb or None)
-
-    def runner_slot(self) -> str:
-        """This worker process's (and thread's) runner, among the machine's: its device and pool index.
-        Runners of different slots run as different users (``gradci-runner-cpu-0``, ...), so that
-        one run's runner cannot signal, trace or read another's."""
-        import billiard.process
-
-        index = getattr(billiard.process.current_process(), "index", None) or 0
-        thread = _thread_slot()
-        device = re.sub(r"[^a-z0-9]", "", self.device.name.lower()) or "dev"
-        return f"{device}-{index}" + (f"-{thread}" if thread else "")
+        """Each runner in a box of its own (a fresh uid from the pool, a cgroup); its memory bounded
+        on CPU workers only (CUDA maps far more than it uses). Repository code is refused where no
+        box can be built, unless the operator said --unsandboxed."""
+        settings = self.settings
+        limit = settings.runner_memory_limit_mb if self.device.index is None else 0
+        first, last = (int(part) for part in settings.runner_uid_range.split("-"))
+        return SandboxPolicy(memory_limit_mb=limit or None, scratch_mb=settings.runner_scratch_mb or None,
+                             pids_max=settings.runner_pids_max, uid_range=(first, last), required=True,
+                             unsandboxed=settings.runner_unsandboxed, gpu=self.device.index is not None)
 
     def run_on(self, job_device: str) -> str | None:
         """The device the runner computes a job's cells on (None: the job's own label)."""
@@ -101,17 +90,6 @@ class WorkerContext:
     def checkouts(self) -> Checkouts:
         token = self.settings.github_token.get_secret_value() if self.settings.github_token else None
         return Checkouts(self.workdir, github_token=token)
-
-
-_threads = threading.local()
-_thread_count = itertools.count()
-
-
-def _thread_slot() -> int:
-    """0 for the first thread to ask (the main thread of a prefork child), 1, 2... for the others (a threads pool)."""
-    if not hasattr(_threads, "slot"):
-        _threads.slot = next(_thread_count)
-    return _threads.slot
 
 
 def physical_gpu(cuda_index: int) -> str:

@@ -208,7 +208,7 @@ def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, con
     return CellSpec(scenario=scenario, backend=job.backend, device=job.device, dtype=dtype,
                     operator=info.operator if info else "", framework=backend.get("framework", ""),
                     mode=backend.get("mode", ""), source=source.root if source else None,
-                    repository=source.repository if source else None,
+                    repository=source.repository if source else None, trusted=source.trusted if source else True,
                     run_on=context.run_on(job.device), fingerprint=info.fingerprint if info else None)
 
 

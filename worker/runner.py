@@ -38,7 +38,7 @@ from gradci.scenarios.contract.simulated_gpus import inline_inventory
 from gradci.worker import runner_messages as messages
 from gradci.worker.runner_child import TORCH_MEMORY_FRACTION_VARIABLE
 from gradci.worker.runner_output import OutputDrain
-from gradci.worker.sandbox import SandboxPolicy
+from gradci.worker.sandbox import Box, BoxUnavailable, SandboxPolicy, runner_command
 
 log = logging.getLogger(__name__)
 A = TypeVar("A", bound=messages.Answer)
@@ -46,10 +46,11 @@ A = TypeVar("A", bound=messages.Answer)
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
 OUTPUT_LIMIT_BYTES = 64 << 10
+CACHE_MAX_MB = 4096
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
 # gradci settings meant for the engine itself, which the runner keeps (no credential among them).
-ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR", TORCH_MEMORY_FRACTION_VARIABLE})
+ENGINE_SETTINGS = frozenset({"GRADCI_JAX_CACHE_DIR", "GRADCI_JAX_CACHE_MAX_MB", TORCH_MEMORY_FRACTION_VARIABLE})
 
 
 def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -68,9 +69,10 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
     return kept
 
 
-# (checkout, repository) whose code a runner holds; the built-in library's is (None, None).
-Tenant = tuple[str | None, str | None]
-BUILT_IN: Tenant = (None, None)
+# (checkout, repository, trusted) whose code a runner holds; the built-in library's is (None, None,
+# True). Trusted: its runs may write the repository's compilation cache (the default branch).
+Tenant = tuple[str | None, str | None, bool]
+BUILT_IN: Tenant = (None, None, True)
 
 
 class RunnerError(RuntimeError):
@@ -102,6 +104,7 @@ class CellSpec:
     fingerprint: str | None = None
     family: str | None = None  # with source None: one family of the built-in library (None: all of it)
     repository: str | None = None  # the checkout's repository: its runner's compilation cache is its own
+    trusted: bool = False  # a run of the default branch (or the developer's own): it may write that cache
 
     def error_cell(self, message: str) -> dict[str, Any]:
         return {"scenario": self.scenario, "operator": self.operator, "framework": self.framework,
@@ -109,9 +112,12 @@ class CellSpec:
                 "status": Status.ERROR, "message": message[:500], "fingerprint": self.fingerprint}
 
 
-def describe_exit(returncode: int | None) -> str:
+def describe_exit(returncode: int | None, *, boxed: bool = False) -> str:
+    """How the runner ended. In the box, bubblewrap reports a runner killed by signal N as 128 + N."""
     if returncode is None:
         return "stopped answering"
+    if boxed and 128 < returncode < 128 + 65:
+        returncode = 128 - returncode
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"
@@ -125,15 +131,15 @@ class WarmRunner:
 
     def __init__(self, *, cell_timeout_s: float, workdir: Path, extra_env: dict[str, str] | None = None,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, list_timeout_s: float = LIST_TIMEOUT_S,
-                 sandbox: SandboxPolicy | None = None, visible: tuple[Path, ...] = (),
-                 output_limit_bytes: int = OUTPUT_LIMIT_BYTES, max_rss_mb: int = 0) -> None:
+                 sandbox: SandboxPolicy | None = None, output_limit_bytes: int = OUTPUT_LIMIT_BYTES,
+                 max_rss_mb: int = 0, cache_max_mb: int = CACHE_MAX_MB) -> None:
         self.cell_timeout_s = cell_timeout_s
         self.startup_timeout_s = startup_timeout_s
         self.list_timeout_s = list_timeout_s
         self.workdir = Path(workdir)
         self.extra_env = dict(extra_env or {})
-        self.sandbox = sandbox or SandboxPolicy(hidden=(self.workdir,))
-        self.visible = visible  # what scenario code reads beside the interpreter: the checkouts
+        self.sandbox = sandbox or SandboxPolicy()
+        self.cache_max_mb = cache_max_mb  # all repositories' compilation caches together
         self.output_limit_bytes = output_limit_bytes
         self.max_rss_mb = max_rss_mb  # 0: never restarted for its memory
         self.starts = 0
@@ -142,6 +148,7 @@ class WarmRunner:
         self.device_memory: dict[str, Any] | None = None  # the GPU memory caps the runner applied
         self._restart_due: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._box: Box | None = None
         self._output: OutputDrain | None = None
         self._scratch: Path | None = None
         self._buffer = b""
@@ -165,18 +172,28 @@ class WarmRunner:
         if self.alive:
             return
         self._discard()
+        source, repository, trusted = self._tenant
+        refusal = self.sandbox.refusal(source)
+        if refusal:
+            raise RunnerError(refusal)
         # A fresh scratch folder per start: nothing one runner wrote is there for the next.
         self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{threading.get_ident()}-{self.starts}"
-        cache = self.workdir / "runner" / "jax-cache" / cache_scope(self._tenant)
-        layout = self.sandbox.layout(scratch=self._scratch, writable=(cache,), visible=self.visible)
-        layout.prepare()
-        # Simulated GPUs (the list itself: the runner's view may not hold the file) compute there too.
+        # Only trusted runs (the default branch, the built-in library) write the repository's
+        # compilation cache that later runs load; a pull request's runner gets a throwaway one.
+        cache = self.workdir / "runner" / "jax-cache" / cache_scope(self._tenant) if trusted else None
         env = {**scrubbed_environment(), **inline_inventory(), **self.extra_env, "HOME": str(self._scratch),
                "TMPDIR": str(self._scratch), "XDG_CACHE_HOME": str(self._scratch / ".cache")}
         if os.path.isabs(env.get("GRADCI_JAX_CACHE_DIR") or "/"):  # unless the cache is switched off
-            env["GRADCI_JAX_CACHE_DIR"] = str(cache)
-        self._process = subprocess.Popen(layout.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+            env["GRADCI_JAX_CACHE_DIR"] = str(cache or self._scratch / "jax-cache")
+            if cache is not None:
+                trim_caches(cache.parent, keep=cache, max_total_mb=self.cache_max_mb)
+                env["GRADCI_JAX_CACHE_MAX_MB"] = str(self.cache_max_mb)
+        try:
+            self._box = self.sandbox.box(scratch=self._scratch, checkout=source, cache=cache)
+            self._process = self._box.start(runner_command(), env)
+        except (BoxUnavailable, OSError) as exc:
+            self._discard()
+            raise RunnerError(f"the runner's box could not be built: {exc}") from None
         assert self._process.stderr is not None  # stderr=PIPE
         self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)
         self.starts += 1
@@ -186,12 +203,12 @@ class WarmRunner:
             self._discard()
             raise RunnerError(f"the runner did not start: {ready}")
 
-    def _serve(self, source: str | None, repository: str | None) -> None:
+    def _serve(self, source: str | None, repository: str | None, trusted: bool = True) -> None:
         """Before a request about ``source``'s code (None: the built-in library): a runner started for
         another tenant is stopped, so that the next request starts one of this tenant's own, seeing
         only this tenant's compilation cache. A scenario module may patch anything in the process it
         is imported into — the engine's comparison included — so no process outlives its tenant."""
-        tenant = (source, repository or source) if source else BUILT_IN
+        tenant = (source, repository or source, trusted) if source else BUILT_IN
         if tenant != self._tenant:
             if self.alive:
                 log.info("restarting the runner (pid %s): its next request is another checkout's", self.pid)
@@ -231,7 +248,10 @@ class WarmRunner:
     def _discard(self) -> None:
         """Kill the runner and whatever it spawned; forget it."""
         process, self._process = self._process, None
+        box, self._box = self._box, None
         if process is None:
+            if box is not None:
+                box.close()
             return
         if process.poll() is None:
             try:
@@ -239,6 +259,8 @@ class WarmRunner:
             except (ProcessLookupError, PermissionError):
                 process.kill()
         process.wait()
+        if box is not None:  # bwrap's end ended its PID namespace; the cgroup takes any straggler
+            box.close()
         if self._output is not None:
             self._output.close()
             self._output = None
@@ -286,10 +308,11 @@ class WarmRunner:
         output = self._output
         self._output = None  # closed here, for the traceback it holds
         tail = output.close() if output is not None else ""
+        boxed = self._box is not None and self._box.boxed
         self._discard()
         frames = crash_frames(tail, self._tenant[0])
         where = f"; innermost user frames (faulthandler): {frames}" if frames else ""
-        raise RunnerDied(f"runner {describe_exit(returncode)} while {what} (it was restarted){where}")
+        raise RunnerDied(f"runner {describe_exit(returncode, boxed=boxed)} while {what} (it was restarted){where}")
 
     def request(self, payload: messages.Request, timeout_s: float, *, what: str) -> messages.Answer:
         """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
@@ -325,11 +348,12 @@ class WarmRunner:
     # --- what the worker asks -------------------------------------------------------------------
 
     def list_source(self, source: str | None, *, availability: bool = False,
-                    family: str | None = None, repository: str | None = None) -> messages.ListReply:
+                    family: str | None = None, repository: str | None = None,
+                    trusted: bool = False) -> messages.ListReply:
         """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
         ``family`` of it). ``availability`` also says which backends can run here and which devices
         there are, at the price of importing every framework."""
-        self._serve(source, repository)
+        self._serve(source, repository, trusted)
         request = messages.ListRequest(source=source, family=family, availability=availability)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
         if isinstance(reply, messages.Refusal):
@@ -370,7 +394,7 @@ class WarmRunner:
         count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
-        self._serve(first.source, first.repository)
+        self._serve(first.source, first.repository, first.trusted)
         payload = messages.CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
                                options=dict(options or {}))
@@ -401,6 +425,22 @@ def cache_scope(tenant: Tenant) -> str:
     repository is not known), so that no repository loads a program another wrote."""
     scope = tenant[1] or tenant[0]
     return "built-in" if scope is None else hashlib.sha256(scope.encode()).hexdigest()[:24]
+
+
+def trim_caches(root: Path, *, keep: Path, max_total_mb: int) -> None:
+    """Remove whole repositories' compilation caches, least recently used first, until all of them
+    under ``root`` take at most ``max_total_mb`` (``keep``, about to be used, stays)."""
+    if not root.is_dir():
+        return
+    sizes = {folder: sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+             for folder in root.iterdir() if folder.is_dir()}
+    total = sum(sizes.values())
+    for folder in sorted(sizes, key=lambda f: f.stat().st_mtime):
+        if total <= max_total_mb << 20:
+            break
+        if folder != keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            total -= sizes[folder]
 
 
 # One runner per worker process, or per thread in a threads pool: a runner serves one request at a time.

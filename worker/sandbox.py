@@ -1,152 +1,472 @@
-"""Where the runner runs: as an unprivileged user, in mount, network and IPC namespaces of its own,
-with an address-space limit, seeing of the service's files only what it needs.
+"""Where the runner runs: a bubblewrap box built from an allow-list, one per runner start.
 
-The parent side (``SandboxPolicy.layout(...).command()``) builds the runner's command line; the sandbox side
-(``python -m gradci.worker.sandbox CONFIG``, started as the worker's user inside ``unshare``) prepares the
-namespaces, drops its privileges for good and then executes ``gradci.worker.runner_child``:
+Scenario code from a pull request is hostile. ``SandboxPolicy.box(...)`` describes the box of one
+runner and ``Box.start`` starts the runner in it with **bubblewrap** (``bwrap``, the sandbox behind
+Flatpak), so that no mount, namespace or capability code of ours stands between a scenario and
+the machine:
 
-- every folder in ``SandboxPolicy.hidden`` (the service's workdir, its secrets folder, gradci's source
-  tree, ``/tmp``...) is covered by an empty tmpfs, into which only the paths the runner needs are
-  bound back (the checkouts, its own scratch folder and compilation cache, gradci's packages);
-  folders the runner user could not even traverse on the way to what it needs (a Python installed
-  under ``/root``) are covered the same way, so it reaches the interpreter and nothing beside it;
-- the network namespace has no interface but a loopback that is down: the database, the broker and
-  the API are out of reach even where they trust local connections;
-- uid and gid become the runner user's (``gradci-runner``, created when missing), supplementary
-  groups are dropped and ``no_new_privs`` is set, so no setuid program gives them back.
+- **what it sees** is built from nothing: read-only binds of the system's libraries, the
+  interpreter and the installed packages (gradci's own tree reduced to the packages the runner
+  imports), the run's own checkout and nothing else of the service; private tmpfs for ``/tmp``,
+  ``/var/tmp``, ``/dev/shm``, ``/run`` and the capped scratch folder; ``/proc`` of its own PID
+  namespace and a minimal ``/dev``; a two-line ``/etc/passwd``. No secrets folder, no workdir, no
+  other checkout, no mirror, no App key: they are simply not there.
+- **its own namespaces**: PID (when the runner ends, every process it started ends with it, a
+  ``setsid`` grandchild included: the kernel kills a PID namespace with its first process), network
+  (no route to PostgreSQL, Redis or the API), IPC, UTS and cgroup.
+- **a fresh identity per start** (a worker running as root): a uid from a pool, never given out
+  while a process of it lives, in a user namespace of its own; no capabilities, ``no_new_privs``.
+  No two runners share a uid, so none can signal or trace another even where it could see it.
+- **limits on the whole tree of its processes**: a cgroup per start with ``pids.max`` and a memory
+  limit (cgroup v2, or v1's ``pids`` and ``memory`` hierarchies); where none can be made,
+  ``RLIMIT_NPROC`` on its fresh uid and an address-space limit.
 
-Without root (or where namespaces are refused, as in Docker's default profile) it degrades to what
-is possible and says so once in the worker's log: see the README's "Security model".
+Where the box cannot be built (no bubblewrap, or user namespaces refused, as in Docker's default
+profile) a worker refuses repository code unless its operator said ``--unsandboxed``;
+``gradci check`` on a developer's machine says so once and runs the developer's own code unboxed.
 """
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import importlib.util
 import json
 import logging
 import os
-import pwd
+import random
 import resource
 import shutil
 import signal
-import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gradci.services.secrecy import libc
-
 log = logging.getLogger(__name__)
 
-DEFAULT_RUNNER_USER = "gradci-runner"
 RUNNER_MODULE = "gradci.worker.runner_child"
 # The packages the runner imports from gradci's own tree; the rest of the tree (.env, .git, a
-# workdir kept beside the code) stays hidden.
+# workdir kept beside the code, the tests) is not in the box.
 RUNNER_PACKAGES = ("gradci", "gradci.scenarios", "gradci.services", "gradci.worker")
-# In an editable install the layers are the repository's own folders (setup.py's mapping) and this
-# is the tree; in a wheel it is site-packages/gradci, which has no pyproject.toml.
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
-# World-writable places the runner gets private, small copies of (writes land in a tmpfs that
-# disappears with it, never on the machine's own /tmp).
-PRIVATE_TMP = {"/tmp": "64m", "/var/tmp": "64m", "/dev/shm": "64m"}
+# Private, small, world-writable folders (MB): writes land in memory and vanish with the box.
+PRIVATE_TMPFS = {"/tmp": 64, "/var/tmp": 64, "/dev/shm": 64, "/run": 1}
+# The system's programs and libraries; on a merged-/usr system all but /usr are symbolic links.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What the dynamic loader and Python read of /etc (nothing else of it: no secrets live here, but
+# neither does anything a scenario needs).
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+# Read-only host views a framework reads to size its thread pools (the CPUs, not the processes).
+CPU_TOPOLOGY = "/sys/devices/system/cpu"
+# Where the uid pool keeps one lock file per uid in use (machine-wide: several workers share it).
+UID_LOCKS = Path("/run/gradci/runner-uids")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "gradci-runners"
+DEFAULT_UID_RANGE = (2_100_000_000, 2_100_999_999)
+DEFAULT_PIDS_MAX = 256
 
-_MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 0x2, 0x4, 0x20, 0x1000, 0x4000
-_MS_RDONLY = 0x1
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+
+class BoxUnavailable(RuntimeError):
+    """The box cannot be built here; the message says why and what to do."""
 
 
-# --- the parent side ----------------------------------------------------------------------------
+# --- what this machine offers -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def bubblewrap() -> tuple[str | None, str]:
+    """(bwrap's path, its version) when it can build a box on this machine, else (None, why not)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    identity = [] if os.geteuid() == 0 else ["--unshare-user"]
+    try:
+        probe = subprocess.run([path, *identity, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
+                                "--proc", "/proc", "--", "true"],
+                               capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{version or 'bubblewrap'} cannot start: {exc}"
+    if probe.returncode != 0:
+        return None, (f"{version or 'bubblewrap'} cannot make namespaces here ({probe.stderr.strip()}); user "
+                      "namespaces are off or refused (in Docker: a seccomp/AppArmor profile that allows them)")
+    return path, version
+
+
+def box_status() -> dict[str, Any]:
+    """What the box of a runner started now would be: the workers page shows it to operators."""
+    path, detail = bubblewrap()
+    if path is None:
+        return {"sandbox": "none", "reason": detail}
+    return {"sandbox": "bubblewrap", "version": detail,
+            "namespaces": ["user", "pid", "net", "ipc", "uts", "cgroup", "mount"],
+            "identity": "a fresh uid per runner" if os.geteuid() == 0 else "the worker's own uid",
+            "limits": Cgroup.flavour() or ("RLIMIT_NPROC" if os.geteuid() == 0 else "none")}
+
+
+# --- identity: a fresh uid per runner start ------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Identity:
+    """A uid (and gid of the same number) held for one runner, released when it ends."""
+
+    uid: int
+    lock: int | None = None  # the held lock file's descriptor
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
+
+
+def live_uids() -> set[int]:
+    """The real uids of every process on the machine."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                found.add(os.stat(entry.path).st_uid)
+    return found
+
+
+def allocate_uid(first: int, last: int, *, attempts: int = 64) -> Identity:
+    """A uid of ``first..last`` that no process has and no other runner holds (a lock per uid,
+    machine-wide, so that workers of one machine never hand out the same one)."""
+    UID_LOCKS.mkdir(parents=True, exist_ok=True, mode=0o700)
+    busy = live_uids()
+    for _ in range(attempts):
+        uid = random.randint(first, last)
+        if uid in busy:
+            continue
+        handle = os.open(UID_LOCKS / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(handle)
+            continue
+        if uid in live_uids():  # a runner that held it a moment ago left a process behind
+            os.close(handle)
+            continue
+        return Identity(uid, handle)
+    raise BoxUnavailable(f"no free uid in {first}-{last} after {attempts} tries")
+
+
+# --- limits: a cgroup per runner start -----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Cgroup:
+    """The cgroup(s) of one runner: one folder on cgroup v2, one per hierarchy (pids, memory) on v1."""
+
+    folders: list[Path]
+
+    @staticmethod
+    def flavour() -> str | None:
+        """"cgroup v2", "cgroup v1" or None, by what root can make here."""
+        if os.geteuid() != 0:
+            return None
+        if (CGROUP_ROOT / "cgroup.controllers").is_file():
+            return "cgroup v2"
+        if (CGROUP_ROOT / "pids" / "cgroup.procs").is_file():
+            return "cgroup v1"
+        return None
+
+    @classmethod
+    def create(cls, name: str, *, pids_max: int, memory_bytes: int | None) -> Cgroup | None:
+        """The runner's cgroup with its limits, or None where none can be made (not root, none mounted)."""
+        flavour = cls.flavour()
+        try:
+            if flavour == "cgroup v2":
+                parent = CGROUP_ROOT / CGROUP_PARENT
+                parent.mkdir(exist_ok=True)
+                (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                folder = parent / name
+                folder.mkdir()
+                (folder / "pids.max").write_text(str(pids_max))
+                if memory_bytes:
+                    (folder / "memory.max").write_text(str(memory_bytes))
+                    (folder / "memory.swap.max").write_text("0")
+                return cls([folder])
+            if flavour == "cgroup v1":
+                folders = [CGROUP_ROOT / "pids" / CGROUP_PARENT / name]
+                folders[0].mkdir(parents=True)
+                (folders[0] / "pids.max").write_text(str(pids_max))
+                memory = CGROUP_ROOT / "memory"
+                if memory_bytes and (memory / "cgroup.procs").is_file():
+                    folders.append(memory / CGROUP_PARENT / name)
+                    folders[1].mkdir(parents=True)
+                    (folders[1] / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                return cls(folders)
+        except OSError as exc:
+            log.warning("runners get no cgroup (%s): RLIMIT_NPROC limits their processes instead", exc)
+        return None
+
+    def join(self, *pids: int) -> None:
+        for folder in self.folders:
+            for pid in pids:
+                (folder / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                found.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
+        return found
+
+    def kill_and_remove(self) -> None:
+        """Kill every process still in it (a runner that forked past its end) and remove it."""
+        deadline = time.monotonic() + 5
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+# --- the box -------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxPolicy:
-    """How runners are confined. ``user``: whom they run as when the worker runs as root (None:
-    the worker's own user); ``memory_limit_mb``: their address-space limit (None: none — CUDA
-    reserves address space far beyond the memory it uses); ``hidden``: the service's folders
-    (workdir, secrets), of which a runner sees only what its layout binds back."""
+    """How runners are confined. ``memory_limit_mb``: the memory of a runner's whole tree of
+    processes (None: none — on GPU workers, CUDA's mappings); ``scratch_mb``: its scratch tmpfs;
+    ``pids_max``: its processes; ``uid_range``: the pool of fresh uids (a worker running as root);
+    ``required``: refuse repository code when the box cannot be built (a worker), rather than run
+    it unboxed (``gradci check`` on the developer's own code); ``unsandboxed``: the operator's
+    explicit choice to run without the box; ``gpu``: bind the NVIDIA devices; ``readable``: folders
+    every runner of this policy reads besides its checkout (the pytest plugin's project)."""
 
-    user: str | None = DEFAULT_RUNNER_USER
     memory_limit_mb: int | None = None
-    hidden: tuple[Path, ...] = ()
-    scratch_mb: int | None = None  # the scratch folder's size (a tmpfs in the runner's namespace)
+    scratch_mb: int | None = None
+    pids_max: int = DEFAULT_PIDS_MAX
+    uid_range: tuple[int, int] = DEFAULT_UID_RANGE
+    required: bool = True
+    unsandboxed: bool = False
+    gpu: bool = False
+    readable: tuple[Path, ...] = ()
 
-    def layout(self, *, scratch: Path, writable: tuple[Path, ...] = (), visible: tuple[Path, ...] = ()) -> Layout:
-        """The sandbox of one runner: ``scratch`` is its working folder, ``writable`` (a compilation
-        cache) and ``visible`` (the checkouts) what else it reaches, read-write and read-only."""
-        account = runner_account(self.user) if os.geteuid() == 0 else None
-        writable = (scratch, *writable)
-        reached: list[Path] = [*visible, *interpreter_paths()]
-        needed = _outermost(Path(os.path.realpath(p)) for p in reached) + writable
-        hidden = [Path(os.path.realpath(p)) for p in [*map(str, self.hidden), *PRIVATE_TMP]]
-        if _source_tree():
-            hidden.append(SOURCE_ROOT)
-        if account is not None:
-            hidden += untraversable_ancestors(needed, account)
-        return Layout(
-            uid=account.pw_uid if account else None, gid=account.pw_gid if account else None, parent=os.getpid(),
-            namespaces=namespaces_available(), scratch=str(scratch), memory_limit_mb=self.memory_limit_mb,
-            scratch_mb=self.scratch_mb,
-            overlays=[{"path": str(path), "keep": [str(p) for p in needed if _under(p, path)],
-                       "size": PRIVATE_TMP.get(str(path), "1m"),
-                       "mode": "1777" if str(path) in PRIVATE_TMP else "0755"}
-                      for path in sorted(set(hidden), key=lambda p: len(p.parts)) if path.is_dir()],
-            writable=[str(path) for path in writable],
-        )
+    def box(self, *, scratch: Path, checkout: str | None, cache: Path | None) -> Box:
+        """The box of one runner start: ``scratch`` its working folder (a tmpfs), ``checkout`` the one
+        repository tree it reads (None: the built-in library), ``cache`` the compilation cache it may
+        write (None: a throwaway one in its scratch)."""
+        return Box(self, scratch=scratch, checkout=checkout, cache=cache)
+
+    def refusal(self, checkout: str | None) -> str | None:
+        """Why a runner for ``checkout`` must not start here (None: it may)."""
+        path, detail = bubblewrap()
+        if path is not None or self.unsandboxed or checkout is None or not self.required:
+            return None
+        return (f"this worker cannot build the runner's box ({detail}), so it refuses to run repository "
+                "code; fix that, or start the worker with --unsandboxed to accept running pull-request "
+                "code with no isolation")
 
 
-@dataclasses.dataclass
-class Layout:
-    """Everything ``python -m gradci.worker.sandbox`` needs to know, as JSON on its command line."""
+class Box:
+    """One runner's box: what it binds, the identity and cgroup it holds while the runner lives."""
 
-    uid: int | None
-    gid: int | None
-    parent: int  # the worker process it must die with
-    namespaces: bool
-    scratch: str
-    memory_limit_mb: int | None
-    overlays: list[dict[str, Any]]
-    writable: list[str]
-    scratch_mb: int | None = None  # the scratch folder's size in MB (None: uncapped)
+    def __init__(self, policy: SandboxPolicy, *, scratch: Path, checkout: str | None, cache: Path | None) -> None:
+        self.policy = policy
+        self.scratch = scratch
+        self.checkout = checkout
+        self.cache = cache
+        self.identity: Identity | None = None
+        self.cgroup: Cgroup | None = None
+        self.boxed = bubblewrap()[0] is not None and not policy.unsandboxed
+        if not self.boxed and policy.required and not policy.unsandboxed and checkout is not None:
+            raise BoxUnavailable(policy.refusal(checkout) or "no box")
 
-    def command(self) -> list[str]:
-        # -P: this part runs as root in the runner's folder; nothing there is imported.
-        me = [sys.executable, "-P", "-m", "gradci.worker.sandbox", json.dumps(dataclasses.asdict(self))]
-        if self.namespaces:
-            return ["unshare", "--mount", "--net", "--ipc", "--propagation", "private", "--", *me]
-        return me
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in the box, with pipes for its stdin, stdout and stderr."""
+        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if not self.boxed:
+            warn_unboxed_once(self.policy)
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            process = subprocess.Popen(argv, env=env, cwd=self.scratch, start_new_session=True, **pipes)  # type: ignore[call-overload]
+            self._limit(process.pid, cgroup=False)
+            return process  # type: ignore[no-any-return]
+        try:
+            return self._start_boxed(argv, env, pipes)
+        except BaseException:
+            self.close()
+            raise
 
-    def prepare(self) -> None:
-        """The runner's writable folders, its own (run by the parent, before the runner starts)."""
-        for folder in map(Path, self.writable):
-            # Parents made here are searchable whatever the umask: untraversable_ancestors, which ran
-            # before they existed, counted on the runner user reaching its folders through them.
-            for parent in [p for p in reversed(folder.parents) if not p.exists()]:
-                parent.mkdir(exist_ok=True)
-                parent.chmod(0o755)
-            folder.mkdir(exist_ok=True)
-            folder.chmod(0o700)
-            if self.uid is not None:
-                os.chown(folder, self.uid, self.gid if self.gid is not None else -1)  # -1: the group unchanged
+    def _start_boxed(self, argv: list[str], env: dict[str, str], pipes: dict[str, int]) -> subprocess.Popen[bytes]:
+        root = os.geteuid() == 0
+        if root:
+            self.identity = allocate_uid(*self.policy.uid_range)
+            self.cgroup = Cgroup.create(f"runner-{self.identity.uid}", pids_max=self.policy.pids_max,
+                                        memory_bytes=(self.policy.memory_limit_mb or 0) << 20 or None)
+            if self.cache is not None:
+                own_tree(self.cache, self.identity.uid)
+        info_read, info_write = os.pipe()
+        block_read, block_write = os.pipe()
+        files = self._data_files()
+        command = [bubblewrap()[0] or "bwrap", *self._namespaces(), *self._view(files),
+                   "--info-fd", str(info_write), "--block-fd", str(block_read), "--", *self._as_runner(argv)]
+        process = subprocess.Popen(command, env=env, pass_fds=(info_write, block_read, *files.values()),  # type: ignore[call-overload]
+                                   start_new_session=True, **pipes)
+        for handle in (info_write, block_read, *files.values()):
+            os.close(handle)
+        try:
+            child = self._child_pid(info_read)
+            # Nothing in the box runs until it reads block-fd: its whole tree starts inside the limits.
+            self._limit(child, cgroup=True, also=process.pid)
+            os.write(block_write, b"1")
+        finally:
+            os.close(info_read)
+            os.close(block_write)
+        return process  # type: ignore[no-any-return]
+
+    def _namespaces(self) -> list[str]:
+        # As root, bwrap sets the box up with root's rights (it binds what only root reaches, an
+        # interpreter under /root) and setpriv then drops them for good (``_as_runner``); otherwise a
+        # user namespace of the caller's own.
+        user = [] if self.identity is not None else ["--unshare-user"]
+        return [*user, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--die-with-parent", "--new-session", "--hostname", "gradci-runner"]
+
+    def _as_runner(self, argv: list[str]) -> list[str]:
+        """``argv`` as the runner's fresh uid, without groups, capabilities (bounding set included)
+        or any way to gain them back (``no_new_privs``: no setuid program helps)."""
+        if self.identity is None:
+            return argv
+        uid = str(self.identity.uid)
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+                "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
+
+    def _data_files(self) -> dict[str, int]:
+        """Descriptors of the small files the box gets copies of: a passwd and group of its own user."""
+        uid = self.identity.uid if self.identity else os.getuid()
+        gid = self.identity.uid if self.identity else os.getgid()
+        contents = {"/etc/passwd": f"runner:x:{uid}:{gid}:gradci runner:{self.scratch}:/usr/sbin/nologin\n",
+                    "/etc/group": f"runner:x:{gid}:\n"}
+        files = {}
+        for path, text in contents.items():
+            read, write = os.pipe()
+            os.write(write, text.encode())
+            os.close(write)
+            files[path] = read
+        return files
+
+    def _view(self, files: dict[str, int]) -> list[str]:
+        """The filesystem, from nothing: bwrap's arguments, in mount order."""
+        # /etc, /var (for /var/tmp) and the like, made searchable before bwrap makes them 0700.
+        args: list[str] = [arg for folder in ("/etc", "/var", "/sys") for arg in ("--perms", "0755", "--dir", folder)]
+        for folder in SYSTEM_FOLDERS:
+            if os.path.islink(folder):
+                args += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                args += ["--ro-bind", folder, folder]
+        for path in ETC_FILES:
+            args += ["--ro-bind-try", path, path]
+        for path, handle in files.items():
+            args += ["--perms", "0644", "--ro-bind-data", str(handle), path]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        for path, size_mb in PRIVATE_TMPFS.items():
+            args += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", path]
+        reads = [*interpreter_paths(), *self.policy.readable, *([Path(self.checkout)] if self.checkout else [])]
+        binds = _outermost(Path(os.path.realpath(p)) for p in reads)
+        mounted = [Path(CPU_TOPOLOGY), *binds, self.scratch, *([self.cache] if self.cache else [])]
+        for folder in searchable_parents(mounted):
+            args += ["--perms", "0755", "--dir", str(folder)]
+        args += ["--ro-bind-try", CPU_TOPOLOGY, CPU_TOPOLOGY]
+        if self.policy.gpu:
+            args += gpu_binds()
+        for path in binds:
+            args += ["--ro-bind", str(path), str(path)]
+        # The scratch tmpfs is the runner's alone: only its own processes are in this box.
+        scratch_mb = self.policy.scratch_mb or 4096
+        args += ["--perms", "1777", "--size", str(scratch_mb << 20), "--tmpfs", str(self.scratch)]
+        if self.cache is not None:
+            args += ["--bind", str(self.cache), str(self.cache)]
+        return [*args, "--chdir", str(self.scratch)]
+
+    @staticmethod
+    def _child_pid(info: int) -> int:
+        """The box's first process, from bwrap's info descriptor (closed by bwrap once written)."""
+        data = b""
+        while chunk := os.read(info, 4096):
+            data += chunk
+        try:
+            return int(json.loads(data)["child-pid"])
+        except (ValueError, KeyError) as exc:
+            raise BoxUnavailable(f"bubblewrap did not start the box (it said {data[:200]!r})") from exc
+
+    def _limit(self, pid: int, *, cgroup: bool, also: int | None = None) -> None:
+        """The runner's limits, on its first process before it runs anything (inherited by the rest)."""
+        if cgroup and self.cgroup is not None:
+            self.cgroup.join(*([also] if also else []), pid)
+        elif self.identity is not None:  # no cgroup: count the processes of its fresh uid instead
+            resource.prlimit(pid, resource.RLIMIT_NPROC, (self.policy.pids_max, self.policy.pids_max))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))  # a crashing scenario writes no core file
+        if self.policy.memory_limit_mb and (self.cgroup is None or not cgroup):
+            limit = self.policy.memory_limit_mb << 20  # per process: the bound where no cgroup counts the tree
+            resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+
+    def close(self) -> None:
+        """After the runner ended: kill what is left of its tree, free its cgroup and uid."""
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()
+            self.cgroup = None
+        if self.identity is not None:
+            self.identity.release()
+            self.identity = None
+
+
+_warned: set[str] = set()
+
+
+def warn_unboxed_once(policy: SandboxPolicy) -> None:
+    """Say once per process that runners run without the box, and why."""
+    why = "the operator said --unsandboxed" if policy.unsandboxed else bubblewrap()[1]
+    if why not in _warned:
+        _warned.add(why)
+        log.warning("runners run WITHOUT a sandbox (%s): scenario code can read what this user reads", why)
+        if not policy.required:
+            print(f"gradci: checking without a sandbox ({why})", file=sys.stderr)
+
+
+def own_tree(folder: Path, uid: int) -> None:
+    """Make ``folder`` and what is in it ``uid``'s (a compilation cache written by earlier runners,
+    each with a uid of its own), so that this runner reads and extends it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, dirs, names in os.walk(folder):
+        for name in [*dirs, *names]:
+            with contextlib.suppress(OSError):
+                os.lchown(os.path.join(path, name), uid, uid)
+    os.chown(folder, uid, uid)
+    folder.chmod(0o700)
+
+
+def searchable_parents(paths: Iterable[Path]) -> list[Path]:
+    """The folders on the way to ``paths`` that bwrap would make itself (as 0700, root's alone, so
+    that the runner could not reach what is mounted in them), outermost first."""
+    made_elsewhere = (*SYSTEM_FOLDERS, *PRIVATE_TMPFS)
+    parents = {parent for path in paths for parent in path.parents if parent not in (Path("/"), Path("/sys"))}
+    return sorted((folder for folder in parents if folder.as_posix() not in PRIVATE_TMPFS
+                   and not any(folder.is_relative_to(other) for other in made_elsewhere if other not in PRIVATE_TMPFS)),
+                  key=lambda folder: len(folder.parts))
+
+
+def gpu_binds() -> list[str]:
+    """The NVIDIA device files and driver views a CUDA runner needs."""
+    args: list[str] = []
+    for entry in sorted(Path("/dev").glob("nvidia*")):
+        args += ["--dev-bind", str(entry), str(entry)]
+    return [*args, "--ro-bind-try", "/sys", "/sys", "--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
 
 
 def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
-    """The paths not inside another one of them (binding a folder back brings its contents)."""
+    """The paths not inside another one of them (binding a folder brings its contents)."""
     unique = set(paths)
-    return tuple(sorted(p for p in unique if not any(_under(p, other) for other in unique)))
-
-
-def _under(path: Path, folder: Path) -> bool:
-    return path != folder and path.is_relative_to(folder)
-
-
-def _source_tree() -> bool:
-    """gradci runs from its source tree (an editable install, a clone on PYTHONPATH), not from
-    site-packages: then only its packages are shown to the runner, not the tree around them."""
-    return (SOURCE_ROOT / "pyproject.toml").is_file()
+    return tuple(sorted(p for p in unique if not any(p != other and p.is_relative_to(other) for other in unique)))
 
 
 def interpreter_paths() -> tuple[Path, ...]:
@@ -167,124 +487,7 @@ def _package_folder(name: str) -> Path:
     return Path(os.path.realpath(next(iter(spec.submodule_search_locations))))
 
 
-def untraversable_ancestors(paths: tuple[Path, ...], account: pwd.struct_passwd) -> list[Path]:
-    """Folders on the way to ``paths`` that the runner user may not traverse (``/root``, a test's
-    private temporary folder): they are covered too, and the paths bound back into them."""
-    found = []
-    for path in paths:
-        for ancestor in list(reversed(path.parents))[1:]:
-            if not ancestor.exists():  # made later by ``Layout.prepare``, searchable by everyone
-                break
-            if not _searchable(ancestor, account):
-                found.append(ancestor)
-                break
-    return found
-
-
-def _searchable(folder: Path, account: pwd.struct_passwd) -> bool:
-    info = folder.stat()
-    if info.st_uid == account.pw_uid:
-        return bool(info.st_mode & stat.S_IXUSR)
-    if info.st_gid == account.pw_gid:
-        return bool(info.st_mode & stat.S_IXGRP)
-    return bool(info.st_mode & stat.S_IXOTH)
-
-
-def runner_account(name: str | None) -> pwd.struct_passwd | None:
-    """The runner user's account, created (a system user without a home or a shell) when missing."""
-    if not name:
-        return None
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    created = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                              "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True, check=False)
-    try:  # another worker process may have created it first: then useradd failed, and that is fine
-        return pwd.getpwnam(name)
-    except KeyError:
-        raise RuntimeError(f"cannot create the runner user {name!r}: {created.stderr.strip()}") from None
-
-
-@functools.lru_cache(maxsize=1)
-def namespaces_available() -> bool:
-    """Whether this process may make the runner's namespaces (root outside a restricted container)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "--mount", "--net", "--ipc", "--propagation", "private", "--", "true"],
-                           capture_output=True, check=False)
-    if probe.returncode != 0:
-        log.warning("runners get no namespaces of their own (%s): see the README's Security model",
-                    probe.stderr.decode(errors="replace").strip())
-    return probe.returncode == 0
-
-
-# --- the sandbox side (root in the new namespaces, until it execs the runner) -------------------
-
-
-def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    if libc().mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                     data.encode() if data else None) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
-
-
-def cover(overlays: list[dict[str, Any]], writable: list[str]) -> None:
-    """An empty tmpfs over each folder, the kept paths bound back into it (read-only unless writable).
-    The kept paths are opened before anything is covered, so nested covers still find them."""
-    handles = {keep: os.open(keep, os.O_PATH | os.O_DIRECTORY)
-               for overlay in overlays for keep in overlay["keep"] if os.path.isdir(keep)}
-    for overlay in overlays:
-        _mount("tmpfs", overlay["path"], "tmpfs", _MS_NOSUID | _MS_NODEV,
-               f"mode={overlay['mode']},size={overlay['size']}")
-        for keep in overlay["keep"]:
-            if keep not in handles:
-                continue
-            os.makedirs(keep, exist_ok=True)
-            _mount(f"/proc/self/fd/{handles[keep]}", keep, None, _MS_BIND | _MS_REC)
-            if keep not in writable:
-                _mount("none", keep, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    for handle in handles.values():
-        os.close(handle)
-
-
-def confine(layout: dict[str, Any]) -> None:
-    if layout["namespaces"]:
-        cover(layout["overlays"], layout["writable"])
-        if layout["scratch_mb"]:  # what scenario code writes lands in memory, capped, never on the disk
-            _mount("tmpfs", layout["scratch"], "tmpfs", _MS_NOSUID | _MS_NODEV,
-                   f"mode=0700,size={layout['scratch_mb']}m")
-            if layout["uid"] is not None:
-                os.chown(layout["scratch"], layout["uid"], layout["gid"])
-    if layout["scratch_mb"]:
-        # No file past the cap anywhere it may write (the only bound without namespaces); a write
-        # past it fails with EFBIG instead of killing the runner with SIGXFSZ.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        cap = layout["scratch_mb"] << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting scenario writes no core file
-    if layout["memory_limit_mb"]:
-        limit = layout["memory_limit_mb"] << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if layout["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(layout["gid"], layout["gid"], layout["gid"])
-        os.setresuid(layout["uid"], layout["uid"], layout["uid"])
-    libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    # Die with the worker process (set after the uid change, which clears it): a runner stuck in
-    # an endless loop would otherwise outlive a killed worker, in its own session.
-    libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != layout["parent"]:
-        os._exit(1)  # the worker died before the line above
-    os.chdir(layout["scratch"])
-
-
-def main() -> None:
-    confine(json.loads(sys.argv[1]))
-    # -P: the working folder (its scratch) is not an import root; a folder named like one of our
-    # packages there, or in a workdir above it, must never shadow the installed gradci.
-    os.execv(sys.executable, [sys.executable, "-P", "-m", RUNNER_MODULE])
-
-
-if __name__ == "__main__":
-    main()
+def runner_command() -> list[str]:
+    """The runner's command line inside the box. -P: its working folder (the scratch) is no import
+    root; a folder named like one of gradci's packages there must never shadow the installed one."""
+    return [sys.executable, "-P", "-m", RUNNER_MODULE]

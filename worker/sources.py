@@ -9,7 +9,7 @@ import dataclasses
 import functools
 
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.services.db.models import Run
+from gradci.services.db.models import Run, Trigger
 from gradci.services.planner import ScenarioInfo
 from gradci.worker.checkout import Checkouts
 from gradci.worker.runner import WarmRunner
@@ -24,6 +24,7 @@ class Source:
     backends: dict[str, BackendEntry]  # name → framework, mode (and unavailable, when asked)
     file_matrix: Matrix  # the checkout's gradci.toml [matrix]
     repository: str | None = None  # the run's repository URL (None: the built-in library)
+    trusted: bool = False  # a run of the default branch: its runner may write the compilation cache
 
     @functools.cached_property
     def by_name(self) -> dict[str, ScenarioInfo]:
@@ -55,12 +56,21 @@ class RunRef:
     revision: str | None  # head sha, else ref; None: the default branch
     matrix: Matrix
     options: dict = dataclasses.field(default_factory=dict)  # Run.options: the engine's, over gradci.toml's
+    trusted: bool = False  # see ``trusted_run``
+
 
     @classmethod
     def of(cls, run: Run) -> RunRef:
         return cls(id=run.id, repo_url=run.repository.url if run.repository else None,
                    revision=run.head_sha or run.ref, matrix=Matrix.from_mapping(run.matrix),
-                   options=dict(run.options or {}))
+                   options=dict(run.options or {}), trusted=trusted_run(run))
+
+
+def trusted_run(run: Run) -> bool:
+    """Whether the run's code may write what later runs load (the compilation cache): a push to the
+    default branch, or the built-in library. A pull request's code, an API or upload run of any
+    ref, never: its cache is thrown away with its runner."""
+    return run.repository is None or (run.trigger == Trigger.push.value and run.pr_number is None)
 
 
 def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:
@@ -70,11 +80,12 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
     if run.repo_url is not None:
         sha, path = checkouts.checkout(run.repo_url, run.revision)
         root = str(path)
-    listing = runner.list_source(root, availability=availability, repository=run.repo_url)
+    listing = runner.list_source(root, availability=availability, repository=run.repo_url, trusted=run.trusted)
     return Source(
         sha=sha,
         root=root,
         repository=run.repo_url,
+        trusted=run.trusted,
         scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing.scenarios),
         backends={item["name"]: item for item in listing.backends},
         file_matrix=Matrix.from_mapping(listing.file_matrix),

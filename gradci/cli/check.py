@@ -145,8 +145,7 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
         count = min(parallel, len(set(functions.values())) or 1)
         if count <= 1:
             return check_planned(_WithOptions(runner, options), planned, advance), 1, plan.omitted
-        visible = (Path(target.source),) if target.source else ()
-        others = [local_runner_for(visible, cell_timeout_s, target.matrix) for _ in range(count - 1)]
+        others = [local_runner_for(cell_timeout_s, target.matrix) for _ in range(count - 1)]
         for other in others:
             other.extra_env.update(thread_limits(parallel))
         try:

@@ -52,22 +52,25 @@ def memory_limit_mb(matrix: Matrix) -> int | None:
     return (get_settings().runner_memory_limit_mb or None) if on_cpu_only else None
 
 
-def local_runner_for(visible: tuple[Path, ...], cell_timeout_s: float, matrix: Matrix | None = None) -> WarmRunner:
-    """A runner as the worker's, run as this user (nobody else's account is made on a developer's
-    machine), seeing ``visible`` (the repository) besides the interpreter; started on first use."""
+def local_runner_for(cell_timeout_s: float, matrix: Matrix | None = None,
+                     readable: tuple[Path, ...] = ()) -> WarmRunner:
+    """A runner as the worker's, in the same box where bubblewrap works here (the developer's own
+    code: without it, it says so once and runs unboxed), reading ``readable`` besides the checked
+    folder; started on first use."""
     workdir = cache_folder()
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox = SandboxPolicy(user=None, memory_limit_mb=memory_limit_mb(matrix or Matrix()), hidden=(workdir,),
-                            scratch_mb=get_settings().runner_scratch_mb or None)
-    return WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox, visible=visible,
-                      max_rss_mb=get_settings().runner_max_rss_mb)
+    settings = get_settings()
+    sandbox = SandboxPolicy(memory_limit_mb=memory_limit_mb(matrix or Matrix()), required=False,
+                            scratch_mb=settings.runner_scratch_mb or None, pids_max=settings.runner_pids_max,
+                            gpu=memory_limit_mb(matrix or Matrix()) is None, readable=readable)
+    return WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox,
+                      max_rss_mb=settings.runner_max_rss_mb, cache_max_mb=settings.runner_cache_max_mb)
 
 
 @contextlib.contextmanager
 def local_runner(target: Target, cell_timeout_s: float) -> Iterator[WarmRunner]:
     """``local_runner_for`` the target's repository, closed afterwards."""
-    visible = (Path(target.source),) if target.source else ()
-    runner = local_runner_for(visible, cell_timeout_s, target.matrix)
+    runner = local_runner_for(cell_timeout_s, target.matrix)
     try:
         yield runner
     finally:
@@ -88,7 +91,7 @@ def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
     ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
     that is not there."""
-    listing = runner.list_source(target.source, availability=True, family=target.family)
+    listing = runner.list_source(target.source, availability=True, family=target.family, trusted=True)
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
     backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items()
@@ -102,7 +105,8 @@ def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
         omitted += (len(names) - len(own)) * len(devices) * len(dtypes)
         planned.append([CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
                                  framework=backends[name]["framework"], mode=backends[name]["mode"],
-                                 source=target.source, fingerprint=s["fingerprint"], family=target.family)
+                                 source=target.source, fingerprint=s["fingerprint"], family=target.family,
+                                 trusted=True)  # the developer's own code: its cache is theirs
                         for device in devices for dtype in dtypes for name in own])
     return LocalPlan(planned, {s["name"]: s["function"] for s in chosen}, omitted)
 

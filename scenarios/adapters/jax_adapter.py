@@ -26,6 +26,8 @@ def _persistent_compilation_cache() -> None:
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if cap_mb := os.environ.get("GRADCI_JAX_CACHE_MAX_MB"):  # jax evicts the least recently used past it
+        jax.config.update("jax_compilation_cache_max_size", int(cap_mb) << 20)
 
 
 _persistent_compilation_cache()

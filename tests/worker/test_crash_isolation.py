@@ -41,7 +41,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def runner(project: Path, tmp_path: Path) -> Iterator[WarmRunner]:
-    the_runner = WarmRunner(cell_timeout_s=120, workdir=tmp_path / "work", visible=(project,))
+    the_runner = WarmRunner(cell_timeout_s=120, workdir=tmp_path / "work")
     yield the_runner
     the_runner.close()
 
@@ -102,8 +102,7 @@ def test_a_scenario_that_writes_past_the_scratch_cap_is_an_error_and_the_disk_is
     root = scenario_checkout(tmp_path / "writer", "writer", WRITER)
     tmp_path.chmod(0o755)
     work = tmp_path / "work"
-    runner = WarmRunner(cell_timeout_s=120, workdir=work, visible=(root,),
-                        sandbox=SandboxPolicy(user=None, hidden=(work,), scratch_mb=8))
+    runner = WarmRunner(cell_timeout_s=120, workdir=work, sandbox=SandboxPolicy(scratch_mb=8))
     try:
         runner.list_source(str(root))
         cell = runner.run_cell(CellSpec(scenario="fills-the-disk", backend="fd", device="cpu", dtype="float64",

@@ -130,7 +130,7 @@ def gpu_runner(gpu_context: WorkerContext, project: Path, tmp_path_factory: pyte
                ) -> Iterator[WarmRunner]:
     """A runner as that worker starts it: its GPU and memory caps in its environment."""
     runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner"),
-                        extra_env=gpu_context.runner_environment(), visible=(project,))
+                        extra_env=gpu_context.runner_environment())
     yield runner
     runner.close()
 
@@ -212,7 +212,7 @@ def _has_cuda() -> bool:
 def test_a_real_cuda_out_of_memory_restarts_the_runner(project: Path, tmp_path: Path) -> None:
     settings = Settings(workdir=tmp_path / "work")
     context = WorkerContext(settings, parse_worker_device("cuda:0"), "cuda0-worker")
-    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path / "runner", visible=(project,),
+    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path / "runner",
                         extra_env=context.runner_environment())
     try:
         spec = dict(backend="torch-rev", device="cuda", run_on="cuda:0", dtype="float64", source=str(project))
@@ -228,7 +228,7 @@ def test_a_real_cuda_out_of_memory_restarts_the_runner(project: Path, tmp_path: 
 
 @pytest.mark.slow
 def test_a_runner_above_its_memory_ceiling_restarts_between_requests(project: Path, tmp_path: Path) -> None:
-    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, visible=(project,), max_rss_mb=1)
+    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, max_rss_mb=1)
     pids = []
     try:
         for scenario in ("smooth", "smooth-2", "smooth-3"):
@@ -243,7 +243,7 @@ def test_a_runner_above_its_memory_ceiling_restarts_between_requests(project: Pa
 
 @pytest.mark.slow
 def test_a_runner_below_its_ceiling_stays(project: Path, tmp_path: Path) -> None:
-    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, visible=(project,), max_rss_mb=100_000)
+    runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path, max_rss_mb=100_000)
     try:
         pids = {(check(runner, project, name, backend="fd")["status"], runner.pid) for name in ("smooth", "smooth-2")}
     finally:

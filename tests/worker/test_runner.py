@@ -69,8 +69,7 @@ def runner(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         patch.setenv("DEPLOY_TOKEN", "x")
         patch.setenv("AWS_SECRET_ACCESS_KEY", "x")
         patch.setenv("PGPASSWORD", "x")
-        the_runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner-work"),
-                                visible=(project,))
+        the_runner = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path_factory.mktemp("runner-work"))
         the_runner.list_source(str(project))  # started for the project's checkout, whose cells follow
     yield the_runner
     the_runner.close()

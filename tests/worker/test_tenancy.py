@@ -36,7 +36,7 @@ def checkouts(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def runner(tmp_path: Path, checkouts: dict[str, Path]) -> Iterator[WarmRunner]:
-    the_runner = WarmRunner(cell_timeout_s=120, workdir=tmp_path / "work", visible=(tmp_path / "checkouts",))
+    the_runner = WarmRunner(cell_timeout_s=120, workdir=tmp_path / "work")
     yield the_runner
     the_runner.close()
 
@@ -73,43 +73,39 @@ def test_the_attack_succeeds_where_runners_are_shared(runner: WarmRunner, checko
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """What the test above guards against, shown: with one process for both checkouts (as before),
     the attacker's patch makes the victim's wrong backward pass."""
-    monkeypatch.setattr(WarmRunner, "_serve", lambda self, source, repository: None)
+    monkeypatch.setattr(WarmRunner, "_serve", lambda self, source, repository, trusted=False: None)
+    monkeypatch.setattr(runner, "sandbox", SandboxPolicy(readable=tuple(checkouts.values())))  # both in one box
     cells = attack(runner, checkouts)
     assert [c["status"] for c in cells] == ["pass"] * 4
 
 
 def test_each_repository_has_its_own_compilation_cache() -> None:
-    a = cache_scope(("/w/checkouts/1", "https://github.com/mallory/a"))
-    b = cache_scope(("/w/checkouts/2", "https://github.com/alice/b"))
-    b_later = cache_scope(("/w/checkouts/3", "https://github.com/alice/b"))
+    a = cache_scope(("/w/checkouts/1", "https://github.com/mallory/a", True))
+    b = cache_scope(("/w/checkouts/2", "https://github.com/alice/b", True))
+    b_later = cache_scope(("/w/checkouts/3", "https://github.com/alice/b", True))
     assert len({a, b, cache_scope(BUILT_IN)}) == 3 and b == b_later  # per repository, across its commits
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="runner users need root (as production workers run)")
-def test_runners_of_different_slots_cannot_signal_each_other(tmp_path: Path) -> None:
+@pytest.mark.skipif(os.geteuid() != 0, reason="fresh runner uids need root (as production workers run)")
+def test_no_runner_can_signal_another_of_the_same_or_another_repository(tmp_path: Path) -> None:
+    """Each runner start is a box of its own: a PID namespace (it sees no other runner) and a fresh
+    uid (it could not signal one it saw)."""
     root = tmp_path / "checkouts" / "probe"
     shutil.copytree(PROJECTS / "tenant_prober", root)
-    for folder in (tmp_path, tmp_path / "checkouts"):
-        folder.chmod(0o755)
 
-    def runner_as(user: str) -> WarmRunner:
-        return WarmRunner(cell_timeout_s=60, workdir=tmp_path / f"work-{user}", visible=(tmp_path / "checkouts",),
-                          sandbox=SandboxPolicy(user=user, hidden=(tmp_path / f"work-{user}",)))
-
-    def probed(runner: WarmRunner) -> str:
-        runner.list_source(str(root))
+    def probed(runner: WarmRunner, repository: str) -> str:
+        runner.list_source(str(root), repository=repository)
         spec = CellSpec(scenario="probe", backend="fd", device="cpu", dtype="float64", operator="gradient",
-                        framework="numpy", mode="finite", source=str(root))
+                        framework="numpy", mode="finite", source=str(root), repository=repository)
         return runner.run_cell(spec)["message"]
 
-    same_a, same_b = runner_as("gradci-runner-t1"), runner_as("gradci-runner-t1")
-    other = runner_as("gradci-runner-t2")
+    runners = [WarmRunner(cell_timeout_s=60, workdir=tmp_path / f"work-{i}") for i in range(3)]
     try:
-        for runner in (same_a, same_b, other):
-            runner.list_source(str(root))
-        assert f"signalled=[{same_b.pid}" in probed(same_a) or str(same_b.pid) in probed(same_a)  # one user: it can
-        message = probed(other)
-        assert "signalled=[]" in message, message  # another user: it cannot
+        for runner, repository in zip(runners, ("a", "a", "b")):
+            runner.list_source(str(root), repository=repository)
+        assert len({runner.pid for runner in runners}) == 3 and all(runner.alive for runner in runners)
+        assert "signalled=[]" in probed(runners[0], "a")  # neither the same repository's runner
+        assert "signalled=[]" in probed(runners[2], "b")  # nor another's
     finally:
-        for runner in (same_a, same_b, other):
+        for runner in runners:
             runner.close()
