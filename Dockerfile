@@ -8,9 +8,9 @@ ARG ACCELERATOR=cpu
 ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu128
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 
-# git: workers fetch the repositories they check.
+# git: workers fetch the repositories they check; bubblewrap builds each runner's box (docs/security.md).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git \
+ && apt-get install -y --no-install-recommends git bubblewrap \
  && rm -rf /var/lib/apt/lists/*
 
 RUN set -eux; \

@@ -30,9 +30,26 @@ def worker_row(worker: Worker, online: bool, job: Any) -> dict[str, Any]:
                 and name not in RESIDENT_KEYS}
     packages.update({name: version for name, version in frameworks(record) if name not in packages})
     resident = next((worker.versions[key] for key in RESIDENT_KEYS if isinstance(worker.versions.get(key), int)), None)
+    isolation = worker.versions.get("isolation")
     return {"worker": worker, "online": online, "job": job, "device": device_summary(record),
+            "isolation": isolation_summary(isolation if isinstance(isolation, dict) else {}),
             "memory_total": record.get("memory_total"), "memory_free": record.get("memory_free"),
             "resident": resident, "versions": packages}
+
+
+def isolation_summary(isolation: dict[str, Any]) -> dict[str, Any]:
+    """The runners' box in a line and whether it holds: ``ok`` False where repository code runs
+    unboxed (or the worker predates the report)."""
+    if not isolation:
+        return {"ok": False, "line": "not reported (a worker older than the runner's box)"}
+    if isolation.get("sandbox") == "none":
+        return {"ok": False, "line": f"no box: {isolation.get('reason')}; repository code "
+                                     f"{isolation.get('repository_code', 'refused')}"}
+    memory = isolation.get("memory_limit_mb")
+    limits = [f"{isolation.get('pids_max')} processes", f"{memory} MB" if memory else "memory unbounded",
+              f"scratch {isolation.get('scratch_mb')} MB", f"by {isolation.get('limits')}"]
+    return {"ok": True, "line": f"{isolation.get('version')}: {', '.join(map(str, isolation.get('namespaces', [])))} "
+                                f"namespaces; {isolation.get('identity')}; {', '.join(limits)}"}
 
 
 def queue_rows(workers: list[dict[str, Any]], depths: dict[str, int]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from gradci.services.settings import Settings, get_settings
 from gradci.worker.checkout import Checkouts
 from gradci.worker.device_discovery import LocalDevice, device_record
 from gradci.worker.runner import TORCH_MEMORY_FRACTION_VARIABLE, WarmRunner, shared_runner
-from gradci.worker.sandbox import SandboxPolicy
+from gradci.worker.sandbox import SandboxPolicy, box_status
 
 
 @dataclasses.dataclass
@@ -82,6 +82,16 @@ class WorkerContext:
         return SandboxPolicy(memory_limit_mb=limit or None, scratch_mb=settings.runner_scratch_mb or None,
                              pids_max=settings.runner_pids_max, uid_range=(first, last), required=True,
                              unsandboxed=settings.runner_unsandboxed, gpu=self.device.index is not None)
+
+    def isolation(self) -> dict[str, object]:
+        """How this worker's runners are boxed, for the workers page: bubblewrap's version, the
+        namespaces, the identity and limits, or why there is no box and whether it refuses code."""
+        policy = self.sandbox()
+        status: dict[str, object] = {**box_status(), "pids_max": policy.pids_max,
+                                     "memory_limit_mb": policy.memory_limit_mb, "scratch_mb": policy.scratch_mb}
+        if status["sandbox"] == "none":
+            status["repository_code"] = "runs UNSANDBOXED" if policy.unsandboxed else "refused"
+        return status
 
     def run_on(self, job_device: str) -> str | None:
         """The device the runner computes a job's cells on (None: the job's own label)."""

@@ -44,7 +44,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
         # The device record rides with the versions (a JSON column): which GPU model, driver, CUDA
         # and frameworks this worker's results come from; every job it claims stores the same record.
-        self._versions = {**versions(), "device": context.device_record()}
+        self._versions = {**versions(), "device": context.device_record(), "isolation": context.isolation()}
         self._first = True
         self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 

@@ -234,6 +234,9 @@ class WarmRunner:
             self._restart_due = reply.restart
         elif self.max_rss_mb and rss > self.max_rss_mb << 20:
             self._restart_due = f"{rss >> 20} MB resident, above the ceiling of {self.max_rss_mb} MB"
+        if self._box is not None and self._box.process_limit_reached():
+            # What it forked may still run beside it: its next request gets a fresh box.
+            self._restart_due = f"it reached its process limit ({self.sandbox.pids_max} processes)"
 
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -417,7 +420,12 @@ class WarmRunner:
             return [spec.error_cell(reply.error) for spec in specs]
         assert isinstance(reply, messages.CellsReply)
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
-        return [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
+        cells = [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
+        if self._restart_due and "process limit" in self._restart_due:
+            cells = [{**cell, "message": f"process limit reached ({self.sandbox.pids_max} processes in the runner's "
+                                         f"box): {cell.get('message') or ''}"[:500]}
+                     if cell["status"] == Status.ERROR else cell for cell in cells]
+        return cells
 
 
 def cache_scope(tenant: Tenant) -> str:

@@ -217,6 +217,14 @@ class Cgroup:
                 found.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
         return found
 
+    def process_limit_hits(self) -> int:
+        """How often a fork was refused for ``pids.max`` (``pids.events``' ``max`` count)."""
+        try:
+            events = (self.folders[0] / "pids.events").read_text().split()
+        except OSError:
+            return 0
+        return int(events[events.index("max") + 1]) if "max" in events else 0
+
     def kill_and_remove(self) -> None:
         """Kill every process still in it (a runner that forked past its end) and remove it."""
         deadline = time.monotonic() + 5
@@ -278,6 +286,7 @@ class Box:
         self.cache = cache
         self.identity: Identity | None = None
         self.cgroup: Cgroup | None = None
+        self._limit_hits = 0
         self.boxed = bubblewrap()[0] is not None and not policy.unsandboxed
         if not self.boxed and policy.required and not policy.unsandboxed and checkout is not None:
             raise BoxUnavailable(policy.refusal(checkout) or "no box")
@@ -409,6 +418,14 @@ class Box:
         if self.policy.memory_limit_mb and (self.cgroup is None or not cgroup):
             limit = self.policy.memory_limit_mb << 20  # per process: the bound where no cgroup counts the tree
             resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+
+    def process_limit_reached(self) -> bool:
+        """Whether a fork in the box was refused for its process limit since the last time asked."""
+        if self.cgroup is None:
+            return False
+        hits = self.cgroup.process_limit_hits()
+        reached, self._limit_hits = hits > self._limit_hits, hits
+        return reached
 
     def close(self) -> None:
         """After the runner ended: kill what is left of its tree, free its cgroup and uid."""

@@ -3,6 +3,7 @@ and the dashboard together. Each command imports what it needs when it runs, so 
 ``gradci submit`` and ``gradci status`` load no numpy or framework."""
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -116,10 +117,16 @@ def worker(
     device: str = typer.Option("cpu", help="cpu or cuda:N: the device whose queue this worker consumes."),
     concurrency: int | None = typer.Option(None, min=1, help="Jobs at once (default: CPU cores up to 4; 1 per GPU)."),
     loglevel: str = typer.Option("INFO", help="Celery log level."),
+    unsandboxed: bool = typer.Option(False, "--unsandboxed",
+                                     help="Where no runner box can be built (no bubblewrap, no user namespaces), "
+                                          "run repository code anyway, with NO isolation: only for code you trust. "
+                                          "Without it such a worker refuses repository code."),
 ) -> None:
     """Run a worker: checks the jobs of its device's queue and heartbeats into the workers table."""
     from gradci.worker.start import start_worker
 
+    if unsandboxed:  # a setting like any other (GRADCI_RUNNER_UNSANDBOXED), so the workers page shows it
+        os.environ["GRADCI_RUNNER_UNSANDBOXED"] = "true"
     try:
         start_worker(device, concurrency, loglevel)
     except ValueError as exc:
