@@ -11,7 +11,9 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # The constraints file pins torch to the CPU build on disk; GPU machines: see README.
+# bubblewrap (a Debian package) builds each runner's box: scripts/install-sandbox.sh.
 $(STAMP): $(PY) pyproject.toml constraints.txt
+	bash scripts/install-sandbox.sh
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,jax,test]'
 	touch $(STAMP)
 

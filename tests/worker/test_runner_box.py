@@ -217,7 +217,7 @@ def processes_with(marker: str) -> list[int]:
 def test_control_unconfined_the_attacks_reach_every_target(world: dict[str, Path]) -> None:
     """The same code in this (root, unboxed) process reads every secret, checkout and mirror."""
     namespace: dict[str, object] = {}
-    exec(compile((world["checkout"] / "attacks.py").read_text(), "attacks.py", "exec"), namespace)  # noqa: S102
+    exec(compile((world["checkout"] / "attacks.py").read_text(), "attacks.py", "exec"), namespace)
     found = namespace["read_targets"]()  # type: ignore[operator]
     assert str(world["secret"]) in found and str(world["app_key"]) in found
     assert str(world["other"] / "model.py") in found and str(world["mirror"] / "HEAD") in found
@@ -298,7 +298,7 @@ def test_writes_fill_only_the_boxs_own_capped_memory_and_never_the_machine(world
     finally:
         runner.close()
     assert cell["status"] == "error" and "wrote_mb=" in cell["message"], cell
-    wrote = eval(cell["message"].split("wrote_mb=")[1].split("}")[0] + "}")  # noqa: S307 - our own dict's repr
+    wrote = eval(cell["message"].split("wrote_mb=")[1].split("}")[0] + "}")
     assert all(megabytes <= 64 for megabytes in wrote.values()), f"filled past the box's 64 MB tmpfs: {wrote}"
     assert wrote[str(world["work"])] == 0, "wrote into the service's workdir"
     for place in ("/tmp", "/dev/shm", "/run/lock"):
