@@ -249,7 +249,9 @@ class SandboxPolicy:
     ``required``: refuse repository code when the box cannot be built (a worker), rather than run
     it unboxed (``gradci check`` on the developer's own code); ``unsandboxed``: the operator's
     explicit choice to run without the box; ``gpu``: bind the NVIDIA devices; ``readable``: folders
-    every runner of this policy reads besides its checkout (the pytest plugin's project)."""
+    every runner of this policy reads besides its checkout (the pytest plugin's project);
+    ``fresh_identity``: as root, a pool uid and a cgroup per start (a worker), else the caller's own
+    identity in a user namespace (``gradci check``: the developer's own files, whatever their modes)."""
 
     memory_limit_mb: int | None = None
     scratch_mb: int | None = None
@@ -259,6 +261,7 @@ class SandboxPolicy:
     unsandboxed: bool = False
     gpu: bool = False
     readable: tuple[Path, ...] = ()
+    fresh_identity: bool = True
 
     def box(self, *, scratch: Path, checkout: str | None, cache: Path | None) -> Box:
         """The box of one runner start: ``scratch`` its working folder (a tmpfs), ``checkout`` the one
@@ -307,13 +310,14 @@ class Box:
             raise
 
     def _start_boxed(self, argv: list[str], env: dict[str, str], pipes: dict[str, int]) -> subprocess.Popen[bytes]:
-        root = os.geteuid() == 0
-        if root:
+        if os.geteuid() == 0 and self.policy.fresh_identity:
             self.identity = allocate_uid(*self.policy.uid_range)
             self.cgroup = Cgroup.create(f"runner-{self.identity.uid}", pids_max=self.policy.pids_max,
                                         memory_bytes=(self.policy.memory_limit_mb or 0) << 20 or None)
             if self.cache is not None:
                 own_tree(self.cache, self.identity.uid)
+        if self.cache is not None:
+            self.cache.mkdir(parents=True, exist_ok=True)
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe()
         files = self._data_files()
@@ -415,8 +419,10 @@ class Box:
         elif self.identity is not None:  # no cgroup: count the processes of its fresh uid instead
             resource.prlimit(pid, resource.RLIMIT_NPROC, (self.policy.pids_max, self.policy.pids_max))
         resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))  # a crashing scenario writes no core file
-        if self.policy.memory_limit_mb and (self.cgroup is None or not cgroup):
-            limit = self.policy.memory_limit_mb << 20  # per process: the bound where no cgroup counts the tree
+        if self.policy.memory_limit_mb:
+            # Per process, besides the cgroup's bound on the tree: an allocation past it fails with
+            # MemoryError (an "out of memory" cell) instead of the kernel killing the runner.
+            limit = self.policy.memory_limit_mb << 20
             resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
 
     def process_limit_reached(self) -> bool:

@@ -62,7 +62,8 @@ def local_runner_for(cell_timeout_s: float, matrix: Matrix | None = None,
     settings = get_settings()
     sandbox = SandboxPolicy(memory_limit_mb=memory_limit_mb(matrix or Matrix()), required=False,
                             scratch_mb=settings.runner_scratch_mb or None, pids_max=settings.runner_pids_max,
-                            gpu=memory_limit_mb(matrix or Matrix()) is None, readable=readable)
+                            gpu=memory_limit_mb(matrix or Matrix()) is None, readable=readable,
+                            fresh_identity=False)
     return WarmRunner(cell_timeout_s=cell_timeout_s, workdir=workdir, sandbox=sandbox,
                       max_rss_mb=settings.runner_max_rss_mb, cache_max_mb=settings.runner_cache_max_mb)
 
