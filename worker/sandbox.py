@@ -302,7 +302,7 @@ class Box:
             self.scratch.mkdir(parents=True, exist_ok=True)
             process = subprocess.Popen(argv, env=env, cwd=self.scratch, start_new_session=True, **pipes)  # type: ignore[call-overload]
             self._limit(process.pid, cgroup=False)
-            return process  # type: ignore[no-any-return]
+            return process
         try:
             return self._start_boxed(argv, env, pipes)
         except BaseException:
@@ -335,7 +335,7 @@ class Box:
         finally:
             os.close(info_read)
             os.close(block_write)
-        return process  # type: ignore[no-any-return]
+        return process
 
     def _namespaces(self) -> list[str]:
         # As root, bwrap sets the box up with root's rights (it binds what only root reaches, an
@@ -387,13 +387,13 @@ class Box:
         reads = [*interpreter_paths(), *self.policy.readable, *([Path(self.checkout)] if self.checkout else [])]
         binds = _outermost(Path(os.path.realpath(p)) for p in reads)
         mounted = [Path(CPU_TOPOLOGY), *binds, self.scratch, *([self.cache] if self.cache else [])]
-        for folder in searchable_parents(mounted):
-            args += ["--perms", "0755", "--dir", str(folder)]
+        for parent in searchable_parents(mounted):
+            args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind-try", CPU_TOPOLOGY, CPU_TOPOLOGY]
         if self.policy.gpu:
             args += gpu_binds()
-        for path in binds:
-            args += ["--ro-bind", str(path), str(path)]
+        for bound in binds:
+            args += ["--ro-bind", str(bound), str(bound)]
         # The scratch tmpfs is the runner's alone: only its own processes are in this box.
         scratch_mb = self.policy.scratch_mb or 4096
         args += ["--perms", "1777", "--size", str(scratch_mb << 20), "--tmpfs", str(self.scratch)]
