@@ -381,12 +381,19 @@ def test_runs_page_filters_and_shows_change_against_base(database_url: str, clie
     assert "-25.00 pp" in client.get("/").text and "#7" in client.get("/").text
 
 
+BOXED = {"sandbox": "bubblewrap", "version": "bubblewrap 0.8.0", "namespaces": ["user", "pid", "net"],
+         "identity": "a fresh uid per runner", "limits": "cgroup v1", "pids_max": 256, "memory_limit_mb": None,
+         "scratch_mb": 1024}
+
+
 def test_workers_page_shows_devices_memory_queues_and_waiting_jobs(database_url: str, client: TestClient) -> None:
     with session_scope(database_url) as session:
         record_heartbeat(session, name="cuda-0@gpu", host="gpu", device="cuda:0", queue="cuda,cuda.sm90",
                          versions={"python": "3.11.7", "torch": "2.13.0", "device": GPU_RECORD,
-                                   "rss_bytes": 3 * 2**30})
-        record_heartbeat(session, name="cpu-1@box", host="box", device="cpu", queue="cpu", versions={})
+                                   "rss_bytes": 3 * 2**30, "isolation": BOXED})
+        record_heartbeat(session, name="cpu-1@box", host="box", device="cpu", queue="cpu",
+                         versions={"isolation": {"sandbox": "none", "reason": "bubblewrap is not installed",
+                                                 "repository_code": "refused"}})
         run = create_run(session)
         session.add_all([Job(run_id=run.id, backend="torch-rev", device="cuda:0", queue="cuda", status="running",
                              worker="cuda-0@gpu", scenarios=["a", "b"]),
@@ -397,6 +404,10 @@ def test_workers_page_shows_devices_memory_queues_and_waiting_jobs(database_url:
         unserved = [job.id for job in session.scalars(select(Job).where(Job.queue == "cuda.sm80"))]
     text = client.get("/workers").text
     assert "cuda-0@gpu" in text and "✔ online" in text and "torch 2.13.0" in text
+    # Each worker's runner box, or why it has none and what it does with repository code.
+    assert "✔ boxed" in text and "bubblewrap 0.8.0: user, pid, net namespaces; a fresh uid per runner" in text
+    assert "256 processes, memory unbounded" in text and "by cgroup v1" in text
+    assert "✘ unboxed" in text and "no box: bubblewrap is not installed; repository code refused" in text
     # The device record: the GPU in one line, its memory, and the frameworks it names beside the versions.
     assert "NVIDIA H100 80GB HBM3 · sm_90 · driver 550.54.15 · CUDA 12.4" in text
     assert "74.5 GiB free of 80.0 GiB" in text and "worker resident 3.0 GiB" in text
