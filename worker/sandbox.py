@@ -110,6 +110,13 @@ def box_status() -> dict[str, Any]:
 # --- identity: a fresh uid per runner start ------------------------------------------------------
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
 @dataclasses.dataclass
 class Identity:
     """A uid (and gid of the same number) held for one runner, released when it ends."""
@@ -118,7 +125,10 @@ class Identity:
     lock: int | None = None  # the held lock file's descriptor
 
     def release(self) -> None:
+        """Give the uid back; its lock file goes (unlinked while held: a waiter finds it stale)."""
         if self.lock is not None:
+            with contextlib.suppress(OSError):
+                (UID_LOCKS / str(self.uid)).unlink()
             os.close(self.lock)
             self.lock = None
 
@@ -148,7 +158,8 @@ def allocate_uid(first: int, last: int, *, attempts: int = 64) -> Identity:
         except BlockingIOError:
             os.close(handle)
             continue
-        if uid in live_uids():  # a runner that held it a moment ago left a process behind
+        stale = os.fstat(handle).st_ino != _inode(UID_LOCKS / str(uid))  # its holder unlinked it meanwhile
+        if stale or uid in live_uids():  # or a runner that held it a moment ago left a process behind
             os.close(handle)
             continue
         return Identity(uid, handle)

@@ -8,6 +8,7 @@ looked for being really there) shows that "found nothing" means something.
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gradci.worker.runner import CellSpec, WarmRunner, cache_scope
-from gradci.worker.sandbox import SandboxPolicy, bubblewrap
+from gradci.worker.sandbox import DEFAULT_UID_RANGE, BoxUnavailable, SandboxPolicy, allocate_uid, bubblewrap, live_uids
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the production box needs root (as workers run)"),
@@ -308,3 +309,25 @@ def test_writes_fill_only_the_boxs_own_capped_memory_and_never_the_machine(world
 
 def _bytes_under(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def test_a_uid_is_never_handed_out_while_a_process_of_it_lives_or_another_runner_holds_it() -> None:
+    uid = DEFAULT_UID_RANGE[1]
+    lingering = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while uid not in live_uids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(BoxUnavailable):
+            allocate_uid(uid, uid, attempts=3)  # a process of it lives (a runner's leftover, say)
+    finally:
+        lingering.kill()
+        lingering.wait()
+    held = allocate_uid(uid, uid)
+    try:
+        with pytest.raises(BoxUnavailable):
+            allocate_uid(uid, uid, attempts=3)  # another runner holds it
+    finally:
+        held.release()
+    again = allocate_uid(uid, uid)  # released: free again, its lock file made anew
+    again.release()
