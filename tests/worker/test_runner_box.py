@@ -8,6 +8,7 @@ looked for being really there) shows that "found nothing" means something.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import textwrap
 import time
@@ -27,6 +28,7 @@ pytestmark = [
 ATTACKS = '''
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -331,3 +333,32 @@ def test_a_uid_is_never_handed_out_while_a_process_of_it_lives_or_another_runner
         held.release()
     again = allocate_uid(uid, uid)  # released: free again, its lock file made anew
     again.release()
+
+
+def test_the_whole_chain_after_every_attack_another_repositorys_wrong_backward_still_fails(
+        world: dict[str, Path]) -> None:
+    """One worker's runner: a hostile pull request tries every attack above (and patches the engine
+    at import), then another repository's wrong backward is checked: it must fail."""
+    projects = Path(__file__).resolve().parent.parent / "data" / "projects"
+    hostile = world["base"] / "checkouts" / "chain-attacker"
+    victim = world["base"] / "checkouts" / "chain-victim"
+    if not hostile.exists():
+        shutil.copytree(world["checkout"], hostile)
+        shutil.copy(projects / "tenant_attacker" / "attack.py", hostile / "attack.py")
+        (hostile / "gradci.toml").write_text('[scenarios]\nmodules = ["attacks", "attack"]\n')
+        shutil.copytree(projects / "tenant_victim", victim)
+    runner = runner_for(world, pids_max=64)
+    try:
+        listing = runner.list_source(str(hostile), repository="mallory/a")
+        for item in listing.scenarios:
+            runner.run_cell(CellSpec(scenario=item["name"], backend="fd", device="cpu", dtype="float64",
+                                     operator=item["operator"], framework="numpy", mode="finite",
+                                     source=str(hostile), repository="mallory/a"))
+        listing = runner.list_source(str(victim), repository="alice/b")
+        cells = [runner.run_cell(CellSpec(scenario=item["name"], backend="torch-rev", device="cpu", dtype="float64",
+                                          operator=item["operator"], framework="torch", mode="reverse",
+                                          source=str(victim), repository="alice/b"))
+                 for item in listing.scenarios]
+    finally:
+        runner.close()
+    assert cells and all(cell["status"] == "fail" for cell in cells), [(c["status"], c["message"]) for c in cells]
