@@ -21,6 +21,7 @@ from gradci.worker.runner import CellSpec, WarmRunner, cache_scope
 from gradci.worker.sandbox import DEFAULT_UID_RANGE, BoxUnavailable, SandboxPolicy, allocate_uid, bubblewrap, live_uids
 
 pytestmark = [
+    pytest.mark.slow,  # runners that start, crash and fork over and over
     pytest.mark.skipif(os.geteuid() != 0, reason="the production box needs root (as workers run)"),
     pytest.mark.skipif(bubblewrap()[0] is None, reason=f"no box here: {bubblewrap()[1]}"),
 ]
