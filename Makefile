@@ -11,9 +11,9 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # The constraints file pins torch to the CPU build on disk; GPU machines: see README.
-# bubblewrap (a Debian package) builds each runner's box: scripts/install-sandbox.sh.
+# bubblewrap (a Debian package) builds each runner's box (docs/security.md).
 $(STAMP): $(PY) pyproject.toml constraints.txt
-	bash scripts/install-sandbox.sh
+	bash scripts/install-debian-packages.sh "workers will refuse repository code" bubblewrap:bwrap
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[torch,jax,test]'
 	touch $(STAMP)
 
@@ -30,7 +30,8 @@ services:
 
 # Chromium and chromedriver for the dashboard's browser tests (Debian packages; no browser download).
 browser:
-	bash scripts/install-browser.sh
+	bash scripts/install-debian-packages.sh "the browser tests will be skipped" \
+		chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver
 
 # ruff over the whole repository; mypy over the installed package gradci (its layers laid out under their
 # import names by scripts/typecheck_tree.py: mypy cannot follow the editable install's import hook).
