@@ -149,6 +149,7 @@ class WarmRunner:
         self._restart_due: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._box: Box | None = None
+        self._process_limit_reached = False  # during the last answered request
         self._output: OutputDrain | None = None
         self._scratch: Path | None = None
         self._buffer = b""
@@ -173,9 +174,6 @@ class WarmRunner:
             return
         self._discard()
         source, repository, trusted = self._tenant
-        refusal = self.sandbox.refusal(source)
-        if refusal:
-            raise RunnerError(refusal)
         # A fresh scratch folder per start: nothing one runner wrote is there for the next.
         self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{threading.get_ident()}-{self.starts}"
         # Only trusted runs (the default branch, the built-in library) write the repository's
@@ -234,7 +232,8 @@ class WarmRunner:
             self._restart_due = reply.restart
         elif self.max_rss_mb and rss > self.max_rss_mb << 20:
             self._restart_due = f"{rss >> 20} MB resident, above the ceiling of {self.max_rss_mb} MB"
-        if self._box is not None and self._box.process_limit_reached():
+        self._process_limit_reached = self._box is not None and self._box.process_limit_reached()
+        if self._process_limit_reached:
             # What it forked may still run beside it: its next request gets a fresh box.
             self._restart_due = f"it reached its process limit ({self.sandbox.pids_max} processes)"
 
@@ -421,7 +420,7 @@ class WarmRunner:
         assert isinstance(reply, messages.CellsReply)
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         cells = [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
-        if self._restart_due and "process limit" in self._restart_due:
+        if self._process_limit_reached:
             cells = [{**cell, "message": f"process limit reached ({self.sandbox.pids_max} processes in the runner's "
                                          f"box): {cell.get('message') or ''}"[:500]}
                      if cell["status"] == Status.ERROR else cell for cell in cells]

@@ -302,8 +302,9 @@ class Box:
         self.cgroup: Cgroup | None = None
         self._limit_hits = 0
         self.boxed = bubblewrap()[0] is not None and not policy.unsandboxed
-        if not self.boxed and policy.required and not policy.unsandboxed and checkout is not None:
-            raise BoxUnavailable(policy.refusal(checkout) or "no box")
+        refusal = policy.refusal(checkout)
+        if refusal:
+            raise BoxUnavailable(refusal)
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         """Start ``argv`` in the box, with pipes for its stdin, stdout and stderr."""
@@ -312,7 +313,7 @@ class Box:
             warn_unboxed_once(self.policy)
             self.scratch.mkdir(parents=True, exist_ok=True)
             process = subprocess.Popen(argv, env=env, cwd=self.scratch, start_new_session=True, **pipes)  # type: ignore[call-overload]
-            self._limit(process.pid, cgroup=False)
+            self._limit(process.pid)
             return process
         try:
             return self._start_boxed(argv, env, pipes)
@@ -341,7 +342,7 @@ class Box:
         try:
             child = self._child_pid(info_read)
             # Nothing in the box runs until it reads block-fd: its whole tree starts inside the limits.
-            self._limit(child, cgroup=True, also=process.pid)
+            self._limit(child, also=process.pid)
             os.write(block_write, b"1")
         finally:
             os.close(info_read)
@@ -423,9 +424,10 @@ class Box:
         except (ValueError, KeyError) as exc:
             raise BoxUnavailable(f"bubblewrap did not start the box (it said {data[:200]!r})") from exc
 
-    def _limit(self, pid: int, *, cgroup: bool, also: int | None = None) -> None:
-        """The runner's limits, on its first process before it runs anything (inherited by the rest)."""
-        if cgroup and self.cgroup is not None:
+    def _limit(self, pid: int, *, also: int | None = None) -> None:
+        """The runner's limits, on its first process before it runs anything (inherited by the rest);
+        ``also``: bwrap itself, which joins the cgroup beside it."""
+        if self.cgroup is not None:
             self.cgroup.join(*([also] if also else []), pid)
         elif self.identity is not None:  # no cgroup: count the processes of its fresh uid instead
             resource.prlimit(pid, resource.RLIMIT_NPROC, (self.policy.pids_max, self.policy.pids_max))

@@ -145,3 +145,23 @@ def test_scrubbed_environment_keeps_what_programs_need() -> None:
 def test_an_unknown_scenario_is_an_error_cell(runner: WarmRunner, project: Path) -> None:
     result = cell(runner, project, "not-there")
     assert result["status"] == "error" and "not declared" in result["message"]
+
+
+def test_where_no_box_can_be_built_repository_code_is_refused_unless_the_operator_says_so(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradci.worker import sandbox
+    from gradci.worker.runner import RunnerError
+
+    monkeypatch.setattr(sandbox, "bubblewrap", lambda: (None, "bubblewrap is not installed"))
+    refusing = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path / "refusing")
+    with pytest.raises(RunnerError, match=r"bubblewrap is not installed.*refuses to run repository code.*--unsandboxed"):
+        refusing.list_source(str(project))
+    assert not refusing.alive
+    refusing.list_source(None, family="elementary")  # gradci's own library: no repository code
+    refusing.close()
+    unsandboxed = WarmRunner(cell_timeout_s=CELL_TIMEOUT_S, workdir=tmp_path / "unsandboxed",
+                             sandbox=sandbox.SandboxPolicy(unsandboxed=True))
+    try:
+        assert unsandboxed.list_source(str(project)).scenarios  # the operator's explicit choice
+    finally:
+        unsandboxed.close()
