@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -41,9 +41,30 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
 
+    # Reads (services/access/): who may see a repository's runs. "public": anyone sees the built-in
+    # library's and public GitHub repositories' runs, the rest only those GitHub lets read them (a
+    # login) and read tokens; "login": nothing without a login or a token; "open": every run to anyone
+    # who reaches the server (``--public-read``); "local": everything, workers and metrics too, to
+    # requests addressed to a loopback name (``gradci up`` on 127.0.0.1: one person's tool).
+    # ``operators``: GitHub logins that see everything as the admin token does.
+    read_access: Literal["public", "login", "open", "local"] = "public"
+    operators: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # How long GitHub's answer to "may this credential read that repository" is kept (seconds): a
+    # user removed from a repository stops seeing it within this time.
+    github_access_ttl_s: float = Field(300.0, gt=0, le=3600)
+    # Sign-in with GitHub (an OAuth App, or the GitHub App's own client id and secret) and the key
+    # that signs the session cookie (unset: derived from the API token).
+    github_oauth_client_id: str | None = None
+    github_oauth_client_secret: SecretStr | None = None
+    # "repo": an OAuth App's token must have it to read a private repository (a GitHub App's user
+    # token has the App's permissions instead, and ignores scopes).
+    github_oauth_scope: str = "repo"
+    session_secret: SecretStr | None = None
+
     # GitHub
     github_token: SecretStr | None = None
     github_api_url: str = "https://api.github.com"
+    github_web_url: str = "https://github.com"  # where people sign in (/login/oauth/...)
     github_webhook_secret: SecretStr | None = None
     # App mode (instead of github_token): the App's id and its private key in PEM as GitHub issues it,
     # from the secrets folder (gradci_github_app_private_key) or a file of its own.
@@ -53,7 +74,9 @@ class Settings(BaseSettings):
     # Public clone URL of an "owner/name" repository. Credentials are added by the worker at
     # clone time, never stored in the database.
     clone_url_template: str = "https://github.com/{full_name}.git"
-    # Which repositories may run (fnmatch patterns over URL or owner/name); empty allows all.
+    # Which repositories may run (fnmatch patterns over URL or owner/name): the registered ones. Empty
+    # allows all for what only the operator can send (API token, its own webhook secret, upload
+    # tokens) and none for what anyone can (App installations, OIDC id tokens); "*" opens those too.
     allowed_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Jobs
@@ -109,7 +132,7 @@ class Settings(BaseSettings):
     report_retry_base_s: float = Field(30.0, gt=0)
     report_retry_max_s: float = Field(3600.0, gt=0)
 
-    @field_validator("allowed_repos", mode="before")
+    @field_validator("allowed_repos", "operators", mode="before")
     @classmethod
     def _split_comma_list(cls, value: Any) -> Any:
         # "a/b, c/*" in the environment reads better than a JSON list.
@@ -128,6 +151,11 @@ class Settings(BaseSettings):
         if self.job_soft_time_limit_s >= self.job_hard_time_limit_s:
             raise ValueError("job_soft_time_limit_s must be below job_hard_time_limit_s")
         return self
+
+    @property
+    def login_configured(self) -> bool:
+        """People can sign in with GitHub: an OAuth client id and secret are set."""
+        return bool(self.github_oauth_client_id and self.github_oauth_client_secret)
 
     @property
     def github_app_mode(self) -> bool:
@@ -185,7 +213,7 @@ def transport_options_for(broker_url: str, visibility_timeout_s: int) -> dict[st
 # Settings that are credentials: read from files in GRADCI_SECRETS_DIR (as Docker and systemd
 # hand secrets over) rather than the environment, which /proc keeps for the process's lifetime.
 SECRET_SETTINGS = ("database_url", "broker_url", "api_token", "github_token", "github_webhook_secret",
-                   "github_app_private_key")
+                   "github_app_private_key", "github_oauth_client_secret", "session_secret")
 SECRETS_DIR_VARIABLE = "GRADCI_SECRETS_DIR"
 
 

@@ -1,6 +1,10 @@
 """``/badge/{owner}/{repo}.svg``: the gradient coverage of the repository's default branch (its
 latest finished push run), as a README badge; a grey "unknown" one when there is none.
 
+A private repository's badge needs a read token of it in the URL (``?token=``: a README's image
+cannot send a header); without one it is the grey badge of a repository gradci knows nothing of, so
+that a badge tells no one a private repository exists.
+
 Caches (GitHub's image proxy among them) are told to revalidate every time; the ETag names the run
 and its coverage, so an unchanged badge costs a 304."""
 from __future__ import annotations
@@ -8,8 +12,10 @@ from __future__ import annotations
 from typing import Annotated
 from xml.sax.saxutils import escape
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
+from gradci.services.access.read_tokens import find_read_token
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
 from gradci.services.reports import finished
@@ -47,8 +53,16 @@ def badge_svg(label: str, value: str, value_colour: str) -> str:
 
 
 @router.get("/badge/{owner}/{repo}.svg")
-def badge(owner: Segment, repo: Segment, request: Request, session: ReadSession) -> Response:
-    run = queries.latest_baseline_run(session, f"{owner}/{repo}", COMPARABLE)
+def badge(owner: Segment, repo: Segment, request: Request, session: ReadSession, access: ReadAccess,
+          token: Annotated[str | None, Query(max_length=200)] = None) -> Response:
+    full_name = f"{owner}/{repo}"
+    run = queries.latest_baseline_run(session, full_name, COMPARABLE)
+    # Only a repository gradci has runs of is looked up on GitHub: a badge URL is no way to make the
+    # service ask GitHub about any name one likes.
+    row = find_read_token(session, token) if token and run is not None else None
+    if run is not None and not (access.decision.may_read(run.repository) or (
+            row is not None and full_name.lower() in {name.lower() for name in row.repositories})):
+        run = None
     coverage = run_coverage(run.coverage, finished.cell_counts(session, [run])[run.id]) if run else None
     value = "unknown" if coverage is None else f"{coverage:.1f}%"
     etag = f'"{run.id if run else 0}-{value}"'

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
@@ -18,7 +19,6 @@ from gradci.services.db.models import Job, ScenarioCatalogEntry, Worker
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.run_report import base_run
 from gradci.web.device_record import device_facts
-from gradci.web.run_page import run_or_404
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -26,8 +26,8 @@ CellId = Annotated[int, Path(ge=1, le=2**63 - 1)]  # results' ids are 64-bit
 
 
 @router.get("/runs/{run_id}/cells/{cell_id}", response_class=HTMLResponse)
-def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSession):
-    run = run_or_404(session, run_id)
+def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSession, access: ReadAccess):
+    run = access.run(run_id)
     cell = queries.get_cell(session, run.id, cell_id)
     if cell is None:
         raise HTTPException(404, detail=f"run {run_id} has no cell {cell_id}")

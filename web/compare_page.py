@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.reports.run_comparison import RATIO_FACTOR, TIME_FACTOR, changed_cells
-from gradci.web.run_page import run_or_404
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -18,9 +18,9 @@ CHANGES_PER_PAGE = 100
 
 
 @router.get("/runs/{before_id}/compare/{after_id}", response_class=HTMLResponse)
-def compare_page(before_id: RunId, after_id: RunId, request: Request, session: ReadSession,
+def compare_page(before_id: RunId, after_id: RunId, request: Request, session: ReadSession, access: ReadAccess,
                  page: Annotated[int, Query(ge=1, le=1_000_000)] = 1):
-    before, after = run_or_404(session, before_id), run_or_404(session, after_id)
+    before, after = access.run(before_id), access.run(after_id)
     changes, total = changed_cells(session, before.id, after.id, limit=CHANGES_PER_PAGE,
                                    offset=(page - 1) * CHANGES_PER_PAGE)
     return templates.TemplateResponse(request, "compare.html", {

@@ -4,9 +4,13 @@ Colour says the status and intensity how much of its tolerance the cell used: ea
 band of the colour scale, and a cell's value is its band plus its intensity within it. Errors spread
 over decades, so intensity is logarithmic: 1e-4 of the tolerance (or less) is pale, all of it is the
 band's strong end — for a passing cell amber, so that near misses stand out among the greens.
+
+Plotly reads a subset of HTML in every string it draws (``<a href>``, ``<b>``, ``<br>``, entities), so
+labels a repository chooses (scenario names, backends, devices, dtypes) go through ``plot_text``.
 """
 from __future__ import annotations
 
+import html
 import math
 from typing import Any
 
@@ -41,6 +45,12 @@ def column_label(column: Column) -> str:
     return " · ".join(column)
 
 
+def plot_text(text: str) -> str:
+    """``text`` as plotly draws it literally: ``<``, ``>`` and ``&`` as entities, which plotly shows as
+    the characters, never as a tag (an ``<a href>`` in a scenario name is no link)."""
+    return html.escape(text, quote=False)
+
+
 _LABELS = {status: labelled(status) for status in BANDS}
 _BAND_OF = {status: band for band, status in enumerate(BANDS)}
 
@@ -71,10 +81,10 @@ def figure(matrix: MatrixPage, run_id: int) -> dict[str, Any]:
         ids.append([None if c is None else c.id for c in cells])
         hover.append(["no cell" if c is None else cell_hover(c) for c in cells])
         icons.append(["" if c is None or c.status == "pass" else ICONS[c.status] for c in cells])
-    families = [family_of(scenario) for scenario in matrix.rows]
-    names = [scenario.split("/", 1)[-1] for scenario in matrix.rows]
+    families = [plot_text(family_of(scenario)) for scenario in matrix.rows]
+    names = [plot_text(scenario.split("/", 1)[-1]) for scenario in matrix.rows]
     trace = {
-        "type": "heatmap", "x": [column_label(c) for c in matrix.columns], "y": [families, names], "z": z,
+        "type": "heatmap", "x": [plot_text(column_label(c)) for c in matrix.columns], "y": [families, names], "z": z,
         # Each cell but a passing one shows its status's icon (readable without colour: a fail and an
         # error are both dark in grey; an icon on every cell more than doubles the time a browser
         # takes to draw a page of 5,600, and passes are most); the hover says it in words with the

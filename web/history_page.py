@@ -10,10 +10,12 @@ import itertools
 import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
+from gradci.services.db.models import Repository
 from gradci.services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN, HistoryPoint, ScenarioHistory, scenario_history
 from gradci.web import heatmap
 from gradci.web.status_style import labelled
@@ -76,7 +78,7 @@ def history_data(history: ScenarioHistory) -> dict[str, Any]:
         times[at][run] = microseconds(time_ms)
         first_calls[at][run] = microseconds(first_call)
     return {"runs": [run.id for run in history.runs], "shas": [short_sha(run.head_sha) for run in history.runs],
-            "series": [heatmap.column_label(key) for key in keys],
+            "series": [heatmap.plot_text(heatmap.column_label(key)) for key in keys],
             "statuses": [labelled(status) for status in heatmap.BANDS],
             "cell": cells, "z": values, "tolerance_ratio": ratios, "time_ms": times, "first_call_ms": first_calls}
 
@@ -118,10 +120,16 @@ def latest_points(history: ScenarioHistory) -> list[HistoryPoint]:
 
 @router.get("/scenarios/{name:path}", response_class=HTMLResponse)
 def history_page(name: Annotated[str, Path(max_length=255)], request: Request, session: ReadSession,
-                 runs: Annotated[int, Query(ge=1, le=MAX_RUNS_SHOWN)] = RUNS_SHOWN):
-    history = scenario_history(session, name, runs)
+                 access: ReadAccess, runs: Annotated[int, Query(ge=1, le=MAX_RUNS_SHOWN)] = RUNS_SHOWN,
+                 repository: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None):
+    """``?repository=<id>``: that repository's history of the scenario; without it, the built-in library's."""
+    row = session.get(Repository, repository) if repository is not None else None
+    if (repository is not None and row is None) or not access.decision.may_read(row):
+        raise HTTPException(404, detail=f"no history of {name!r} here")
+    history = scenario_history(session, name, runs, repository_id=repository)
     data = history_data(history)
     return templates.TemplateResponse(request, "history.html", {
-        "name": name, "history": {"data": data, "charts": charts(data)}, "runs": runs, "max_runs": MAX_RUNS_SHOWN,
+        "name": name, "repository": row, "history": {"data": data, "charts": charts(data)}, "runs": runs,
+        "max_runs": MAX_RUNS_SHOWN,
         "run_count": len(history.runs), "previous_run": history.runs[-2].id if len(history.runs) > 1 else None,
         "latest": latest_points(history)}, status_code=200 if history.points else 404)

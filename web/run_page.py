@@ -8,12 +8,13 @@ import hashlib
 from collections.abc import Hashable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import Field, StringConstraints
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
@@ -26,6 +27,7 @@ from gradci.services.reports.run_report import report_for_run
 from gradci.services.reports.targets import TargetConfigError
 from gradci.web import heatmap
 from gradci.web.cell_query import FILTERS, CellQuery
+from gradci.web.run_actions import may_cancel
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -33,13 +35,6 @@ CELLS_PER_PAGE = 100
 POLL_INTERVAL_MS = 3000
 WAITING_SHOWN = 20  # of the run's jobs waiting for a device, the oldest listed
 _JOB_OVER = (JobStatus.done.value, JobStatus.error.value, JobStatus.cancelled.value)
-
-
-def run_or_404(session: Session, run_id: int) -> Run:
-    run = queries.get_run(session, run_id)
-    if run is None:
-        raise HTTPException(404, detail=f"run {run_id} not found")
-    return run
 
 
 def job_progress(jobs: dict[str, int]) -> dict[str, int]:
@@ -86,9 +81,9 @@ def live_state(run: Run, progress: Progress, matrix: MatrixPage) -> dict[str, An
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
+def run_page(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep, access: ReadAccess,
              query: Annotated[CellQuery, Query()]):
-    run = run_or_404(session, run_id)
+    run = access.run(run_id)
     try:
         report, report_error = report_for_run(session, run), None
     except TargetConfigError as exc:
@@ -100,6 +95,7 @@ def run_page(run_id: RunId, request: Request, session: ReadSession, settings: Se
         "run": run, "report": report, "report_error": report_error, "state": live_state(run, progress, matrix),
         "cells": cells, "query": query, "filters": FILTERS, "matrix": matrix, "poll_interval_ms": POLL_INTERVAL_MS,
         "choices": {**filter_choices(session, run, progress.cells), "status": list(Status.values())},
+        "can_cancel": run.status not in FINISHED_RUN_STATUSES and may_cancel(access, run),
         "waiting_shown": WAITING_SHOWN, "waiting": [] if run.status in FINISHED_RUN_STATUSES else waiting_jobs(
             session, within_s=settings.worker_online_s, run_ids=[run.id], limit=WAITING_SHOWN)})
 
@@ -110,8 +106,9 @@ class LiveQuery(CellQuery):
 
 
 @router.get("/runs/{run_id}/live.json")
-def run_live(run_id: RunId, session: ReadSession, query: Annotated[LiveQuery, Query()]) -> dict[str, Any]:
-    run = run_or_404(session, run_id)
+def run_live(run_id: RunId, session: ReadSession, access: ReadAccess,
+             query: Annotated[LiveQuery, Query()]) -> dict[str, Any]:
+    run = access.run(run_id)
     progress = run_progress(session, run)
     if query.since == progress.token:
         return {"token": progress.token, "unchanged": True}

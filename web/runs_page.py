@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import StringConstraints
 
+from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
 from gradci.services.db.models import RunStatus, Trigger
@@ -30,8 +31,8 @@ class RunsQuery(FormQuery):
 
 
 @router.get("/", response_class=HTMLResponse)
-def runs_page(request: Request, session: ReadSession, query: Annotated[RunsQuery, Query()]):
-    where = queries.RunFilter(repo=query.repo, status=query.status and query.status.value,
+def runs_page(request: Request, session: ReadSession, access: ReadAccess, query: Annotated[RunsQuery, Query()]):
+    where = queries.RunFilter(visible=access.visible(), repo=query.repo, status=query.status and query.status.value,
                               trigger=query.trigger and query.trigger.value)
     page = queries.list_runs(session, where, limit=RUNS_PER_PAGE, cursor=query.cursor)
     runs = page.items

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from gradci.services.api.access import OperatorAccess
 from gradci.services.api.deps import ReadSession, SettingsDep
 from gradci.services.db import queries
 from gradci.services.db.models import Worker, utcnow
@@ -64,7 +65,7 @@ def queue_rows(workers: list[dict[str, Any]], depths: dict[str, int]) -> list[di
 
 
 @router.get("/workers", response_class=HTMLResponse)
-def workers_page(request: Request, session: ReadSession, settings: SettingsDep):
+def workers_page(request: Request, session: ReadSession, settings: SettingsDep, _: OperatorAccess):
     now = utcnow()
     running = {job.worker: job for job in queries.running_jobs(session) if job.worker}
     workers = [worker_row(worker, is_online(worker, within_s=settings.worker_online_s, now=now),

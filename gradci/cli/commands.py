@@ -37,7 +37,8 @@ Timings = Annotated[bool | None, typer.Option("--timings/--no-timings",
 
 app = typer.Typer(help="gradci: derivative checks for JAX and PyTorch, as a CI service.",
                   no_args_is_help=True, add_completion=False)
-tokens_app = typer.Typer(help="Upload tokens: which repository's results `gradci check --upload` may send. "
+tokens_app = typer.Typer(help="Upload tokens: which repository's results `gradci check --upload` may send; "
+                              "read tokens (--read): which repositories' runs a program may read. "
                               "Run with the server's settings (the folder of `gradci up`, or GRADCI_DATABASE_URL).",
                          no_args_is_help=True)
 app.add_typer(tokens_app, name="tokens")
@@ -149,11 +150,14 @@ def api(
     port: int = typer.Option(8000, help="Port."),
     workers: int = typer.Option(1, min=1, help="Processes serving requests (uvicorn's --workers): about one per "
                                                "core; on 2 cores, 2 took webhooks at 100/s within 100 ms (p99)."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without GRADCI_API_TOKEN: every write open to "
+                                                          "whoever reaches it, so on a loopback address only."),
 ) -> None:
-    """Serve the REST API (and the dashboard) with uvicorn."""
+    """Serve the REST API (and the dashboard) with uvicorn. Refuses to start without an API token
+    unless --no-auth is given."""
     from gradci.cli.serve import serve_api
 
-    serve_api(host, port, workers)
+    raise typer.Exit(serve_api(host, port, workers, no_auth))
 
 
 @app.command()
@@ -164,12 +168,15 @@ def up(
     backends: str | None = typer.Option(None, help="Demo: comma-separated backends (default: all)."),
     dtypes: str | None = typer.Option(None, help="Demo: comma-separated dtypes."),
     scenarios: str | None = typer.Option(None, help="Demo: " + SCENARIOS_HELP),
+    public_read: bool = typer.Option(False, "--public-read", help="On an address other than loopback "
+                                     "(GRADCI_API_HOST): show every run to anyone who reaches it, without sign-in."),
 ) -> None:
-    """Everything on this machine: migrations, the API and one supervised worker per device."""
+    """Everything on this machine: migrations, the API and one supervised worker per device. On
+    loopback its user sees everything; elsewhere it needs sign-in configured, or --public-read."""
     from gradci.cli.serve import up as serve_up
 
     matrix = matrix_of(backends=backends, dtypes=dtypes, scenarios=scenarios)
-    raise typer.Exit(serve_up(port=port, demo=demo, exit_after=exit_, matrix=matrix))
+    raise typer.Exit(serve_up(port=port, demo=demo, exit_after=exit_, matrix=matrix, public_read=public_read))
 
 
 @app.command()
@@ -207,29 +214,39 @@ def status(
     raise typer.Exit(run_status(run, server=server))
 
 
+ReadFlag = Annotated[bool, typer.Option("--read", help="Read tokens (what a program or a private repository's "
+                                                     "badge may read) instead of upload tokens.")]
+
+
 @tokens_app.command("create")
-def tokens_create(repository: str = typer.Argument(..., metavar="OWNER/NAME", help="The GitHub repository.")) -> None:
-    """Make an upload token for one repository and print it, once, alone on the last line (only its
-    hash is stored)."""
+def tokens_create(repositories: Annotated[list[str], typer.Argument(
+                      metavar="OWNER/NAME...", help="The GitHub repository (with --read: one or more).")],
+                  read: ReadFlag = False) -> None:
+    """Make an upload token for one repository (with --read: a read token of the repositories) and
+    print it, once, alone on the last line (only its hash is stored)."""
     from gradci.cli.tokens import create
 
-    raise typer.Exit(create(repository))
+    if not read and len(repositories) != 1:
+        raise typer.BadParameter("an upload token uploads for one repository", param_hint="OWNER/NAME")
+    raise typer.Exit(create(repositories, read=read))
 
 
 @tokens_app.command("list")
-def tokens_list() -> None:
-    """The upload tokens: id, repository, first characters, when made, last used and revoked."""
+def tokens_list(read: ReadFlag = False) -> None:
+    """The upload tokens (with --read: the read tokens): id, repository, first characters, when made,
+    last used and revoked."""
     from gradci.cli.tokens import show
 
-    raise typer.Exit(show())
+    raise typer.Exit(show(read=read))
 
 
 @tokens_app.command("revoke")
-def tokens_revoke(token_id: int = typer.Argument(..., metavar="ID", help="The id gradci tokens list shows.")) -> None:
-    """Revoke an upload token: uploads with it are refused from now on."""
+def tokens_revoke(token_id: int = typer.Argument(..., metavar="ID", help="The id gradci tokens list shows."),
+                  read: ReadFlag = False) -> None:
+    """Revoke an upload token (with --read: a read token): it is refused from now on."""
     from gradci.cli.tokens import revoke
 
-    raise typer.Exit(revoke(token_id))
+    raise typer.Exit(revoke(token_id, read=read))
 
 
 @app.callback()

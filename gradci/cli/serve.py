@@ -22,6 +22,7 @@ from gradci.cli.client import ClientError, GradciClient, token_file
 from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.cli.supervisor import Supervisor
 from gradci.scenarios.contract.matrix import Matrix
+from gradci.services.api.access import is_loopback_host
 from gradci.services.secrecy import forbid_inspection
 from gradci.services.settings import SECRET_SETTINGS, SECRETS_DIR_VARIABLE, Settings, get_settings, write_secrets_dir
 
@@ -31,14 +32,48 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 180.0
 
 
-def serve_api(host: str, port: int, workers: int = 1) -> None:
+def api_refusal(settings: Settings, host: str, no_auth: bool) -> str | None:
+    """Why ``gradci api`` must not start as asked (None: it may). Without a token every write is
+    open — runs of any path on the workers' disk, cancels — so that is said out loud (``--no-auth``),
+    and then only on loopback."""
+    if settings.api_token is None and not no_auth:
+        return ("no API token: set GRADCI_API_TOKEN (or the secret file gradci_api_token); without one anyone who "
+                "reaches the API may start and cancel runs. --no-auth serves without one, on loopback only")
+    if no_auth and settings.api_token is None and not is_loopback_host(host):
+        return f"--no-auth serves writes without a credential: only on a loopback address, not {host}"
+    return None
+
+
+def read_access_for_up(settings: Settings, public_read: bool) -> tuple[str | None, str | None]:
+    """(read_access of ``gradci up``'s API, why it must not start): on loopback it is one person's
+    tool, whose user sees everything without signing in; reachable from elsewhere it needs sign-in
+    configured or ``--public-read`` said explicitly. A GRADCI_READ_ACCESS set by hand is kept."""
+    if "read_access" in settings.model_fields_set:
+        return settings.read_access, None
+    if is_loopback_host(settings.api_host):
+        return "local", None
+    if public_read:
+        return "open", None
+    if settings.login_configured:
+        return "public", None
+    return None, (f"gradci up on {settings.api_host} is reachable from other machines, and would show every run to "
+                  "anyone: configure sign-in with GitHub (GRADCI_GITHUB_OAUTH_CLIENT_ID and "
+                  "GRADCI_GITHUB_OAUTH_CLIENT_SECRET), or say --public-read")
+
+
+def serve_api(host: str, port: int, workers: int = 1, no_auth: bool = False) -> int:
     """``gradci api``: the FastAPI app under uvicorn, in this process, or in ``workers`` processes
-    that uvicorn starts and restarts (this one then only watches them)."""
+    that uvicorn starts and restarts (this one then only watches them). 2 when it must not start."""
     import uvicorn
 
+    refusal = api_refusal(get_settings(), host, no_auth)
+    if refusal is not None:
+        Console(stderr=True, soft_wrap=True).print(f"error: {refusal}", markup=False, highlight=False)
+        return 2
     forbid_inspection()
     uvicorn.run("gradci.cli.serve:api_app", factory=True, host=host, port=port, log_level="info",
                 proxy_headers=True, workers=workers)
+    return 0
 
 
 def api_app() -> FastAPI:
@@ -75,7 +110,7 @@ def port_is_free(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) != 0
 
 
-def child_environment(settings: Settings, port: int, token: str) -> dict[str, str]:
+def child_environment(settings: Settings, port: int, token: str, read_access: str) -> dict[str, str]:
     """The children's environment: the same settings, with the absolute workdir, and every secret
     (the token made here included) in a folder only this user reads, never in their environment —
     /proc keeps a process's initial environment for as long as it lives."""
@@ -87,11 +122,12 @@ def child_environment(settings: Settings, port: int, token: str) -> dict[str, st
     secret_variables = {f"GRADCI_{field}".upper() for field in SECRET_SETTINGS}
     env = {name: value for name, value in os.environ.items() if name.upper() not in secret_variables}
     return {**env, "GRADCI_WORKDIR": str(settings.workdir), "GRADCI_API_PORT": str(port),
-            SECRETS_DIR_VARIABLE: str(secrets_dir)}
+            "GRADCI_READ_ACCESS": read_access, SECRETS_DIR_VARIABLE: str(secrets_dir)}
 
 
-def start_services(settings: Settings, port: int, token: str, devices: list[str], supervisor: Supervisor) -> None:
-    env = child_environment(settings, port, token)
+def start_services(settings: Settings, port: int, token: str, devices: list[str], supervisor: Supervisor,
+                   read_access: str) -> None:
+    env = child_environment(settings, port, token, read_access)
     logs = Path(settings.workdir) / "logs"
     # -P: the folder `gradci up` runs in is no import root of the API and workers: a folder named
     # gradci there (its own workdir, say) must not become the `gradci` package of an editable install.
@@ -119,7 +155,7 @@ def wait_until_ready(client: GradciClient, supervisor: Supervisor, devices: list
         time.sleep(0.5)
 
 
-def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) -> int:
+def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix(), public_read: bool = False) -> int:
     from gradci.scenarios.contract.simulated_gpus import InventoryError
     from gradci.services.db.migrate import upgrade
     from gradci.worker.device_discovery import discover_devices
@@ -133,6 +169,10 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
         signal.signal(signum, signal.default_int_handler)
     settings = get_settings()
     settings.ensure_local_directories()
+    read_access, refusal = read_access_for_up(settings, public_read)
+    if read_access is None:
+        console.print(f"error: {refusal}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     if not port_is_free(settings.api_host, port):
         console.print(f"error: port {port} on {settings.api_host} is in use (try --port)")
         return 2
@@ -146,7 +186,7 @@ def up(*, port: int, demo: bool, exit_after: bool, matrix: Matrix = Matrix()) ->
     server = f"http://{settings.api_host}:{port}"
     supervisor = Supervisor()
     try:  # from the first child on: whatever stops this process stops them too
-        start_services(settings, port, token, devices, supervisor)
+        start_services(settings, port, token, devices, supervisor, read_access)
         with GradciClient(server, token) as client:
             wait_until_ready(client, supervisor, devices)
             console.print(f"gradci is up: {server}/docs (workers: {', '.join(devices)}; logs in "

@@ -44,8 +44,9 @@ def served_app(database_url: str, logs: Path, **settings: str) -> Iterator[Serve
     its own process, so the process measured is the one that serves."""
     port = free_port()
     logs.mkdir(parents=True, exist_ok=True)
-    env = service_env(database_url=database_url, workdir=str(logs / "work"), **settings)
-    process = start_api(env, logs, port)
+    # What is measured is reading: no token (--no-auth, on loopback), read as gradci up's local user.
+    env = service_env(database_url=database_url, workdir=str(logs / "work"), **{"read_access": "local", **settings})
+    process = start_api(env, logs, port, "--no-auth")
     app = ServedApp(url=f"http://127.0.0.1:{port}", process=process)
     try:
         wait_for(lambda: api_answers(app.url), "the API to answer", timeout_s=60)

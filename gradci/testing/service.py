@@ -113,11 +113,14 @@ def running_service(database_url: str, broker_url: str, workdir: Path, logs: Pat
                     token: str = TOKEN, service_class: type[Service] = Service,
                     **settings: str) -> Iterator[Service]:
     """``gradci api`` and (unless ``worker=False``) one ``gradci worker --device cpu --concurrency N`` on
-    ``database_url`` and ``broker_url``, with ``GRADCI_<KEY>`` set from ``settings``; ready once the
+    ``database_url`` and ``broker_url``, with ``GRADCI_<KEY>`` set from ``settings`` (``read_access``
+    "local" unless given: the service's own reads are open to requests on loopback); ready once the
     API sees the worker (or, with no worker, answers). Both are stopped on exit (the worker the
     ``Service`` names then: a test may have replaced it). ``service_class``: a subclass to yield."""
     workdir.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
+    # Read as gradci up's local user reads (everything, on loopback) unless a test says who reads.
+    settings.setdefault("read_access", "local")
     env = service_env(database_url=database_url, broker_url=broker_url, workdir=str(workdir), api_token=token,
                       **settings)
     port = free_port()

@@ -5,7 +5,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
+from gradci.services.access.github_view import GitHubViews
 from gradci.services.api import health, metrics, reports, runs, uploads, webhooks, workers
+from gradci.services.api.login import install_login
+from gradci.services.api.sessions import install_sessions
 from gradci.services.db.pagination import InvalidCursor
 from gradci.services.settings import Settings, get_settings
 
@@ -43,12 +46,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="gradci",
         summary="Continuous integration for automatic differentiation",
         description="Runs check the derivatives of scenarios × backends × devices × dtypes; "
-        "writes need `Authorization: Bearer <GRADCI_API_TOKEN>` when the server sets one.",
+        "writes need `Authorization: Bearer <GRADCI_API_TOKEN>` when the server sets one; reads show the "
+        "repositories the asker may read (a read token, the admin token, or a dashboard sign-in).",
         version="0.1.0",
     )
     app.state.settings = settings
     app.state.metrics_registry = metrics.metrics_registry(settings)
+    app.state.github_views = GitHubViews(settings.github_api_url, settings.github_access_ttl_s)
     for module in (runs, reports, workers, health, metrics, webhooks, uploads):
         app.include_router(module.router)
+    install_login(app, settings)
     install_error_handlers(app)
+    install_sessions(app, settings)
     return app

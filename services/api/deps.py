@@ -9,10 +9,13 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from gradci.services.api.sessions import cross_site
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.settings import Settings
 
-_bearer = HTTPBearer(auto_error=False, description="GRADCI_API_TOKEN; required for writes when it is set")
+_bearer = HTTPBearer(auto_error=False, description="GRADCI_API_TOKEN (writes, and reading everything), or a read "
+                                                    "token (`gradci tokens create --read`: reading its repositories)")
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 # async: a plain attribute read; FastAPI would run a sync dependency in a worker thread.
@@ -38,17 +41,23 @@ ReadSession = Annotated[Session, Depends(read_session)]
 WriteSession = Annotated[Session, Depends(write_session)]
 
 
-def require_write_token(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Writes need ``Authorization: Bearer <GRADCI_API_TOKEN>`` when a token is configured."""
+def is_admin_token(settings: Settings, given: str) -> bool:
+    """``given`` is GRADCI_API_TOKEN (never, when none is set)."""
     if settings.api_token is None:
-        return
-    expected = settings.api_token.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials is not None else b""
+        return False
     # Constant-time comparison: response timing must not reveal how much of a guess was right.
-    if credentials is None or not secrets.compare_digest(given, expected):
+    return secrets.compare_digest(given.encode(), settings.api_token.get_secret_value().encode())
+
+
+def require_write_token(request: Request, settings: SettingsDep, credentials: BearerCredentials) -> None:
+    """Writes need ``Authorization: Bearer <GRADCI_API_TOKEN>`` when a token is configured. Without one
+    (``gradci api --no-auth``, on loopback), a write a browser sends from another site is refused: a
+    page anywhere could otherwise post a form that cancels a run."""
+    if settings.api_token is None:
+        if cross_site(request):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail="a write from another site's page is refused")
+        return
+    if credentials is None or not is_admin_token(settings, credentials.credentials):
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             detail="this request needs 'Authorization: Bearer <GRADCI_API_TOKEN>'",

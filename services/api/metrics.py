@@ -10,6 +10,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gradci.scenarios.contract.cell import Status
+from gradci.services.api.access import OperatorAccess
+from gradci.services.api.errors import errors
 from gradci.services.db.models import Result, Run, RunStatus
 from gradci.services.db.queries import totals_by_status
 from gradci.services.db.session import sessionmaker_for
@@ -58,6 +60,8 @@ def metrics_registry(settings: Settings) -> CollectorRegistry:
     return registry
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-def metrics(request: Request) -> Response:
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **errors(401, 403)})
+def metrics(request: Request, _: OperatorAccess) -> Response:
+    """Operators only (Prometheus scrapes with the admin token: ``authorization.credentials``)."""
     return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)

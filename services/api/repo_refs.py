@@ -6,6 +6,9 @@ import fnmatch
 import os
 import re
 from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from gradci.services.repo_urls import without_credentials
 
 URL_SCHEMES = ("file", "https", "http", "ssh", "git")
 _TEXT = r"[^\x00-\x1f\x7f]"  # any character but a control character
@@ -26,14 +29,15 @@ class RepoRef:
 
 def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
     """A git URL, an absolute path on the workers' machine, or a GitHub ``owner/name``.
-    Relative paths are refused: the server cannot know the client's current directory."""
+    Relative paths are refused: the server cannot know the client's current directory. A URL's
+    credentials are dropped here, before anything stores or shows it (``repo_urls``)."""
     if SCP_STYLE.match(repo):  # first: its path may hold anything, "://" included
         return RepoRef(url=repo)
     if "://" in repo:
         scheme = repo.split("://", 1)[0].lower()
         if scheme not in URL_SCHEMES:
             raise ValueError(f"repo URL scheme {scheme!r} is not supported (use one of {', '.join(URL_SCHEMES)})")
-        return RepoRef(url=repo)
+        return RepoRef(url=_checked_url(repo))
     if os.path.isabs(repo):
         return RepoRef(url=os.path.normpath(repo))
     if FULL_NAME.match(repo):
@@ -41,6 +45,17 @@ def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
     raise ValueError(
         f"repo {repo!r} is neither a git URL (file://, https://, ...), an absolute path, nor owner/name"
     )
+
+
+def _checked_url(repo: str) -> str:
+    """``repo`` without credentials. A port that is no number is refused: it is how a password
+    holding an unencoded "/" reads (``https://bot:ab/cd@host``), and git could not clone it anyway."""
+    try:
+        _ = urlsplit(repo).port  # raises for a port that is no number
+    except ValueError:
+        # Not echoed: the text may be a secret.
+        raise ValueError("repo URL has an invalid host or port (percent-encode special characters)") from None
+    return without_credentials(repo)
 
 
 def is_allowed(ref: RepoRef, patterns: Sequence[str]) -> bool:

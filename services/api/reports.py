@@ -10,9 +10,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from gradci.services.api.access import OPTIONAL_CREDENTIAL, ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep
 from gradci.services.api.errors import errors
-from gradci.services.api.runs import MAX_INT32, RunId, find_run, run_url
+from gradci.services.api.runs import MAX_INT32, RunId, run_url
 from gradci.services.db.models import Job
 from gradci.services.reports.markdown import render
 from gradci.services.reports.model import RunReport
@@ -25,13 +26,13 @@ router = APIRouter(prefix="/api/runs", tags=["reports"])
 @router.get("/{run_id}/report", response_model=RunReport, responses={
     200: {"content": {"text/markdown": {"schema": {"type": "string"}}},
           "description": "The report as JSON, or with `format=markdown` the pull-request comment"},
-    **errors(404),
-})
-def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
+    **errors(401, 404),
+}, openapi_extra=OPTIONAL_CREDENTIAL)
+def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep, access: ReadAccess,
                format: Literal["json", "markdown"] = Query("json")) -> RunReport | Response:
     """The run's report against its base run; 422 (as for an invalid field, ``loc`` naming it) when
     the repository's gradci.toml has an invalid ``[report]`` table."""
-    run = find_run(session, run_id)
+    run = access.run(run_id)
     try:
         report = report_for_run(session, run)
     except TargetConfigError as exc:
@@ -63,11 +64,11 @@ class JobOut(BaseModel):
         "CUDA_VISIBLE_DEVICES and memory caps of its runner; null before a worker claimed the job"))
 
 
-@router.get("/{run_id}/jobs/{job_id}", responses=errors(404))
+@router.get("/{run_id}/jobs/{job_id}", responses=errors(401, 404), openapi_extra=OPTIONAL_CREDENTIAL)
 def get_job(run_id: RunId, job_id: Annotated[int, Path(ge=1, le=MAX_INT32, description="job id")],
-            session: ReadSession) -> JobOut:
+            session: ReadSession, access: ReadAccess) -> JobOut:
     """One job of the run, with the device record its cells were computed under."""
-    find_run(session, run_id)
+    access.run(run_id)
     job = session.get(Job, job_id)
     if job is None or job.run_id != run_id:
         raise HTTPException(404, detail=f"run {run_id} has no job {job_id}")

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
 from gradci.services import dispatch
+from gradci.services.api.access import OPTIONAL_CREDENTIAL, ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
 from gradci.services.api.errors import errors
 from gradci.services.api.repo_refs import is_allowed, parse_repo_ref
@@ -119,10 +120,11 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
     return RunCreated(id=run.id, status=run.status, url=run_url(settings, request, run.id))
 
 
-@router.get("", responses=errors())
+@router.get("", responses=errors(401), openapi_extra=OPTIONAL_CREDENTIAL)
 def list_runs(
     request: Request,
     session: ReadSession,
+    access: ReadAccess,
     settings: SettingsDep,
     repo: Annotated[str | None, Query(max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$",
                                       description="repository URL or owner/name")] = None,
@@ -132,21 +134,24 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Cursor = None,
 ) -> RunsPage:
-    """Newest first."""
-    where = queries.RunFilter(repo=repo, sha=sha, pr=pr, status=status.value if status else None)
+    """Newest first; only the runs of repositories the asker may read."""
+    where = queries.RunFilter(repo=repo, sha=sha, pr=pr, status=status.value if status else None,
+                              visible=access.visible())
     page = queries.list_runs(session, where, limit=limit, cursor=cursor)
     return RunsPage(items=runs_out(session, page.items, settings, request), next_cursor=page.next_cursor)
 
 
-@router.get("/{run_id}", responses=errors(404))
-def get_run(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep) -> RunOut:
-    return runs_out(session, [find_run(session, run_id)], settings, request)[0]
+@router.get("/{run_id}", responses=errors(401, 404), openapi_extra=OPTIONAL_CREDENTIAL)
+def get_run(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
+            access: ReadAccess) -> RunOut:
+    return runs_out(session, [access.run(run_id)], settings, request)[0]
 
 
-@router.get("/{run_id}/results", responses=errors(404))
+@router.get("/{run_id}/results", responses=errors(401, 404), openapi_extra=OPTIONAL_CREDENTIAL)
 def list_results(
     run_id: RunId,
     session: ReadSession,
+    access: ReadAccess,
     status: Status | None = None,
     backend: Name = None,
     device: Name = None,
@@ -157,7 +162,7 @@ def list_results(
     cursor: Cursor = None,
 ) -> ResultsPage:
     """The run's cells in the order they were stored."""
-    find_run(session, run_id)
+    access.run(run_id)
     where = queries.ResultFilter(
         status=status.value if status else None, backend=backend, device=device, dtype=dtype, scenario=scenario
     )
@@ -166,13 +171,15 @@ def list_results(
 
 
 @router.get("/{run_id}/junit.xml", response_class=StreamingResponse,
-            responses={200: {"content": {"application/xml": {}}}, **errors(404)})
-def get_junit(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep) -> Response:
+            responses={200: {"content": {"application/xml": {}}}, **errors(401, 404)},
+            openapi_extra=OPTIONAL_CREDENTIAL)
+def get_junit(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
+              access: ReadAccess) -> Response:
     """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype.
     A finished run's document was rendered once and stored gzipped: it is sent as it is to clients
     that accept gzip (``Content-Encoding: gzip``), inflated piece by piece for the others. A run still
     in progress is streamed as the database returns its cells."""
-    find_run(session, run_id)
+    access.run(run_id)
     stored = session.get(StoredReport, run_id)
     blob = stored.junit_gz if stored is not None else None
     if blob is None:
@@ -201,7 +208,7 @@ def _junit_document(database_url: str, run_id: int) -> Iterator[bytes]:
         yield from junit_chunks(session, run_id, document_name(run_id))
 
 
-@router.post("/{run_id}/cancel", dependencies=[WriteAccess], responses=errors(401, 404, 409))
+@router.post("/{run_id}/cancel", dependencies=[WriteAccess], responses=errors(401, 403, 404, 409))
 def cancel_run(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunOut:
     """Drop the run's queued jobs; running jobs stop at their next cell."""
     run = find_run(session, run_id)
@@ -214,7 +221,7 @@ def cancel_run(run_id: RunId, request: Request, session: WriteSession, settings:
 
 
 @router.post("/{run_id}/rerun", status_code=http.HTTP_201_CREATED, dependencies=[WriteAccess],
-             responses=errors(401, 404, 409))
+             responses=errors(401, 403, 404, 409))
 def rerun(run_id: RunId, request: Request, session: WriteSession, settings: SettingsDep) -> RunCreated:
     """A new run of the same commit over the failed, errored and unexpectedly passing cells."""
     run = find_run(session, run_id)

@@ -10,6 +10,7 @@ from pydantic.json_schema import SkipJsonSchema
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.repo_refs import REPO_PATTERN, parse_repo_ref
 from gradci.services.cell_fields import cell_record
+from gradci.services.repo_urls import without_credentials
 from gradci.services.reports.model import StatusCounts
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -65,9 +66,10 @@ class RunCreate(BaseModel):
     @classmethod
     def _repo_is_readable(cls, repo: str | None) -> str | None:
         # The schema's pattern says the same, but this says which form was meant and what is wrong.
-        if repo is not None:
-            parse_repo_ref(repo, clone_url_template="{full_name}")
-        return repo
+        if repo is None:
+            return None
+        parse_repo_ref(repo, clone_url_template="{full_name}")
+        return without_credentials(repo)  # from here on (errors, logs) the request holds no secret
 
     @model_validator(mode="after")
     def _commit_needs_repository(self) -> RunCreate:

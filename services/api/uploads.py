@@ -2,7 +2,9 @@
 
 What can be refused without the body is refused before a byte of it is read: a declared size over
 ``GRADCI_UPLOAD_MAX_BYTES`` (413) and a missing or unknown credential (401). The body is then read
-with the same bound as it streams in, and parsed, checked and stored off the event loop.
+with the same bound as it streams in (to a spooled file: 256 KiB in memory, the rest on disk), and
+parsed, checked and stored off the event loop, ``UPLOADS_AT_ONCE`` at a time, each as it streams
+(``gradci.services.uploads.stream``: a few MiB per upload whatever its size).
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from gradci.services.uploads.schema import UploadIn
 
 router = APIRouter(tags=["uploads"])
 
-# As for webhooks: past a few threads, storing only queues for the GIL and the connection pool.
-_limiter = CapacityLimiter(4)
+# As for webhooks: past a few threads, storing only queues for the GIL and the connection pool; each
+# upload parsed holds at most stream.CELLS_AT_ONCE × stream.MAX_ITEM_BYTES of cells (about 6 MiB).
+UPLOADS_AT_ONCE = 4
+_limiter = CapacityLimiter(UPLOADS_AT_ONCE)
 
 
 class InvalidField(BaseModel):

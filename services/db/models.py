@@ -447,3 +447,18 @@ class UploadToken(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+
+
+class ReadToken(Base):
+    """A bearer token that may read the runs of some repositories (``repositories``: owner/names), for
+    programs and private badges. Stored as upload tokens are: its SHA-256, and a prefix to find it."""
+
+    __tablename__ = "read_tokens"
+    __table_args__ = (Index(None, "prefix"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repositories: Mapped[list[str]] = mapped_column(JSONType)
+    prefix: Mapped[str] = mapped_column(String(24))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]

@@ -29,7 +29,27 @@ def get_run(session: Session, run_id: int) -> Run | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class Visible:
+    """The runs an asker may list (services/access decides): every run (``everything``), or those of
+    ``repository_ids`` and, with ``library``, the built-in library's."""
+
+    everything: bool = False
+    repository_ids: frozenset[int] = frozenset()
+    library: bool = False
+
+
+EVERYTHING = Visible(everything=True)
+
+
+def visible_runs(visible: Visible) -> Any:
+    """The condition on runs that ``visible`` lets through."""
+    condition = Run.repository_id.in_(sorted(visible.repository_ids))
+    return or_(condition, Run.repository_id.is_(None)) if visible.library else condition
+
+
+@dataclasses.dataclass(frozen=True)
 class RunFilter:
+    visible: Visible = EVERYTHING
     repo: str | None = None  # a repository's URL or owner/name
     sha: str | None = None  # shorter than a full object name: a prefix, as git matches it
     pr: int | None = None
@@ -41,6 +61,8 @@ def list_runs(session: Session, where: RunFilter = RunFilter(), *, limit: int = 
               cursor: str | None = None) -> Page[Run]:
     """The runs ``where`` chooses, newest first."""
     statement = select(Run)
+    if not where.visible.everything:
+        statement = statement.where(visible_runs(where.visible))
     if where.repo is not None:
         statement = statement.join(Run.repository).where(
             or_(Repository.url == where.repo, Repository.full_name == where.repo))

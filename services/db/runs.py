@@ -24,6 +24,7 @@ from gradci.services.db.models import (
 )
 from gradci.services.db.queries import unsuccessful_cells
 from gradci.services.db.upsert import dialect_insert
+from gradci.services.repo_urls import without_credentials
 
 
 def lock_for_transaction(session: Session, key: str) -> None:
@@ -43,7 +44,8 @@ def lock_run(session: Session, run_id: int) -> Run | None:
 
 def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:
     """Safe under concurrency: two requests for a new repository insert it once. A known repository
-    (nearly every call) costs one query."""
+    (nearly every call) costs one query. The URL is stored without credentials, whoever passes it."""
+    url = without_credentials(url)
     by_url = select(Repository).where(Repository.url == url)
     repository = session.scalars(by_url).one_or_none()
     if repository is None:

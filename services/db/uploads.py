@@ -96,24 +96,26 @@ def open_upload(session: Session, repository: Repository, commit: Commit, wait_s
 
 
 def store_shard(session: Session, repository: Repository, commit: Commit, shard: str, expect: Sequence[str],
-                cells: Sequence[dict[str, Any]], wait_s: float) -> ShardStored:
+                cells: Iterable[dict[str, Any]], wait_s: float, batch_size: int = 1000) -> ShardStored:
     """Store one shard's cells in the commit's upload run, replacing what the shard uploaded before;
-    close the run when every expected shard (``expect`` and those earlier uploads named) is in."""
+    close the run when every expected shard (``expect`` and those earlier uploads named) is in.
+    ``cells`` may be a stream: they are stored ``batch_size`` at a time, never all held at once (an
+    exception it raises leaves the transaction for the caller to roll back)."""
     upload, created = open_upload(session, repository, commit, wait_s)
     upload.expected_shards = sorted({*upload.expected_shards, *expect})
     row = session.scalars(select(UploadShard).where(UploadShard.run_id == upload.run_id,
                                                     UploadShard.name == shard)).one_or_none()
     if row is None:
-        row = UploadShard(run_id=upload.run_id, name=shard, cells=len(cells), times_uploaded=1)
+        row = UploadShard(run_id=upload.run_id, name=shard, cells=0, times_uploaded=1)
         session.add(row)
         session.flush()
     else:
         session.execute(delete(Result).where(Result.run_id == upload.run_id, Result.shard_id == row.id))
-        row.cells, row.times_uploaded, row.received_at = len(cells), row.times_uploaded + 1, utcnow()
-    upsert_results(session, upload.run_id, cells, shard_id=row.id)
+        row.times_uploaded, row.received_at = row.times_uploaded + 1, utcnow()
+    row.cells = upsert_results(session, upload.run_id, cells, shard_id=row.id, batch_size=batch_size)
     arrived = arrived_shards(session, upload.run_id)
     closed = not missing_shards(upload.expected_shards, arrived) and close(session, upload.run_id)
-    return ShardStored(run_id=upload.run_id, created=created, cells=len(cells), arrived=arrived,
+    return ShardStored(run_id=upload.run_id, created=created, cells=row.cells, arrived=arrived,
                        expected=list(upload.expected_shards), closed=closed)
 
 

@@ -10,14 +10,15 @@ from gradci.services.github.client import GitHubClient, truncate
 from gradci.services.reports.annotations import Annotation
 
 CHECK_NAME = "gradci"
+UPLOAD_CHECK_NAME = "gradci/upload"  # results a project's CI uploaded: never in the service's own check
 ANNOTATIONS_PER_REQUEST = 50
 SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output summary
 
 
 def start(client: GitHubClient, full_name: str, head_sha: str, run_id: int, details_url: str | None,
-          title: str) -> int:
+          title: str, name: str = CHECK_NAME) -> int:
     """Create the run's check run, in progress; its id."""
-    body: dict[str, object] = {"name": CHECK_NAME, "head_sha": head_sha, "status": "in_progress",
+    body: dict[str, object] = {"name": name, "head_sha": head_sha, "status": "in_progress",
                                "external_id": str(run_id), "output": {"title": title, "summary": title}}
     if details_url:
         body["details_url"] = details_url
@@ -43,3 +44,11 @@ def update(client: GitHubClient, full_name: str, check_run_id: int, title: str, 
     without annotations: GitHub would add them a second time."""
     client.request("PATCH", f"/repos/{full_name}/check-runs/{check_run_id}",
                    json={"output": {"title": title, "summary": truncate(summary, SUMMARY_LIMIT)}})
+
+
+def refuse(client: GitHubClient, full_name: str, head_sha: str, why: str) -> None:
+    """A completed check run that says why gradci runs nothing of this commit (an unregistered
+    repository): ``action_required``, the one conclusion that asks its owner to act."""
+    client.request("POST", f"/repos/{full_name}/check-runs", json={
+        "name": CHECK_NAME, "head_sha": head_sha, "status": "completed", "conclusion": "action_required",
+        "output": {"title": "Not run: this repository is not registered", "summary": truncate(why, SUMMARY_LIMIT)}})

@@ -1,4 +1,4 @@
-"""A small GitHub REST client for what gradci writes: commit statuses and one PR comment.
+"""A small GitHub REST client for what gradci writes: commit statuses and one PR comment (its own).
 
 Retries with exponential backoff on 5xx and on rate limits (403/429 with Retry-After or an exhausted
 X-RateLimit-Remaining); other 4xx are the caller's bug and raise at once.
@@ -74,10 +74,10 @@ class GitHubClient:
             body["target_url"] = target_url
         return self.request("POST", f"/repos/{full_name}/statuses/{sha}", json=body).json()
 
-    def upsert_comment(self, full_name: str, pr_number: int, body: str, marker: str) -> dict:
-        """Edit the comment carrying ``marker`` in place, or create it: one comment per pull request."""
+    def upsert_comment(self, full_name: str, pr_number: int, body: str, marker: str, author: str) -> dict:
+        """Edit ``author``'s comment carrying ``marker`` in place, or create it: one comment per pull request."""
         body = truncate(body, COMMENT_BODY_LIMIT)
-        existing = self.find_comment(full_name, pr_number, marker)
+        existing = self.find_comment(full_name, pr_number, marker, author)
         if existing is not None:
             return self.request("PATCH", f"/repos/{full_name}/issues/comments/{existing['id']}",
                                 json={"body": body}).json()
@@ -87,17 +87,25 @@ class GitHubClient:
         """The pull request as GitHub describes it (head and base repositories, labels)."""
         return self.request("GET", f"/repos/{full_name}/pulls/{pr_number}").json()
 
-    def find_comment(self, full_name: str, pr_number: int, marker: str) -> dict | None:
+    def find_comment(self, full_name: str, pr_number: int, marker: str, author: str) -> dict | None:
+        """The first comment ``author`` wrote that carries ``marker``: the marker alone is no proof,
+        anyone can copy it into a comment of theirs."""
         page = 1
         while True:
             comments = self.request("GET", f"/repos/{full_name}/issues/{pr_number}/comments",
                                     params={"per_page": 100, "page": page}).json()
             for comment in comments:
-                if marker in (comment.get("body") or ""):
+                if marker in (comment.get("body") or "") and _login(comment).lower() == author.lower():
                     return comment
             if len(comments) < 100:
                 return None
             page += 1
+
+
+def _login(comment: dict) -> str:
+    """The login of a comment's author ("" when GitHub names none: a deleted account, "ghost")."""
+    user = comment.get("user")
+    return str(user.get("login") or "") if isinstance(user, dict) else ""
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -27,6 +27,7 @@ class DecisionKind(enum.StrEnum):
     await_approval = "await_approval"  # a fork's pull request: runs only once a maintainer labels it
     installation = "installation"      # App mode: gradci's App installed on, or removed from, repositories
     rerun = "rerun"                    # App mode: "Re-run" pressed on a check run or check suite
+    unregistered = "unregistered"      # App mode: a repository the operator did not register: refused on its check run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,13 @@ def repository_allowed(full_name: str | None, allowed: list[str]) -> bool:
     return is_allowed(RepoRef(url=full_name or "", full_name=full_name), allowed)
 
 
+def repository_registered(full_name: str | None, allowed: list[str]) -> bool:
+    """The operator named this repository (``GRADCI_ALLOWED_REPOS``): closed by default, for what anyone
+    can send — an App installation's webhooks, an OIDC id token of any repository the issuer signs for.
+    An empty list registers nothing (``*`` opens it on purpose)."""
+    return bool(allowed) and repository_allowed(full_name, allowed)
+
+
 def is_fork(payload: dict) -> bool:
     head_repo = _get(payload, "pull_request", "head", "repo")
     base_name = _get(payload, "pull_request", "base", "repo", "full_name")
@@ -106,11 +114,9 @@ def is_fork(payload: dict) -> bool:
     return head_repo.get("full_name") != base_name
 
 
-def awaiting_approval(payload: dict, label: str = DEFAULT_APPROVAL_LABEL) -> bool:
-    """A pull request from a fork that no maintainer approved yet with ``label``: its code is
-    untrusted, so gradci neither runs it nor accepts its uploaded results."""
+def has_label(payload: dict, label: str = DEFAULT_APPROVAL_LABEL) -> bool:
     labels = _get(payload, "pull_request", "labels") or []
-    return is_fork(payload) and label not in [lbl.get("name") for lbl in labels if isinstance(lbl, dict)]
+    return label in [lbl.get("name") for lbl in labels if isinstance(lbl, dict)]
 
 
 def clone_url(full_name: str | None, payload_url: str | None, template: str | None) -> str | None:
@@ -128,8 +134,9 @@ def decide(event: str, payload: dict, allowed: list[str], clone_url_template: st
     if event == "ping":
         return Decision(DecisionKind.ping, "pong")
     full_name = _get(payload, "repository", "full_name")
-    if event in REPOSITORY_EVENTS and not repository_allowed(full_name, allowed):
-        return Decision(DecisionKind.refuse, f"repository {full_name!r} is not in GRADCI_ALLOWED_REPOS", full_name)
+    registered = repository_registered if app_mode else repository_allowed  # anyone may install an App
+    if event in REPOSITORY_EVENTS and not registered(full_name, allowed):
+        return _unregistered(event, payload, full_name, app_mode)
     if event in (*INSTALLATION_EVENTS, *RERUN_EVENTS) and not app_mode:
         return Decision(DecisionKind.ignore, f"event {event!r} is for GitHub App mode (GRADCI_GITHUB_APP_ID)")
     installation = _get(payload, "installation", "id")
@@ -149,9 +156,24 @@ def decide(event: str, payload: dict, allowed: list[str], clone_url_template: st
     return dataclasses.replace(decision, installation_id=installation if isinstance(installation, int) else None)
 
 
+def _unregistered(event: str, payload: dict, full_name: str | None, app_mode: bool) -> Decision:
+    """A repository the operator did not allow. In App mode its owner installed the App without the
+    operator: a commit it pushes gets a refusal on its check run (the installation's token may write
+    one), so the owner learns why nothing runs; token mode answers the webhook 403."""
+    reason = f"repository {full_name!r} is not registered with this gradci server (GRADCI_ALLOWED_REPOS)"
+    installation = _get(payload, "installation", "id")
+    head_sha = (_get(payload, "pull_request", "head", "sha") if event == "pull_request" else
+                payload.get("after") if event == "push" else _get(payload, event, "head_sha"))
+    if not app_mode or not isinstance(installation, int) or not isinstance(head_sha, str) \
+            or payload.get("action") == "closed" or payload.get("deleted"):
+        return Decision(DecisionKind.refuse, reason, full_name)
+    return Decision(DecisionKind.unregistered, reason, full_name=full_name, head_sha=head_sha,
+                    installation_id=installation)
+
+
 def _names(repositories: Any, allowed: list[str]) -> tuple[str, ...]:
     listed = [_get(repository, "full_name") for repository in repositories or ()]
-    return tuple(name for name in listed if isinstance(name, str) and repository_allowed(name, allowed))
+    return tuple(name for name in listed if isinstance(name, str) and repository_registered(name, allowed))
 
 
 def _installation(event: str, payload: dict, allowed: list[str]) -> Decision:
@@ -160,11 +182,11 @@ def _installation(event: str, payload: dict, allowed: list[str]) -> Decision:
     action = payload.get("action")
     if event == "installation_repositories":
         added, removed = (_names(payload.get("repositories_added"), allowed),
-                          _names(payload.get("repositories_removed"), allowed))
+                          _names(payload.get("repositories_removed"), ["*"]))
     elif action in ("created", "unsuspend", "new_permissions_accepted"):
         added, removed = _names(payload.get("repositories"), allowed), ()
     elif action in ("deleted", "suspend"):
-        added, removed = (), _names(payload.get("repositories"), allowed)
+        added, removed = (), _names(payload.get("repositories"), ["*"])  # forgetting is safe for any
     else:
         return Decision(DecisionKind.ignore, f"installation action {action!r} is not handled")
     return Decision(DecisionKind.installation, f"{event} {action}", added=added, removed=removed)
@@ -206,9 +228,13 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
         return Decision(DecisionKind.run_pr, f"approved with label {label!r}", **base)
     if action not in PR_RUN_ACTIONS:
         return Decision(DecisionKind.ignore, f"pull_request action {action!r} is not handled", **base)
-    if awaiting_approval(payload, label):
+    if fork:
+        # An approval is of the commit the maintainer read, as GitHub's "approve and run" is: a label
+        # left from an earlier push approves nothing pushed since, only its (re)adding does.
+        again = " again: it approved an earlier commit" if has_label(payload, label) else ""
         return Decision(DecisionKind.await_approval,
-                        f"pull request from a fork: add the label {label!r} to run it", **base)
+                        f"pull request from a fork: add the label {label!r}{again} to run {base['head_sha']}",
+                        **base)
     return Decision(DecisionKind.run_pr, f"pull request {action}", **base)
 
 

@@ -45,6 +45,9 @@ from gradci.services.db.runs import (
     request_cancel,
 )
 from gradci.services.db.session import session_scope
+from gradci.services.github import check_runs
+from gradci.services.github.app_auth import client_for
+from gradci.services.github.client import GitHubError
 from gradci.services.github.events import Decision, DecisionKind, decide, payload_type_error
 from gradci.services.reports.run_report import base_run
 from gradci.services.settings import Settings
@@ -53,7 +56,7 @@ log = logging.getLogger(__name__)
 
 ACTIVE = (RunStatus.queued.value, RunStatus.running.value)
 FROM_A_REPOSITORY = (DecisionKind.run_pr, DecisionKind.cancel_pr, DecisionKind.baseline, DecisionKind.rerun)
-ACTED_ON = (*FROM_A_REPOSITORY, DecisionKind.installation)
+ACTED_ON = (*FROM_A_REPOSITORY, DecisionKind.installation, DecisionKind.unregistered)
 Send = Callable[[int], None]  # a run's id to plan or report on
 
 
@@ -73,6 +76,7 @@ class Outcome:
     body: dict[str, Any]
     new_runs: list[int] = dataclasses.field(default_factory=list)
     cancelled: list[int] = dataclasses.field(default_factory=list)
+    refused: Decision | None = None  # an unregistered repository's commit: told so on its check run
 
 
 def clone_url_template(settings: Settings) -> str | None:
@@ -146,7 +150,22 @@ def act_on_delivery(settings: Settings, delivery: int, *, plan: Send, publish: S
         _send_each(outcome.new_runs, plan, "plan")
     for outcome in outcomes:
         _send_each(outcome.cancelled + outcome.new_runs, publish, "report")
+    for outcome in outcomes:
+        if outcome.refused is not None:
+            refuse_on_check_run(settings, outcome.refused)
     return outcomes
+
+
+def refuse_on_check_run(settings: Settings, decision: Decision) -> None:
+    """Tell an unregistered repository's owner, on the commit's check run, that this server runs
+    nothing of theirs. Best effort: a refusal GitHub does not take now is only logged."""
+    assert decision.full_name and decision.head_sha, "an unregistered decision names its commit"
+    try:
+        with client_for(settings, decision.installation_id, decision.full_name) as client:
+            check_runs.refuse(client, decision.full_name, decision.head_sha,
+                              f"{decision.reason}: ask the server's operator to add it. Nothing was run.")
+    except GitHubError as exc:
+        log.warning("the refusal of %s@%s was not sent: %s", decision.full_name, decision.head_sha, exc)
 
 
 def act_on_stored(session: Session, delivery_id: int) -> list[Outcome]:
@@ -245,6 +264,8 @@ def act(session: Session, decision: Decision) -> Outcome:
     """Store what a decision to act on asks for, in the open transaction (the caller commits)."""
     if decision.kind == DecisionKind.installation:
         return _installation(session, decision)
+    if decision.kind == DecisionKind.unregistered:  # nothing stored, nothing run: only the refusal sent
+        return Outcome({"refused": decision.reason}, refused=decision)
     assert decision.kind in FROM_A_REPOSITORY and decision.clone_url is not None, "receive() stored only these"
     repository = get_or_create_repository(session, decision.clone_url, decision.full_name)
     if decision.installation_id is not None:  # App mode: its token reports on the repository's runs

@@ -1,6 +1,8 @@
 """Sending a run's report to GitHub: commit statuses `gradci/project` and `gradci/patch` (token mode)
 or a check run with annotations (App mode: ``check_runs``), and the one pull-request comment, edited
-in place. Idempotent: publishing twice sends the same state twice (a check run's annotations once).
+in place. Runs uploaded by a project's CI speak under their own names (`gradci/upload/...`, their own
+check run and comment section): no upload can change what the service's own run said. Idempotent:
+publishing twice sends the same state twice (a check run's annotations once).
 
 What is owed is in the database (``GitHubReport``), so an outage delays a report but never loses
 it: every attempt first sets when the next may start, ``report_retry_base_s`` doubling with each
@@ -17,19 +19,29 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from gradci.services.db.models import GitHubReport, ReportState, Run, RunStatus, utcnow
+from gradci.services.db.models import GitHubReport, ReportState, Run, RunStatus, Trigger, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.upsert import rows_matched
-from gradci.services.github import check_runs
+from gradci.services.github import check_runs, pr_comment
 from gradci.services.github.app_auth import client_for, installation_tokens
 from gradci.services.github.client import GitHubClient, GitHubError
+from gradci.services.github.identity import own_login
 from gradci.services.reports.annotations import Annotation, failing_scenario_annotations
+from gradci.services.reports.gfm import code
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.model import RunReport
 from gradci.services.reports.run_report import report_for_run, waiting_for_base
 from gradci.services.settings import Settings, get_settings
 
 CONTEXTS = ("gradci/project", "gradci/patch")
+UPLOAD_CONTEXTS = ("gradci/upload/project", "gradci/upload/patch")
+
+
+def contexts_of(run: Run) -> tuple[str, ...]:
+    """The statuses ``run`` writes: an uploaded run's own, never the service's (the patch status on
+    pull requests only)."""
+    contexts = UPLOAD_CONTEXTS if run.trigger == Trigger.upload.value else CONTEXTS
+    return contexts if run.pr_number else contexts[:1]
 
 
 def dashboard_url(settings: Settings, run_id: int) -> str | None:
@@ -46,7 +58,7 @@ def _pending_description(run: Run, base: Run | None) -> str:
 
 def plan_statuses(session: Session, run: Run) -> tuple[str, list[tuple[str, str, str]], RunReport | None]:
     """(phase, [(context, state, description)], the report or None) for the run as it stands."""
-    contexts = CONTEXTS if run.pr_number else CONTEXTS[:1]
+    contexts = contexts_of(run)
     if run.status in (RunStatus.cancelled.value, RunStatus.error.value):
         why = "cancelled (superseded or closed)" if run.status == RunStatus.cancelled.value else \
             f"error: {run.error_message or 'the run failed'}"
@@ -86,6 +98,7 @@ class _Publication:
     final_before: bool  # the final report was published already: a check run's annotations are not sent again
     annotations: list[Annotation]
     summary: str
+    check_name: str
 
 
 def publish_run(run_id: int, settings: Settings | None = None) -> str:
@@ -104,15 +117,19 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
                     if report is not None and (run.pr_number or settings.github_app_mode) else None)
         body = rendered if run.pr_number else None
         if body is not None and run.status == RunStatus.skipped.value:
-            body = (f"**Nothing was checked**: {run.error_message or 'every cell was skipped'}. A run that ran "
+            why = code(run.error_message, in_table=False) if run.error_message else "every cell was skipped"
+            body = (f"**Nothing was checked**: {why}. A run that ran "
                     f"no cell is not a pass: bring a worker for its devices online, or check why its scenarios "
                     f"skip.\n\n{body}")
+        if body is not None:
+            body = pr_comment.comment_body(session, run, body, lambda other: dashboard_url(settings, other))
         final_before = row.published_phase == "final"
         annotations = (failing_scenario_annotations(session, run.id)
                        if settings.github_app_mode and phase == "final" and not final_before else [])
         attempt = _Publication(row.full_name, run.head_sha, run.pr_number, phase, statuses, body, run.status,
                                run.repository.github_installation_id if run.repository else None, row.check_run_id,
-                               final_before, annotations, rendered or statuses[0][2])
+                               final_before, annotations, rendered or statuses[0][2],
+                               check_runs.UPLOAD_CHECK_NAME if pr_comment.is_upload(run) else check_runs.CHECK_NAME)
         now = utcnow()
         # Due again after the backoff, should this attempt fail or never finish (its worker died).
         row.state, row.attempts, row.updated_at = ReportState.pending.value, row.attempts + 1, now
@@ -126,7 +143,8 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
                     client.set_status(attempt.full_name, attempt.sha, context, state, description,
                                       dashboard_url(settings, run_id))
             if attempt.body is not None and attempt.pr_number is not None:  # pull requests only
-                client.upsert_comment(attempt.full_name, attempt.pr_number, attempt.body, MARKER)
+                client.upsert_comment(attempt.full_name, attempt.pr_number, attempt.body, MARKER,
+                                      own_login(settings, client))
     except GitHubError as exc:
         if exc.status_code == 401 and attempt.installation_id is not None:  # a revoked token: ask anew next time
             installation_tokens.forget(settings, attempt.installation_id)
@@ -151,7 +169,7 @@ def _send_check_run(client: GitHubClient, settings: Settings, run_id: int, attem
     check_run_id = attempt.check_run_id
     if check_run_id is None:
         check_run_id = check_runs.start(client, attempt.full_name, attempt.sha, run_id,
-                                        dashboard_url(settings, run_id), title)
+                                        dashboard_url(settings, run_id), title, attempt.check_name)
         _record_check_run(settings, run_id, check_run_id)
     if attempt.phase != "final":
         return

@@ -1,6 +1,10 @@
 """The failing scenarios of a run where their code is: one check-run annotation per scenario with a
 failing cell, at the file and line of its ``Scenario(...)`` call (``scenario_catalog.file``/``line``,
-relative to the repository), so the pull request's diff shows the failure beside the code."""
+relative to the repository), so the pull request's diff shows the failure beside the code.
+
+GitHub shows an annotation's title and message as plain text (no markdown), so the names and
+messages in them need no markdown escaping; each is kept to one line (``gfm.one_line``), so that a
+name or a message cannot write lines that read as other cells or as gradci's own words."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import FAILING
 from gradci.services.db.models import Result, ScenarioCatalogEntry
+from gradci.services.reports.gfm import one_line
 
 MESSAGE_LIMIT = 64 * 1024  # GitHub's annotation message limit is 64 KB
 CELLS_LISTED = 10  # per annotation: the first failing cells, then a count
@@ -46,13 +51,13 @@ def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotati
     for scenario, backend, device, dtype, status, message in rows:
         counts[scenario] += 1
         if scenario in defined and len(listed[scenario]) < CELLS_LISTED:
-            listed[scenario].append(f"{backend} · {device} · {dtype}: {status}: {message or ''}")
+            listed[scenario].append(one_line(f"{backend} · {device} · {dtype}: {status}: {message or ''}"))
     out = []
     for scenario, count in counts.items():
         if scenario not in defined:
             continue
         path, line = defined[scenario]
         more = [f"… and {count - CELLS_LISTED} more failing cells"] if count > CELLS_LISTED else []
-        out.append(Annotation(path=path, start_line=line or 1, title=f"{scenario}: {count} failing cells",
+        out.append(Annotation(path=path, start_line=line or 1, title=f"{one_line(scenario)}: {count} failing cells",
                               message="\n".join(listed[scenario] + more)))
     return out

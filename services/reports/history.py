@@ -52,9 +52,14 @@ class ScenarioHistory:
     points: Sequence[HistoryPoint]  # oldest run first
 
 
-def scenario_history(session: Session, scenario: str, runs: int = RUNS_SHOWN) -> ScenarioHistory:
-    """The scenario's cells in the last ``runs`` runs that checked it, oldest run first."""
-    recent = (select(Result.run_id).distinct().where(Result.scenario == scenario)
+def scenario_history(session: Session, scenario: str, runs: int = RUNS_SHOWN, *,
+                     repository_id: int | None = None) -> ScenarioHistory:
+    """The scenario's cells in the last ``runs`` runs of one repository that checked it (None: the
+    built-in library), oldest run first. Per repository: two repositories' scenarios that share a
+    name are different scenarios, and one must not add points to the other's history."""
+    of_repository = select(Run.id).where(Run.repository_id.is_(None) if repository_id is None
+                                         else Run.repository_id == repository_id)
+    recent = (select(Result.run_id).distinct().where(Result.scenario == scenario, Result.run_id.in_(of_repository))
               .order_by(Result.run_id.desc()).limit(runs).scalar_subquery())
     checked = session.execute(select(Run.id, Run.head_sha, Run.created_at).where(Run.id.in_(recent))
                               .order_by(Run.id))

@@ -1,4 +1,6 @@
-"""The pull-request comment, in the shape coverage services made familiar."""
+"""The pull-request comment, in the shape coverage services made familiar. Every string a pull
+request or an upload chooses (scenario names, backends, devices, dtypes, messages) is set with
+``gfm.code``, so that it reads as text and the report around it stays gradci's."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -6,6 +8,7 @@ from typing import Any
 
 from gradci.services.github.client import COMMENT_BODY_LIMIT
 from gradci.services.reports.coverage import percent
+from gradci.services.reports.gfm import code
 from gradci.services.reports.model import CellBrief, RunReport, StatusCounts
 
 MARKER = "<!-- gradci:report -->"
@@ -62,7 +65,7 @@ def _cells_table(title: str, cells: list[CellBrief], total: int) -> str:
     shown = cells[:LIST_LIMIT]
     for c in shown:
         status = f"{c.base_status} → {c.status}"
-        lines.append(f"| `{c.scenario}` | {c.backend} | {c.device} | {c.dtype} | {status} | "
+        lines.append(f"| {code(c.scenario)} | {code(c.backend)} | {code(c.device)} | {code(c.dtype)} | {status} | "
                      f"{_num(c.max_abs_err)} | {_num(c.max_rel_err)} | {_num(c.atol)} | {_num(c.rtol)} |")
     if total > len(shown):
         lines.append(f"| … and {total - len(shown)} more | | | | | | | | |")
@@ -77,12 +80,12 @@ def render(report: RunReport, run_url: str | None = None) -> str:
     project, patch, counts = report.project, report.patch, report.change_counts
     title = f"[gradci]({run_url}) report" if run_url else "gradci report"
     header = (f"## {title}\n\nPatch coverage is **{percent(patch.coverage)}** and project coverage is "
-              f"**{percent(project.coverage)}** (head `{_short(report.head_sha)}` compared to base "
-              f"`{_short(report.base_sha)}`).")
+              f"**{percent(project.coverage)}** (head {code(_short(report.head_sha), in_table=False)} compared "
+              f"to base {code(_short(report.base_sha), in_table=False)}).")
     table = ["| backend | device | pass % | missing cells |", "| --- | --- | --- | --- |"]
     for g in report.groups:
-        missing = ", ".join(f"`{m}`" for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
-        table.append(f"| {g.backend} | {g.device} | {percent(g.coverage)} | {missing or '—'} |")
+        missing = ", ".join(code(m) for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
+        table.append(f"| {code(g.backend)} | {code(g.device)} | {percent(g.coverage)} | {missing or '—'} |")
     sections = [MARKER, header, "\n".join(table), diff_block(report),
                 _cells_table("Regressions", report.regressions, counts.regressions),
                 _cells_table("Fixes", report.fixes, counts.fixes),

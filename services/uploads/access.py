@@ -1,20 +1,39 @@
 """Who may upload which repository's results.
 
 Authentication is per repository, in two forms: an upload token (``gradci tokens create OWNER/NAME``)
-or, from GitHub Actions, the workflow's OIDC id token, whose ``repository`` claim names the
-repository. Either is sent as ``Authorization: Bearer …``. A credential uploads for its own
-repository only (403 for another), for a repository ``GRADCI_ALLOWED_REPOS`` allows, and — as
-webhooks are — not for a pull request from a fork until a maintainer labels it ``gradci:run``.
+or, from GitHub Actions, the workflow's OIDC id token, whose ``repository`` and ``repository_id``
+claims name the repository and whose ``sha`` the commit. Either is sent as ``Authorization: Bearer …``.
+A credential uploads for its own repository only (403 for another), for a repository
+``GRADCI_ALLOWED_REPOS`` allows — an id token only for one it names: any repository on GitHub can
+get one —, and for a commit GitHub ties to what the upload says: a pull request's head must be the
+uploaded commit, and the commit's pull requests are looked up when none is named, so that no commit
+of a fork's pull request is accepted until a maintainer approved that very commit (``gradci:run``,
+added after it was pushed, as webhooks run it).
 """
 from __future__ import annotations
 
 import dataclasses
+import re
+from typing import Any
 
+from sqlalchemy import func, select
+
+from gradci.services.db.models import Delivery
 from gradci.services.db.session import session_scope
 from gradci.services.github.client import GitHubClient, GitHubError
-from gradci.services.github.events import DEFAULT_APPROVAL_LABEL, awaiting_approval, repository_allowed
+from gradci.services.github.events import (
+    DEFAULT_APPROVAL_LABEL,
+    DecisionKind,
+    has_label,
+    is_fork,
+    repository_allowed,
+    repository_registered,
+)
 from gradci.services.settings import Settings
 from gradci.services.uploads import oidc, tokens
+
+# The ref of a pull_request workflow: its id token's sha is GitHub's merge commit, not the head.
+PULL_REQUEST_REF = re.compile(r"^refs/pull/(\d+)/merge$")
 
 
 class NotAuthenticated(Exception):
@@ -33,6 +52,9 @@ class Unavailable(Exception):
 class Credential:
     repository: str  # owner/name the credential may upload for
     token_id: int | None = None  # the upload token's row; None: an OIDC id token
+    repository_id: str | None = None  # an id token's: GitHub's id of the repository (a name can be reused)
+    sha: str | None = None  # an id token's: the commit its workflow ran for
+    ref: str | None = None  # an id token's: the workflow's ref
 
     def describe(self) -> str:
         return f"upload token {self.token_id}" if self.token_id is not None else "the id token"
@@ -66,31 +88,99 @@ def authenticate(settings: Settings, token: str) -> Credential:
         raise NotAuthenticated(str(exc)) from None
     except oidc.IssuerUnavailable as exc:
         raise Unavailable(str(exc)) from None
-    return Credential(repository=claims["repository"])
+    return Credential(repository=claims["repository"], repository_id=str(claims["repository_id"]),
+                      sha=str(claims["sha"]).lower(), ref=str(claims.get("ref") or ""))
 
 
-def authorize(settings: Settings, credential: Credential, repository: str, pr_number: int | None) -> None:
-    """Raises ``Forbidden`` unless ``credential`` may upload results of ``repository`` (for the pull
-    request ``pr_number``, if any); ``Unavailable`` when GitHub cannot say whether it is a fork's."""
+def authorize(settings: Settings, credential: Credential, repository: str, sha: str,
+              pr_number: int | None) -> None:
+    """Raises ``Forbidden`` unless ``credential`` may upload results of ``repository`` at commit ``sha``
+    (for the pull request ``pr_number``, if any); ``Unavailable`` when GitHub cannot be asked."""
     if credential.repository.casefold() != repository.casefold():  # GitHub's names ignore case
         raise Forbidden(f"{credential.describe()} is for {credential.repository}, not {repository}")
     if not repository_allowed(repository, settings.allowed_repos):
         raise Forbidden(f"repository {repository!r} is not in GRADCI_ALLOWED_REPOS")
-    if pr_number is not None:
-        refuse_unapproved_fork(settings, repository, pr_number)
-
-
-def refuse_unapproved_fork(settings: Settings, repository: str, pr_number: int) -> None:
-    """The webhook rule for uploads: a fork's pull request is untrusted until labelled (GitHub says
-    which it is: the upload's own account of it comes from the code being judged)."""
+    if credential.token_id is None and not repository_registered(repository, settings.allowed_repos):
+        raise Forbidden(f"id tokens are accepted only for repositories the operator registered: {repository!r} "
+                        "is not in GRADCI_ALLOWED_REPOS (or use an upload token: gradci tokens create)")
     token = settings.github_token.get_secret_value() if settings.github_token else None
     try:
         with GitHubClient(settings.github_api_url, token, attempts=2) as client:
-            pull_request = client.pull_request(repository, pr_number)
+            if credential.token_id is None:
+                check_id_token(client, credential, repository, sha, pr_number)
+            pulls = [pull_request_at(client, repository, sha, pr_number)] if pr_number is not None else \
+                pull_requests_of(client, repository, sha)
     except GitHubError as exc:
-        if exc.status_code == 404:
-            raise Forbidden(f"GitHub has no pull request {pr_number} in {repository}") from None
-        raise Unavailable(f"cannot ask GitHub about pull request {pr_number}: {exc}") from None
-    if awaiting_approval({"pull_request": pull_request}):
-        raise Forbidden(f"pull request {pr_number} comes from a fork: a maintainer must add the label "
-                        f"{DEFAULT_APPROVAL_LABEL!r} before its results are accepted")
+        raise Unavailable(f"cannot ask GitHub about {repository}@{sha[:12]}: {exc}") from None
+    for pull in pulls:
+        refuse_unapproved_fork(settings, repository, sha, pull)
+
+
+def _get(client: GitHubClient, path: str, missing: str) -> Any:
+    """GitHub's answer to ``GET path``; ``Forbidden`` with ``missing`` when it has no such thing."""
+    try:
+        return client.request("GET", path).json()
+    except GitHubError as exc:
+        if exc.status_code in (404, 422):  # 422: GitHub's answer for a commit it does not have
+            raise Forbidden(missing) from None
+        raise
+
+
+def check_id_token(client: GitHubClient, credential: Credential, repository: str, sha: str,
+                   pr_number: int | None) -> None:
+    """An id token is of one repository (by id: a deleted repository's name can be taken again) and one
+    commit: its own sha, or on a pull_request workflow (whose sha is the merge commit) that pull
+    request's head, which ``pull_request_at`` checks."""
+    known = _get(client, f"/repos/{repository}", f"GitHub has no repository {repository}")
+    if str(known.get("id")) != credential.repository_id:
+        raise Forbidden(f"the id token is for repository id {credential.repository_id}, but {repository} is "
+                        f"{known.get('id')} on GitHub")
+    pulled = PULL_REQUEST_REF.match(credential.ref or "")
+    if pulled is not None and pr_number is not None and int(pulled.group(1)) == pr_number:
+        return
+    if credential.sha != sha:
+        raise Forbidden(f"the id token is for commit {credential.sha}, not {sha}")
+
+
+def pull_request_at(client: GitHubClient, repository: str, sha: str, pr_number: int) -> dict:
+    """Pull request ``pr_number``, whose head must be ``sha``: an upload speaks of the commit it checked."""
+    pull = _get(client, f"/repos/{repository}/pulls/{pr_number}",
+                f"GitHub has no pull request {pr_number} in {repository}")
+    head = ((pull.get("head") or {}).get("sha") or "").lower()
+    if head != sha:
+        raise Forbidden(f"pull request {pr_number}'s head is {head or 'unknown'}, not {sha}: upload the "
+                        "commit the pull request shows")
+    return pull
+
+
+def pull_requests_of(client: GitHubClient, repository: str, sha: str) -> list[dict]:
+    """The open pull requests GitHub associates with ``sha`` (``GET /commits/{sha}/pulls``): an upload
+    that names none is still judged by the fork rule of each."""
+    pulls = _get(client, f"/repos/{repository}/commits/{sha}/pulls?per_page=100",
+                 f"GitHub has no commit {sha} in {repository}")
+    return [pull for pull in pulls if isinstance(pull, dict) and pull.get("state", "open") == "open"]
+
+
+def refuse_unapproved_fork(settings: Settings, repository: str, sha: str, pull: dict) -> None:
+    """The webhook rule for uploads: a fork's pull request is untrusted until a maintainer approved the
+    very commit uploaded (GitHub says which pull request is a fork's: the upload's own account of it
+    comes from the code being judged)."""
+    if not is_fork({"pull_request": pull}):
+        return
+    number = pull.get("number")
+    if has_label({"pull_request": pull}) and approved_commit(settings, repository, number, sha):
+        return
+    raise Forbidden(f"pull request {number} comes from a fork: a maintainer must add the label "
+                    f"{DEFAULT_APPROVAL_LABEL!r} once {sha[:12]} is its head before its results are accepted")
+
+
+def approved_commit(settings: Settings, repository: str, pr_number: Any, sha: str) -> bool:
+    """A maintainer added the approval label while ``sha`` was the pull request's head: its ``labeled``
+    webhook was stored with that head. (Without the repository's webhooks, no fork's commit is approved.)"""
+    with session_scope(settings.database_url, readonly=True) as session:
+        decisions = session.scalars(select(Delivery.decision).where(
+            Delivery.event == "pull_request", Delivery.action == "labeled",
+            func.lower(Delivery.subject) == f"{repository}#{pr_number}".lower()))
+        return any(decision and decision.get("kind") == DecisionKind.run_pr.value
+                   and (decision.get("full_name") or "").casefold() == repository.casefold()
+                   and (decision.get("head_sha") or "").lower() == sha for decision in decisions)

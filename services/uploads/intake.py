@@ -1,16 +1,16 @@
 """One upload, from its authenticated body to the stored shard and the messages it owes.
 
-Refusals store nothing: the body is parsed and checked (422), the credential's repository and the
-pull request's origin are checked (403), and only then is anything written — the repository, the
-run, the shard and its cells in one transaction, which a run that already finished rolls back (409).
+Refusals store nothing: the body's header is parsed and checked (422), the credential's repository,
+commit and pull request are checked (403), and only then is anything written — the repository, the
+run, the shard and its cells in one transaction, as the scenarios and cells stream out of the body
+(``stream``): a bad one (422) or a run that already finished (409) rolls it all back.
 """
 from __future__ import annotations
 
-import json
 import logging
-from typing import IO, Any
+from typing import IO
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from sqlalchemy import update
 
 from gradci.services import dispatch
@@ -21,8 +21,9 @@ from gradci.services.db.runs import get_or_create_repository
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.db.uploads import Commit, ShardStored, UploadRunFinished, store_shard
 from gradci.services.settings import Settings
+from gradci.services.uploads import stream
 from gradci.services.uploads.access import Credential, Forbidden, Unavailable, authorize
-from gradci.services.uploads.schema import UploadIn
+from gradci.services.uploads.schema import UploadHeader
 
 log = logging.getLogger(__name__)
 
@@ -37,35 +38,22 @@ class UploadAccepted(BaseModel):
     finishing: bool = Field(description="every expected shard is in: the run's report is on its way")
 
 
-def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """FastAPI's shape of a 422: each invalid field's location in the body, and what is wrong."""
-    return [{"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"]}
-            for error in exc.errors(include_url=False, include_context=False, include_input=False)]
-
-
-def parse(raw: IO[bytes]) -> UploadIn | list[dict[str, Any]]:
-    """The upload, or the 422's list of what is wrong with it."""
-    try:
-        return UploadIn.model_validate(json.load(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return [{"loc": ["body"], "msg": f"malformed JSON: {exc}", "type": "json_invalid"}]
-    except ValidationError as exc:
-        return validation_errors(exc)
-
-
 def receive(settings: Settings, credential: Credential, raw: IO[bytes], dashboard: str) -> tuple[int, dict]:
     """(HTTP status, body) for an authenticated upload; ``dashboard``: the base of run pages."""
-    upload = parse(raw)
-    if isinstance(upload, list):
-        return 422, {"detail": upload}
     try:
-        authorize(settings, credential, upload.repository, upload.pr)
+        upload = stream.read_header(raw)
+    except stream.InvalidUpload as exc:
+        return 422, {"detail": exc.errors}
+    try:
+        authorize(settings, credential, upload.repository, upload.sha, upload.pr)
     except Forbidden as exc:
         return 403, {"detail": str(exc)}
     except Unavailable as exc:
         return 503, {"detail": str(exc)}
     try:
-        stored = store(settings, credential, upload)
+        stored = store(settings, credential, upload, raw)
+    except stream.InvalidUpload as exc:
+        return 422, {"detail": exc.errors}
     except UploadRunFinished as exc:
         return 409, {"detail": str(exc)}
     announce(settings, stored)
@@ -74,20 +62,17 @@ def receive(settings: Settings, credential: Credential, raw: IO[bytes], dashboar
                                expected=stored.expected or stored.arrived, finishing=stored.closed).model_dump()
 
 
-def store(settings: Settings, credential: Credential, upload: UploadIn) -> ShardStored:
-    """The shard, stored in its commit's upload run in one transaction."""
+def store(settings: Settings, credential: Credential, upload: UploadHeader, raw: IO[bytes]) -> ShardStored:
+    """The shard, its scenarios and cells read from ``raw`` as they are stored, in one transaction."""
     ref = parse_repo_ref(upload.repository, settings.clone_url_template)
     commit = Commit(sha=upload.sha, base_sha=upload.base_sha, ref=upload.branch, pr_number=upload.pr,
                     config=upload.config())
-    with sessionmaker_for(settings.database_url)() as session:
+    with sessionmaker_for(settings.database_url)() as session:  # closed uncommitted: rolled back
         repository = get_or_create_repository(session, ref.url, ref.full_name)
-        try:
-            stored = store_shard(session, repository, commit, upload.shard, upload.expect_shards or [],
-                                 upload.cell_rows(), settings.upload_wait)
-        except UploadRunFinished:
-            session.rollback()
-            raise
-        record_catalog(session, stored.run_id, upload.scenarios)
+        stored = store_shard(session, repository, commit, upload.shard, upload.expect_shards or [],
+                             stream.cell_rows(raw), settings.upload_wait, batch_size=stream.CELLS_AT_ONCE)
+        for batch in stream.batches(stream.scenarios(raw), stream.CELLS_AT_ONCE):
+            record_catalog(session, stored.run_id, batch)
         if credential.token_id is not None:
             session.execute(update(UploadToken).where(UploadToken.id == credential.token_id)
                             .values(last_used_at=utcnow()))

@@ -3,7 +3,8 @@ verified against the keys the issuer publishes, found through its ``/.well-known
 
 A token is accepted when it is signed (RS256) by one of the issuer's current keys, names this
 server as its audience, comes from the configured issuer exactly, is within its validity window,
-and carries a ``repository`` claim (owner/name): the repository it may upload for. The issuer and
+and carries the claims an upload is bound by: ``repository`` (owner/name) and ``repository_id``, the
+repository it may upload for, and ``sha``, the commit its workflow ran for. The issuer and
 its key set must be served over https; plain http is allowed on loopback only, for tests.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jwt
 
 ALGORITHMS = ["RS256"]  # what GitHub signs with; "none" and HMAC algorithms can never pass
 LEEWAY_S = 30  # clock drift between the runner, GitHub and this server
-REQUIRED_CLAIMS = ["iss", "aud", "exp", "iat", "repository"]
+REQUIRED_CLAIMS = ["iss", "aud", "exp", "iat", "repository", "repository_id", "sha"]
 DISCOVERY_TTL_S = 3600.0
 FETCH_TIMEOUT_S = 10.0
 LOOPBACK_NAMES = ("localhost",)

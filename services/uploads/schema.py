@@ -28,6 +28,8 @@ from gradci.services.cell_fields import cell_record
 from gradci.services.reports.targets import TargetConfigError, parse_report_config
 
 MAX_INT32 = 2**31 - 1
+MAX_CELLS = 1_000_000
+MAX_SCENARIOS = 100_000
 DEFAULT_SHARD = "default"
 SHARD_PATTERN = r"^[A-Za-z0-9_.:+\-]{1,64}$"
 FULL_SHA_PATTERN = r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$"
@@ -123,9 +125,9 @@ class UploadedScenario(BaseModel):
     line: ClassVar[int | None] = None
 
 
-class UploadIn(BaseModel):
-    """One shard of a commit's results. Uploads of one repository and commit make one run; a shard
-    uploaded again replaces its earlier cells."""
+class UploadHeader(BaseModel):
+    """An upload but its scenarios and cells: what deciding whether to accept it needs, read first
+    (``gradci.services.uploads.stream``: the lists are read item by item once it is accepted)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -140,9 +142,6 @@ class UploadIn(BaseModel):
     expect_shards: Annotated[list[ShardName], Field(min_length=1, max_length=64)] | None = Field(
         None, description="every shard the run waits for (gradci.toml's [upload] shards); none: this one")
     report: dict[str, Any] | None = Field(None, description="gradci.toml's [report] table: coverage targets")
-    scenarios: Annotated[list[UploadedScenario], Field(max_length=100_000)] = Field(
-        default_factory=list, description="the scenarios checked, with their fingerprints (patch coverage)")
-    cells: Annotated[list[UploadedCell], Field(min_length=1, max_length=1_000_000)]
 
     @field_validator("sha", "base_sha")
     @classmethod
@@ -159,7 +158,7 @@ class UploadIn(BaseModel):
         return report
 
     @model_validator(mode="after")
-    def _shard_is_expected(self) -> UploadIn:
+    def _shard_is_expected(self) -> UploadHeader:
         if self.expect_shards is not None and self.shard not in self.expect_shards:
             raise ValueError(f"shard {self.shard!r} is not among expect_shards {self.expect_shards}")
         return self
@@ -167,6 +166,15 @@ class UploadIn(BaseModel):
     def config(self) -> dict[str, Any]:
         """The run's configuration, as plan_run reads gradci.toml for a checked-out run."""
         return {"report": self.report} if self.report else {}
+
+
+class UploadIn(UploadHeader):
+    """One shard of a commit's results. Uploads of one repository and commit make one run; a shard
+    uploaded again replaces its earlier cells."""
+
+    scenarios: Annotated[list[UploadedScenario], Field(max_length=MAX_SCENARIOS)] = Field(
+        default_factory=list, description="the scenarios checked, with their fingerprints (patch coverage)")
+    cells: Annotated[list[UploadedCell], Field(min_length=1, max_length=MAX_CELLS)]
 
     def cell_rows(self) -> list[dict[str, Any]]:
         return [cell.model_dump() for cell in self.cells]

@@ -1,68 +1,37 @@
-"""Upload tokens: bearer tokens that may upload the results of one repository.
-
-A token is 32 random bytes (``secrets.token_urlsafe``) behind a recognisable prefix. Only its SHA-256
-is stored — a high-entropy token needs no slow hash, since it cannot be guessed from a dictionary —
-and its first characters, which find the row and tell tokens apart in ``gradci tokens list``; the
-hashes are compared in constant time. The token itself is shown once, when it is made.
-
-Functions flush but never commit: the caller owns the transaction.
-"""
+"""Upload tokens: bearer tokens that may upload the results of one repository (kept as
+``services/db/bearer_tokens.py`` keeps every kind: hashed, shown once)."""
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.services.api.repo_refs import FULL_NAME
-from gradci.services.db.models import UploadToken, utcnow
+from gradci.services.db.bearer_tokens import BearerTokens, token_hash
+from gradci.services.db.models import UploadToken
 
-TOKEN_PREFIX = "gradci_"
-# The stored prefix: the marker and 7 random characters, to find the row and tell tokens apart.
-PREFIX_LENGTH = len(TOKEN_PREFIX) + 7
+UPLOAD_TOKENS = BearerTokens(UploadToken, "gradci_")
+__all__ = ["create_token", "find_token", "is_upload_token", "list_tokens", "revoke_token", "token_hash"]
 
 
 def is_upload_token(token: str) -> bool:
     """Shaped like an upload token (an OIDC id token is a JWT: three dot-separated parts)."""
-    return token.startswith(TOKEN_PREFIX) and "." not in token
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return UPLOAD_TOKENS.is_shaped(token) and "." not in token
 
 
 def create_token(session: Session, full_name: str) -> tuple[UploadToken, str]:
     """A new token for ``full_name`` (owner/name): its row, and the token, which nothing stores."""
     if not FULL_NAME.match(full_name):
         raise ValueError(f"{full_name!r} is not a GitHub repository's owner/name")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = UploadToken(full_name=full_name, prefix=token[:PREFIX_LENGTH], token_hash=token_hash(token),
-                      created_at=utcnow())
-    session.add(row)
-    session.flush()
-    return row, token
+    return UPLOAD_TOKENS.issue(session, full_name=full_name)
 
 
 def find_token(session: Session, token: str) -> UploadToken | None:
     """The unrevoked token row ``token`` is, or None."""
-    if not is_upload_token(token):
-        return None
-    digest = token_hash(token)
-    candidates = session.scalars(select(UploadToken).where(UploadToken.prefix == token[:PREFIX_LENGTH],
-                                                           UploadToken.revoked_at.is_(None)))
-    return next((row for row in candidates if hmac.compare_digest(row.token_hash, digest)), None)
+    return UPLOAD_TOKENS.find(session, token) if is_upload_token(token) else None
 
 
 def list_tokens(session: Session) -> list[UploadToken]:
-    return list(session.scalars(select(UploadToken).order_by(UploadToken.id)))
+    return UPLOAD_TOKENS.all(session)
 
 
 def revoke_token(session: Session, token_id: int) -> UploadToken | None:
-    """Revoke the token (a revoked token stays listed); None when there is no such token."""
-    row = session.get(UploadToken, token_id)
-    if row is not None and row.revoked_at is None:
-        row.revoked_at = utcnow()
-        session.flush()
-    return row
+    return UPLOAD_TOKENS.revoke(session, token_id)

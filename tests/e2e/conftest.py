@@ -5,8 +5,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.fake_github import FakeGitHub
+from tests.support.fake_oidc import FakeOidcIssuer
 from tests.support.faults import FaultyService, start_faulty_service
 from tests.support.repos import project_repository
+from tests.support.uploads import REPO
 
 
 @pytest.fixture(scope="module")
@@ -18,3 +21,17 @@ def faulty_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultyS
     with start_faulty_service(repo, sha, job_chunk_size="1", cell_timeout_s="60", max_job_attempts="3",
                               worker_heartbeat_s="0.5", worker_online_s="3", reconcile_grace_s="3") as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def github() -> Iterator[FakeGitHub]:
+    """A fake GitHub on loopback, one per test module."""
+    with FakeGitHub() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[FakeOidcIssuer]:
+    """A local OIDC issuer whose id tokens speak for the uploads' repository (REPO)."""
+    with FakeOidcIssuer(REPO) as fake:
+        yield fake

@@ -2,6 +2,7 @@
 (PostgreSQL, Redis) → commit statuses and one comment on a fake GitHub served over loopback."""
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,12 +74,6 @@ def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
     shas.append(commit(repo, "break a", a_reference=broken_a, b_value=12.0, extra=new_scenario))
     shas.append(commit(repo, "touch notes", a_reference=broken_a, b_value=12.0, extra=new_scenario))
     return root, shas
-
-
-@pytest.fixture(scope="module")
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        yield fake
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +161,29 @@ def test_pull_request_flow(github_service, mirror, github):
     count = len(httpx.get(f"{server}/api/runs").json()["items"])
     assert deliver(server, "pull_request", pull_request("closed", c3, c0)).status_code == 202
     assert len(httpx.get(f"{server}/api/runs").json()["items"]) == count
+
+
+def test_a_forks_label_approves_only_the_commit_it_was_added_on(github_service, mirror):
+    """GitHub keeps a label across pushes: left on a fork's pull request, it must not run what the
+    fork pushes after the maintainer read it (as GitHub's "approve and run" is asked again per push)."""
+    server = github_service.url
+    c0, _, c2, c3 = mirror[1]
+    labeled = pull_request("labeled", c2, c0)
+    labeled["number"] = labeled["pull_request"]["number"] = 31
+    labeled["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    labeled["label"], labeled["pull_request"]["labels"] = {"name": "gradci:run"}, [{"name": "gradci:run"}]
+    approved = deliver(server, "pull_request", labeled)
+    assert approved.status_code == 202 and approved.json()["accepted"] == "run_pr", approved.text
+
+    def runs_of_31(sha: str) -> list[dict]:
+        runs = httpx.get(f"{server}/api/runs", params={"sha": sha}).json()["items"]
+        return [run for run in runs if run["pr_number"] == 31]
+
+    wait_for(lambda: runs_of_31(c2), "the approved commit's run", timeout_s=60)
+    pushed = copy.deepcopy(labeled)
+    pushed["action"] = "synchronize"
+    pushed["pull_request"]["head"]["sha"] = c3
+    del pushed["label"]
+    answer = deliver(server, "pull_request", pushed)
+    assert answer.status_code == 202 and "approved an earlier commit" in answer.json()["ignored"], answer.text
+    assert runs_of_31(c3) == []

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 FULL_NAME = "Codertocat/Hello-World"
 APP_ID, INSTALLATION = 31337, 4242
+STRANGER, STRANGERS_INSTALLATION = "mallory/Hello-World", 6666  # installed the App; the operator never registered it
 PUBLIC_URL = "http://gradci.example"
 SECRET = webhook_client.SECRET
 
@@ -76,7 +77,8 @@ def app_github() -> Iterator[tuple[FakeGitHub, str]]:
 
 @pytest.fixture(scope="module")
 def app_service(postgres_database, redis_database, mirror, app_github, tmp_path_factory) -> Iterator[Service]:
-    """The service in App mode: the App's id, and its private key in a file of its own."""
+    """The service in App mode: the App's id, and its private key in a file of its own; FULL_NAME
+    registered (GRADCI_ALLOWED_REPOS), as an App runs only what its operator named."""
     fake, private_key = app_github
     key_file = tmp_path_factory.mktemp("key") / "app.pem"
     key_file.write_text(private_key)
@@ -84,7 +86,7 @@ def app_service(postgres_database, redis_database, mirror, app_github, tmp_path_
     with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"),
                          tmp_path_factory.mktemp("logs"), concurrency=1, github_webhook_secret=SECRET,
                          github_app_id=str(APP_ID), github_app_private_key_file=str(key_file),
-                         github_api_url=fake.url, public_url=PUBLIC_URL, worker_heartbeat_s="1",
+                         github_api_url=fake.url, public_url=PUBLIC_URL, worker_heartbeat_s="1", allowed_repos=FULL_NAME,
                          clone_url_template=f"file://{mirror[0]}/{{full_name}}.git") as service:
         try:
             yield service
@@ -162,3 +164,23 @@ def test_a_pull_request_reports_as_a_check_run_with_annotations_and_reruns(app_s
     deliver(server, "installation", {"action": "created", "installation": {"id": INSTALLATION},
                                      "repositories": [{"full_name": FULL_NAME}]})
     wait_for(lambda: installation_of_repository() == INSTALLATION, "the installation recorded again", timeout_s=30)
+
+
+def test_a_strangers_installation_gets_a_refusal_on_its_check_run_and_nothing_run(app_service, mirror, app_github):
+    """Anyone can install a public App, and its webhooks come signed with the App's secret: a
+    repository its operator did not register gets a check run that says so, and no run."""
+    fake, _ = app_github
+    fake.installations[STRANGERS_INSTALLATION] = {STRANGER}
+    c0, c1 = mirror[1]
+    before = httpx.get(f"{app_service.url}/api/runs").json()["items"]
+    body = pull_request("opened", c1, c0)
+    body["repository"]["full_name"] = body["pull_request"]["base"]["repo"]["full_name"] = STRANGER
+    body["installation"] = {"id": STRANGERS_INSTALLATION}
+    answer = deliver(app_service.url, "pull_request", body)
+    assert answer.status_code == 202 and answer.json()["accepted"] == "unregistered", answer.text
+    refusal = wait_for(lambda: [run for run in fake.check_runs.values() if run["repo"] == STRANGER],
+                       "the refusal on the stranger's check run", timeout_s=60)
+    (check,) = refusal
+    assert (check["head_sha"], check["status"], check["conclusion"]) == (c1, "completed", "action_required")
+    assert "not registered" in check["output"]["title"] and "Nothing was run" in check["output"]["summary"]
+    assert httpx.get(f"{app_service.url}/api/runs").json()["items"] == before

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,83 +20,25 @@ from sqlalchemy import func, select, update
 from gradci.services.db.models import Repository, Result, Run, Upload, UploadShard, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.reports.markdown import MARKER
-from gradci.testing.service import GRADCI
-from tests.support.cells import synthetic_cell
-from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import REQUEST_TOKEN, FakeOidcIssuer, new_key
 from tests.support.processes import free_port, stop, wait_for
-from tests.support.service import Service, api_answers, results_of, running_service, start_api
+from tests.support.service import Service, api_answers, results_of, start_api
+from tests.support.uploads import AUDIENCE, REPO, cells, gradci, new_token, post, upload_body, upload_service
 
 pytestmark = pytest.mark.integration
 
-REPO = "octo/uploads"
-AUDIENCE = "https://gradci.e2e"
-PUBLIC_URL = "http://gradci.example"
 MAX_BYTES = 1_000_000
 HEAD, BASE, MERGE = "1" * 40, "2" * 40, "3" * 40
 CHECK = ["--backends", "torch-rev", "--dtypes", "float64", "--devices", "cpu", "-j", "1"]
 
 
-@pytest.fixture(scope="module")
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[FakeOidcIssuer]:
-    with FakeOidcIssuer(REPO) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def upload_service(postgres_database: str, redis_database: str, github: FakeGitHub, issuer: FakeOidcIssuer,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """``gradci api`` and a cpu worker on PostgreSQL (emptied) and Redis, reporting to the fake
-    ``github`` and trusting id tokens of the local ``issuer``."""
-    with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"),
-                         tmp_path_factory.mktemp("logs"), github_token="gh-token", github_api_url=github.url,
-                         public_url=PUBLIC_URL, oidc_issuer=issuer.url, oidc_audience=AUDIENCE,
-                         upload_max_bytes=str(MAX_BYTES), worker_heartbeat_s="1") as service:
-        try:
-            yield service
-        finally:
-            print(service.log("api.log")[-3000:], service.log("gradci.worker.log")[-3000:])
-
-
-def gradci(service: Service, *argv: str, env: dict[str, str] | None = None,
-           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The ``gradci`` command with the service's settings (``env``: instead, for a CI job's)."""
-    return subprocess.run([*GRADCI, *argv], env=env or service.env, cwd=cwd or service.workdir, capture_output=True,
-                          text=True, timeout=300)
-
-
-def new_token(service: Service, full_name: str = REPO, revoked: bool = False) -> str:
-    made = gradci(service, "tokens", "create", full_name)
-    assert made.returncode == 0, made.stderr
-    token = made.stdout.strip().splitlines()[-1]  # alone on the last line
-    if revoked:
-        token_id = made.stdout.split("upload token ")[1].split()[0]
-        assert gradci(service, "tokens", "revoke", token_id).returncode == 0
-    return token
-
-
-def post(service: Service, body: dict[str, Any] | bytes, credential: str | None) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {credential}"} if credential else {}
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(f"{service.url}/api/uploads", content=content, timeout=60,
-                      headers={**headers, "Content-Type": "application/json"})
-
-
-def cells(*names: str, status: str = "pass") -> list[dict[str, Any]]:
-    return [dict(synthetic_cell(index, backend="torch-rev", status=status), scenario=name)
-            for index, name in enumerate(names)]
-
-
-def upload_body(sha: str, shard: str = "default", expect: list[str] | None = None, **fields: Any) -> dict[str, Any]:
-    body = {"repository": REPO, "sha": sha, "shard": shard, "cells": cells("a/one", "a/two"), **fields}
-    return {**body, "expect_shards": expect} if expect else body
+@pytest.fixture(scope="module", name="upload_service")
+def upload_service_fixture(postgres_database: str, redis_database: str, github: FakeGitHub, issuer: FakeOidcIssuer,
+                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with upload_service(postgres_database, redis_database, github, issuer, tmp_path_factory,
+                        upload_max_bytes=str(MAX_BYTES)) as service:
+        yield service
 
 
 def run_of(service: Service, sha: str) -> dict[str, Any] | None:
@@ -130,7 +71,8 @@ def test_two_shards_checked_by_gradci_check_make_one_run_reported_once(
     assert base.status_code == 202 and base.json()["finishing"], base.text
     base_run = upload_service.wait_finished(base.json()["run_id"])
     assert (base_run["trigger"], base_run["status"]) == ("upload", "failed")
-    github.add_pull_request(REPO, 7)
+    github.add_pull_request(REPO, 7, head_sha=HEAD)
+    issuer.sha, issuer.ref = MERGE, "refs/pull/7/merge"  # the id token of a pull_request workflow
 
     # Shard cpu, first with a wrong cell, then again from gradci check with the runner's id token.
     first = post(upload_service, upload_body(HEAD, "cpu", ["cpu", "gpu"], pr=7, base_sha=BASE,
@@ -167,8 +109,9 @@ def test_two_shards_checked_by_gradci_check_make_one_run_reported_once(
                   cwd=tmp_path)
     assert late.returncode == 2 and "HTTP 409" in late.stderr and "has closed" in late.stderr
     patch_status, project_status = sorted(final_statuses(github, HEAD), key=lambda s: s["context"])
-    assert (project_status["context"], project_status["state"]) == ("gradci/project", "success")
-    assert f"compared to {BASE[:7]}" in project_status["description"] and patch_status["context"] == "gradci/patch"
+    assert (project_status["context"], project_status["state"]) == ("gradci/upload/project", "success")
+    assert f"compared to {BASE[:7]}" in project_status["description"]
+    assert patch_status["context"] == "gradci/upload/patch"
     (comment,) = github.comments_on(REPO, 7)
     assert comment["body"].startswith(MARKER) and "**Fixes** (1)" in comment["body"]
     comment_writes = [c for c in github.calls if "/comments" in c["path"] and c["method"] in ("POST", "PATCH")]
@@ -233,7 +176,7 @@ def test_refused_uploads_store_nothing(upload_service: Service, issuer: FakeOidc
     token, other, revoked = new_token(upload_service), new_token(upload_service, "octo/other"), \
         new_token(upload_service, revoked=True)
     before = stored_rows(upload_service.database_url)
-    sha = "4" * 40
+    sha, fork_head = "4" * 40, "8" * 40
 
     def id_token(key: Any = None, **claims: Any) -> str:
         return issuer.mint(issuer.claims(claims.pop("aud", AUDIENCE), **claims), key)
@@ -247,14 +190,14 @@ def test_refused_uploads_store_nothing(upload_service: Service, issuer: FakeOidc
         (upload_body(sha), id_token(aud="https://another.server"), 401, "Audience doesn't match"),
         (upload_body(sha), id_token(exp=1_000_000, iat=999_000), 401, "expired"),
         (upload_body(sha), id_token(repository="octo/other"), 403, "is for octo/other"),
-        (upload_body(sha, pr=8), token, 403, "comes from a fork"),
+        (upload_body(fork_head, pr=8), token, 403, "comes from a fork"),
         (upload_body(sha, cells=[*cells("a/one"), dict(cells("a/two")[0], status="great")]), token, 422, "cells.1.status"),
         (upload_body(sha, cells=[{k: v for k, v in cells("a/one")[0].items() if k != "device"}]), token, 422,
          "cells.0.device"),
         (b'{"repository": "octo/uploads", "sha": ', token, 422, "malformed JSON"),
         (b" " * (MAX_BYTES + 1), token, 413, "payload larger than"),
     ]
-    github.add_pull_request(REPO, 8, fork=True)
+    github.add_pull_request(REPO, 8, fork=True, head_sha=fork_head)
     for body, credential, status, says in refusals:
         answer = post(upload_service, body, credential)
         assert answer.status_code == status, (says, answer.text)

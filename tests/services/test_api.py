@@ -35,23 +35,27 @@ pytestmark = pytest.mark.integration
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LOCAL = "http://127.0.0.1"
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 UNREACHABLE_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/nothing?connect_timeout=2"
 
 
 @pytest.fixture
 def settings(clean_environment, database_url: str, redis_url: str, tmp_path: Path) -> Settings:
-    return Settings(database_url=database_url, broker_url=redis_url, api_token=TOKEN, workdir=tmp_path / "work")
+    # Who may read is test_read_access.py's: here the reader is gradci up's local user, who sees
+    # everything (read_access "local", requests to a loopback address: LOCAL).
+    return Settings(database_url=database_url, broker_url=redis_url, api_token=TOKEN, workdir=tmp_path / "work",
+                    read_access="local")
 
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url=LOCAL) as test_client:
         yield test_client
 
 
 def client_for(settings: Settings, **changes: Any) -> TestClient:
-    return TestClient(create_app(settings.model_copy(update=changes)))
+    return TestClient(create_app(settings.model_copy(update=changes)), base_url=LOCAL)
 
 
 def seed_cells(url: str, run_id: int, cells: list[dict[str, Any]]) -> None:
@@ -474,7 +478,7 @@ def test_the_embedded_broker_is_polled_ten_times_a_second_by_workers_and_senders
 @pytest.fixture
 def api_server(clean_environment, postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
     """``gradci api`` (uvicorn) configured only through GRADCI_* variables; its URL."""
-    env = service_env(database_url=postgres_url, broker_url=redis_url, api_token=TOKEN,
+    env = service_env(database_url=postgres_url, broker_url=redis_url, api_token=TOKEN, read_access="local",
                       public_url="https://ci.example.org", workdir=str(tmp_path / "work"))
     port = free_port()
     server = start_api(env, tmp_path, port)

@@ -103,7 +103,7 @@ def test_app_mode_refuses_a_repositorys_webhook_that_names_no_installation() -> 
     body = pull_request("opened", "a" * 40, "b" * 40)
     assert decide("pull_request", body, [], app_mode=True).installation_id == 1  # GitHub's example names one
     del body["installation"]
-    refused = decide("pull_request", body, [], app_mode=True)
+    refused = decide("pull_request", body, ["*"], app_mode=True)  # registered: open on purpose
     assert refused.kind == DecisionKind.refuse and "names no installation of gradci's GitHub App" in refused.reason
     assert decide("pull_request", body, []).kind == DecisionKind.run_pr  # token mode: no installation needed
 
@@ -125,13 +125,13 @@ def test_installations_add_and_remove_repositories_the_allowed_ones_only() -> No
 
 def test_rerun_requests_name_the_run_or_the_commit() -> None:
     run = decide("check_run", {"action": "rerequested", "installation": {"id": 9}, "repository": REPOSITORY,
-                               "check_run": {"external_id": "17", "head_sha": "c" * 40}}, [], app_mode=True)
+                               "check_run": {"external_id": "17", "head_sha": "c" * 40}}, [REPO], app_mode=True)
     assert (run.kind, run.run_id, run.head_sha, run.full_name) == (DecisionKind.rerun, 17, "c" * 40, REPO)
     suite = decide("check_suite", {"action": "rerequested", "installation": {"id": 9}, "repository": REPOSITORY,
-                                   "check_suite": {"head_sha": "d" * 40}}, [], app_mode=True)
+                                   "check_suite": {"head_sha": "d" * 40}}, [REPO], app_mode=True)
     assert (suite.kind, suite.run_id, suite.head_sha) == (DecisionKind.rerun, None, "d" * 40)
     foreign = decide("check_run", {"action": "rerequested", "installation": {"id": 9}, "repository": REPOSITORY,
-                                   "check_run": {"external_id": "", "head_sha": "c" * 40}}, [], app_mode=True)
+                                   "check_run": {"external_id": "", "head_sha": "c" * 40}}, [REPO], app_mode=True)
     assert foreign.kind == DecisionKind.ignore  # a check run of another App
     assert decide("check_run", {"action": "rerequested", "repository": REPOSITORY}, ["other/*"],
                   app_mode=True).kind == DecisionKind.refuse

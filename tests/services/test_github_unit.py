@@ -17,7 +17,7 @@ from gradci.services.github.events import DecisionKind
 from gradci.services.reports.diff import tolerance_ratio
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.targets import Target, TargetConfigError, parse_report_config
-from tests.support.fake_github import FakeGitHub
+from tests.support.fake_github import SERVICE_LOGIN, FakeGitHub
 from tests.support.payloads import payload
 from tests.support.report_cases import cell, report_of, stored_cell
 
@@ -56,8 +56,27 @@ def test_forks_wait_for_approval_including_deleted_forks():
     assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.await_approval
     p["pull_request"]["head"]["repo"] = None
     assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.await_approval
+    # A label is an approval of the head it was added on (its "labeled" event): one left from an
+    # earlier push approves no later one, nor a reopened pull request.
     p["pull_request"]["labels"] = [{"name": "gradci:run"}]
+    for action in ("synchronize", "opened", "reopened"):
+        p["action"] = action
+        decision = events.decide("pull_request", p, allowed=[])
+        assert decision.kind is DecisionKind.await_approval and "approved an earlier commit" in decision.reason
+    p["action"], p["label"] = "labeled", {"name": "gradci:run"}
     assert events.decide("pull_request", p, allowed=[]).kind is DecisionKind.run_pr
+
+
+def test_app_mode_runs_registered_repositories_only():
+    """Anyone can install an App: its webhooks are signed with the App's secret whoever installed it."""
+    p = {**payload("pull_request.opened"), "installation": {"id": 7}}
+    stranger = events.decide("pull_request", p, allowed=[], app_mode=True)
+    assert stranger.kind is DecisionKind.unregistered and stranger.installation_id == 7
+    assert stranger.head_sha == p["pull_request"]["head"]["sha"] and "not registered" in stranger.reason
+    assert events.decide("pull_request", p, allowed=["*"], app_mode=True).kind is DecisionKind.run_pr
+    assert events.decide("pull_request", p, allowed=[], app_mode=False).kind is DecisionKind.run_pr
+    closed = events.decide("pull_request", {**p, "action": "closed"}, allowed=[], app_mode=True)
+    assert closed.kind is DecisionKind.refuse
 
 
 def test_allowed_repos_and_clone_url_template():
@@ -103,9 +122,9 @@ def test_client_gives_up_after_attempts_and_does_not_retry_4xx():
 
 
 def test_one_comment_edited_in_place():
-    with FakeGitHub() as gh, GitHubClient(gh.url, None, backoff_s=0.01) as client:
-        client.upsert_comment("o/r", 7, f"{MARKER}\nfirst", MARKER)
-        client.upsert_comment("o/r", 7, f"{MARKER}\nsecond", MARKER)
+    with FakeGitHub() as gh, GitHubClient(gh.url, "gh-token", backoff_s=0.01) as client:
+        client.upsert_comment("o/r", 7, f"{MARKER}\nfirst", MARKER, SERVICE_LOGIN)
+        client.upsert_comment("o/r", 7, f"{MARKER}\nsecond", MARKER, SERVICE_LOGIN)
         comments = gh.comments_on("o/r", 7)
         assert len(comments) == 1 and comments[0]["body"].endswith("second")
 
@@ -146,7 +165,7 @@ def test_markdown_has_header_table_and_diff_block(sqlite_url):
     assert text.startswith(MARKER)
     assert "Patch coverage is **100.00%** and project coverage is **66.67%**" in text
     assert "`1234567`" in text and "`abcdef0`" in text
-    assert "| torch-rev | cpu | 66.67% | `a [float64]` |" in text
+    assert "| `torch-rev` | `cpu` | 66.67% | `a [float64]` |" in text
     assert "@@           Gradient Coverage Diff           @@" in text and "#9" in text
     lines = text.split("```diff\n")[1].split("```")[0].splitlines()
     rows = {line[2:12].strip(): line for line in lines if line[:1] in "+- " and line[2:3].isalpha()}

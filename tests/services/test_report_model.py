@@ -52,7 +52,8 @@ def _seed_pull_request(url: str, cell_factory) -> tuple[int, int]:
 
 def test_api_serves_and_documents_the_report(clean_environment, sqlite_url, tmp_path, cell_factory):
     base_id, head_id = _seed_pull_request(sqlite_url, cell_factory)
-    with TestClient(create_app(Settings(database_url=sqlite_url, workdir=tmp_path / "work"))) as client:
+    with TestClient(create_app(Settings(database_url=sqlite_url, workdir=tmp_path / "work",
+                                        read_access="open"))) as client:
         body = client.get(f"/api/runs/{head_id}/report").json()
         schema = client.get("/openapi.json").json()
     assert set(body) == REPORT_KEYS

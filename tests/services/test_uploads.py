@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from gradci.services.api.app import create_app
 from gradci.services.db import jobs as job_store
 from gradci.services.db.models import (
+    Delivery,
     Repository,
     Result,
     Run,
@@ -84,7 +85,7 @@ def test_an_upload_is_what_gradci_check_writes() -> None:
     ({"report": {"project": {"target": "lots"}}}, ("body", "report"), "percentage"),
 ])
 def test_an_upload_outside_the_schema_names_its_field(change: dict, where: tuple, says: str) -> None:
-    from gradci.services.uploads.intake import validation_errors
+    from gradci.services.uploads.stream import validation_errors
 
     with pytest.raises(ValidationError) as raised:
         UploadIn.model_validate(body(**change))
@@ -318,6 +319,26 @@ def test_refused_uploads_store_nothing(upload_client: TestClient, sqlite_url: st
     assert stored_rows(sqlite_url) == dict.fromkeys(stored_rows(sqlite_url), 0)
 
 
+def test_what_would_be_built_big_is_refused_before_it_is(upload_client: TestClient, sqlite_url: str) -> None:
+    """The body is streamed: no value, scenario or cell over 64 KiB is built, nor a header of more
+    than 10,000 values; each is a 422 that stores nothing."""
+    headers = {"Authorization": f"Bearer {token_for(sqlite_url)}"}
+    huge = "x" * 150_000
+    refusals = {
+        "a string": (body(branch=huge), "a single value in the body is over"),
+        "a cell": (body(cells=[dict(cells(0, 1)[0], **{f"k{i}": i for i in range(12_000)})]), "cells.0: an item over"),
+        "a header": (body(report={f"t{i}": i for i in range(10_001)}), "hold over 10000 values"),
+        "cells not a list": (body(cells={"a": 1}), "cells: Input should be a valid list"),
+        "no cells": (body(cells=[]), "cells: List should have at least 1 item"),
+    }
+    for name, (payload, says) in refusals.items():
+        answer = upload_client.post("/api/uploads", json=payload, headers=headers)
+        assert answer.status_code == 422, (name, answer.text)
+        detail = "; ".join(".".join(map(str, e["loc"][1:])) + ": " + e["msg"] for e in answer.json()["detail"])
+        assert says in detail, (name, detail)
+    assert stored_rows(sqlite_url) == dict.fromkeys(stored_rows(sqlite_url), 0)
+
+
 def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(upload_client: TestClient, sqlite_url: str) -> None:
     headers = {"Authorization": f"Bearer {token_for(sqlite_url)}"}
     read: list[int] = []
@@ -332,11 +353,26 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(upload_client:
     assert stored_rows(sqlite_url)["runs"] == 0
 
 
+def approved(url: str, pr_number: int, head_sha: str) -> None:
+    """A maintainer's ``gradci:run`` on the pull request while ``head_sha`` was its head, as its
+    ``labeled`` webhook is stored."""
+    with session_scope(url) as session:
+        session.add(Delivery(delivery_id=f"labeled-{pr_number}-{head_sha}", event="pull_request", action="labeled",
+                             payload={}, subject=f"{REPO}#{pr_number}", processed_at=utcnow(),
+                             decision={"kind": "run_pr", "full_name": REPO, "pr_number": pr_number,
+                                       "head_sha": head_sha}))
+
+
 def test_the_fork_rule_of_webhooks_holds_for_uploads(upload_client: TestClient, sqlite_url: str,
                                                      github: FakeGitHub) -> None:
     headers = {"Authorization": f"Bearer {token_for(sqlite_url)}"}
-    github.add_pull_request(REPO, 4, fork=True, labels=("gradci:run",))
-    github.add_pull_request(REPO, 5)
+    github.add_pull_request(REPO, 4, fork=True, labels=("gradci:run",), head_sha=SHA)
+    github.add_pull_request(REPO, 5, head_sha=OTHER_SHA)
+    # The label was added for an earlier head: it approves nothing pushed since.
+    approved(sqlite_url, 4, "c" * 40)
+    earlier = upload_client.post("/api/uploads", json=body(pr=4), headers=headers)
+    assert earlier.status_code == 403 and "comes from a fork" in earlier.json()["detail"]
+    approved(sqlite_url, 4, SHA)
     assert upload_client.post("/api/uploads", json=body(pr=4), headers=headers).status_code == 202
     assert upload_client.post("/api/uploads", json=body(pr=5, sha=OTHER_SHA), headers=headers).status_code == 202
     late = upload_client.post("/api/uploads", json=body(pr=4), headers=headers)

@@ -12,6 +12,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from tests.support.fake_github import repository_id
 from tests.support.json_server import JsonServer
 
 KEY_ID = "fake-key-1"
@@ -27,6 +28,8 @@ class FakeOidcIssuer(JsonServer):
         super().__init__()
         self.key = new_key()
         self.repository = repository  # the repository claim of the tokens /token mints
+        self.sha = "0" * 40  # ... their sha (a pull_request workflow's: the merge commit)
+        self.ref = "refs/heads/main"  # ... and their ref
         self.requests: list[str] = []
 
     @property
@@ -38,6 +41,7 @@ class FakeOidcIssuer(JsonServer):
         now = int(time.time())
         return {"iss": self.url, "aud": audience, "sub": f"repo:{self.repository}:pull_request",
                 "repository": self.repository, "repository_owner": self.repository.split("/")[0],
+                "repository_id": str(repository_id(self.repository)), "sha": self.sha, "ref": self.ref,
                 "event_name": "pull_request", "iat": now, "nbf": now, "exp": now + 300, **changes}
 
     def mint(self, claims: dict[str, Any], key: rsa.RSAPrivateKey | None = None, kid: str = KEY_ID) -> str:

@@ -1,12 +1,33 @@
 """A JSON API served over real HTTP on loopback, in a thread: the shape of the fakes that stand in
 for what is outside this machine (GitHub, an OIDC issuer). A subclass answers ``answer(method, path,
-body, headers)`` with (status, JSON payload); used as a context manager, it serves while inside."""
+body, headers)`` with (status, JSON payload) — or (status, ``Reply``) for a page or a redirect, as
+GitHub's sign-in pages answer; a form-encoded body arrives as a dict. Used as a context manager, it
+serves while inside."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+from urllib.parse import parse_qsl
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """An answer that is not JSON: a body of its own type, and headers (``Location`` of a redirect)."""
+
+    body: bytes = b""
+    content_type: str = "text/html; charset=utf-8"
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def parsed_body(raw: bytes, content_type: str) -> Any:
+    if not raw:
+        return None
+    if content_type.startswith("application/x-www-form-urlencoded"):
+        return dict(parse_qsl(raw.decode()))
+    return json.loads(raw)
 
 
 class JsonServer:
@@ -37,11 +58,16 @@ class JsonServer:
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                code, payload = server.answer(self.command, self.path, json.loads(raw) if raw else None,
+                code, payload = server.answer(self.command, self.path,
+                                              parsed_body(raw, self.headers.get("Content-Type") or ""),
                                               dict(self.headers))
-                data = json.dumps(payload).encode()
+                reply = payload if isinstance(payload, Reply) else Reply(json.dumps(payload).encode(),
+                                                                          "application/json")
+                data = reply.body
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

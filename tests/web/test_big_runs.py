@@ -168,7 +168,8 @@ def test_the_run_page_walks_every_cell_once_failures_first(database_url: str, ma
     with session_scope(database_url) as session:
         upsert_results(session, run_id, [cell_factory(i) for i in range(250)])
     seen: list[tuple[str, str]] = []
-    with TestClient(create_app(Settings(database_url=database_url, workdir=tmp_path / "work"))) as client:
+    with TestClient(create_app(Settings(database_url=database_url, workdir=tmp_path / "work",
+                                        read_access="open"))) as client:
         path = f"/runs/{run_id}"
         while path:
             page = client.get(path)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from gradci.services.db.models import Run
+from gradci.services.db.session import session_scope
 from tests.support.processes import wait_for
 from tests.support.service import Service
 
@@ -163,7 +165,9 @@ def test_run_cell_history_compare(dashboard_service: Service, browser: Any) -> N
     assert empty.tag_name == "p" and "no cell of these runs recorded errors" in empty.text
     assert browser.execute_script("return document.getElementById('chart-status').data[0].text[0][0]") == "⚠"
     shoot(browser, "4-history-errors")
-    browser.get(f"{url}/scenarios/ok/poly")
+    with session_scope(dashboard_service.database_url, readonly=True) as session:
+        repository = session.get(Run, second).repository_id  # a scenario's history is its repository's
+    browser.get(f"{url}/scenarios/ok/poly?repository={repository}")
     wait_until(browser, "return document.querySelectorAll('.js-plotly-plot').length === 4", "the history charts")
     series = browser.execute_script("return document.getElementById('chart-time_ms').data.map(s => s.x.length)")
     assert series and all(points == 2 for points in series)  # both runs, per backend
@@ -239,3 +243,51 @@ def test_a_running_runs_page_moves_without_reloading(dashboard_service: Service,
     assert browser.find_element("id", "run-status").text == "passed"
     assert script_errors(browser) == []
     assert browser.execute_script("return document.getElementById('run-page').dataset.live") == "false"
+
+
+def test_signing_in_with_github_opens_a_private_repositorys_run(browser: Any, tmp_path: Path) -> None:
+    """From a private repository's run page (not found for nobody), the page's sign-in link, the
+    (fake) GitHub's authorize page, and back to the run, now shown: a real ``gradci api`` process
+    as deployed (read_access public), asking the fake GitHub what the signed-in user may read."""
+    from gradci.services.db.migrate import upgrade
+    from gradci.services.db.results import upsert_results
+    from gradci.services.db.runs import create_run, get_or_create_repository
+    from tests.support.cells import synthetic_cell
+    from tests.support.fake_github import FakeGitHub
+    from tests.support.service import running_service
+
+    database_url = f"sqlite:///{tmp_path / 'gradci.db'}"
+    upgrade(database_url)
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, "https://github.com/acme/secret.git", "acme/secret")
+        run = create_run(session, repository=repository, head_sha="5ec2e7" + "0" * 34)
+        run.status = "failed"
+        session.flush()
+        run_id = run.id
+    with session_scope(database_url) as session:
+        upsert_results(session, run_id, [{**synthetic_cell(0, status="fail"), "scenario": "secretops/attention_grad"}])
+    with FakeGitHub() as github:
+        client_id, client_secret = github.add_oauth_app()
+        github.add_repository("acme/secret", private=True, readers=("alice",))
+        with running_service(database_url, f"sqla+sqlite:///{tmp_path / 'broker.db'}", tmp_path / "work",
+                             tmp_path / "logs", worker=False, read_access="public", github_api_url=github.url,
+                             github_web_url=github.url, github_oauth_client_id=client_id,
+                             github_oauth_client_secret=client_secret) as service:
+            browser.delete_all_cookies()
+            browser.get(f"{service.url}/runs/{run_id}")
+            assert "secretops/attention_grad" not in browser.page_source and "not found" in browser.page_source
+            shoot(browser, "5-private-run-signed-out")
+            browser.find_element("id", "sign-in-to-see").click()
+            wait_for(lambda: browser.current_url.startswith(f"{github.url}/login/oauth/authorize"),
+                     "GitHub's authorize page", timeout_s=15)
+            browser.find_element("id", "login_field").send_keys("alice")
+            shoot(browser, "6-github-authorize")
+            browser.find_element("id", "authorize").click()
+            wait_for(lambda: browser.current_url == f"{service.url}/runs/{run_id}", "back at the run", timeout_s=30)
+            assert browser.find_element("id", "signed-in").text == "alice"
+            assert "secretops/attention_grad" in browser.page_source and "acme/secret" in browser.page_source
+            shoot(browser, "7-private-run-signed-in")
+            browser.find_element("css selector", "header form button").click()  # sign out
+            wait_for(lambda: "Sign in with GitHub" in browser.page_source, "signed out", timeout_s=15)
+            browser.get(f"{service.url}/runs/{run_id}")
+            assert "secretops/attention_grad" not in browser.page_source

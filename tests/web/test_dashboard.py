@@ -32,7 +32,10 @@ Cells = Callable[..., dict[str, Any]]
 
 @pytest.fixture
 def client(database_url: str, tmp_path: Any, clean_environment: None) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(database_url=database_url, workdir=tmp_path / "work"))) as test_client:
+    # Who may read is tests/services/test_read_access.py's: here the reader is gradci up's local user,
+    # who sees everything (read_access "local", requests to a loopback address).
+    settings = Settings(database_url=database_url, workdir=tmp_path / "work", read_access="local")
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as test_client:
         yield test_client
 
 
@@ -224,6 +227,11 @@ def history_data(html: str) -> dict[str, Any]:
     return json.loads(found.group(1))
 
 
+def repository_of(url: str, run_id: int) -> int:
+    with session_scope(url, readonly=True) as session:
+        return session.get(Run, run_id).repository_id
+
+
 def base_and_head(url: str, cells: Cells, *, head: dict[str, Any], device_record: dict[str, Any] | None
                   ) -> tuple[int, int, int, int]:
     """A passing base run and a head run of ``head`` (one cell of nn/mlp) computed by a job of
@@ -265,7 +273,8 @@ def test_cell_page_shows_reference_precision_repeats_and_device(database_url: st
     text = page.text
     assert "✘ fail" in text and "max abs error above tolerance" in text
     assert ">4<" in text.replace(" ", "")  # error ÷ tolerance, in the table
-    assert f'href="/runs/{base_id}/cells/{base_cell}"' in text and 'href="/scenarios/nn/mlp"' in text
+    history = f'href="/scenarios/nn/mlp?repository={repository_of(database_url, head_id)}"'  # its repository's
+    assert f'href="/runs/{base_id}/cells/{base_cell}"' in text and history in text
     assert table_row(text, "reference") == "finite differences, 6 probes"
     assert table_row(text, "its error estimate").startswith("2.5e-11")
     assert table_row(text, "precision") == "torch tf32 matmul=off cudnn=on"
@@ -299,7 +308,8 @@ def test_cell_page_of_an_older_cell_says_not_recorded(database_url: str, client:
 def test_history_charts_the_scenario_over_runs(database_url: str, client: TestClient, cell_factory: Cells) -> None:
     head = cell(cell_factory, 3, "nn/mlp", "fail", ratio=4.0)
     base_id, base_cell, head_id, head_cell = base_and_head(database_url, cell_factory, head=head, device_record=None)
-    history = client.get("/scenarios/nn/mlp")
+    repository = repository_of(database_url, head_id)
+    history = client.get(f"/scenarios/nn/mlp?repository={repository}")
     assert history.status_code == 200
     shipped = history_data(history.text)
     data = shipped["data"]
@@ -313,8 +323,11 @@ def test_history_charts_the_scenario_over_runs(database_url: str, client: TestCl
     assert not any(chart["empty"] for chart in charts.values())
     assert all(chart["layout"]["meta"]["link"] == "/runs/%s" for chart in charts.values())  # a click opens the cell
     assert 'src="/static/history.js"' in history.text
-    assert client.get("/scenarios/nn/absent").status_code == 404
-    assert history_data(client.get("/scenarios/nn/mlp?runs=1").text)["data"]["runs"] == [head_id]
+    assert client.get(f"/scenarios/nn/absent?repository={repository}").status_code == 404
+    assert history_data(client.get(f"/scenarios/nn/mlp?runs=1&repository={repository}").text)["data"]["runs"] == [
+        head_id]
+    # Per repository: the built-in library's nn/mlp is another scenario, with a history of its own.
+    assert client.get("/scenarios/nn/mlp").status_code == 404
 
 
 def test_history_of_a_scenario_that_always_errored_says_so(database_url: str, client: TestClient,

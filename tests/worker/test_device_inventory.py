@@ -87,10 +87,11 @@ def test_workers_discover_and_serve_simulated_gpus(two_gpus: Path) -> None:
 @pytest.mark.integration
 def test_the_heartbeat_carries_the_device_record_to_the_api(clean_environment: None, two_gpus: Path,
                                                            sqlite_url: str, redis_url: str, tmp_path: Path) -> None:
-    settings = Settings(database_url=sqlite_url, broker_url=redis_url, workdir=tmp_path / "work")
+    # The workers list is an operator's: the admin token reads it.
+    settings = Settings(database_url=sqlite_url, broker_url=redis_url, workdir=tmp_path / "work", api_token="operator")
     for device in ("cuda:1", "cpu"):
         Heartbeat(f"{device}-worker", WorkerContext(settings, parse_worker_device(device), f"{device}-worker")).beat()
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), headers={"Authorization": "Bearer operator"}) as client:
         workers = {w["name"]: w for w in client.get("/api/workers").json()}
     gpu: dict[str, Any] = workers["cuda:1-worker"]["versions"]["device"]
     assert (gpu["device"], gpu["name"], gpu["capability"], gpu["memory_total"]) == (
@@ -98,7 +99,7 @@ def test_the_heartbeat_carries_the_device_record_to_the_api(clean_environment: N
     assert workers["cuda:1-worker"]["versions"]["torch"] == metadata.version("torch")
     cpu = workers["cpu-worker"]["versions"]["device"]
     assert cpu["device"] == "cpu" and cpu["cores"] == os.cpu_count() and cpu["memory_total"] > 0
-    with TestClient(create_dashboard(settings)) as dashboard:
+    with TestClient(create_dashboard(settings), headers={"Authorization": "Bearer operator"}) as dashboard:
         page = dashboard.get("/workers").text
     # The workers page names the GPU model and keeps the record out of the versions column.
     assert "NVIDIA A100-SXM4-40GB" in page and "capability" not in page
