@@ -42,6 +42,11 @@ tokens_app = typer.Typer(help="Upload tokens: which repository's results `gradci
                               "Run with the server's settings (the folder of `gradci up`, or GRADCI_DATABASE_URL).",
                          no_args_is_help=True)
 app.add_typer(tokens_app, name="tokens")
+repos_app = typer.Typer(help="Registered repositories: those whose GitHub App installation may run pull requests "
+                             "and whose CI may upload with an OIDC id token (besides GRADCI_ALLOWED_REPOS). "
+                             "Run with the server's settings (the folder of `gradci up`, or GRADCI_DATABASE_URL).",
+                        no_args_is_help=True)
+app.add_typer(repos_app, name="repos")
 
 
 @app.command()
@@ -247,6 +252,33 @@ def tokens_revoke(token_id: int = typer.Argument(..., metavar="ID", help="The id
     from gradci.cli.tokens import revoke
 
     raise typer.Exit(revoke(token_id, read=read))
+
+
+FullNames = Annotated[list[str], typer.Argument(metavar="OWNER/NAME...", help="GitHub repositories.")]
+
+
+@repos_app.command("add")
+def repos_add(repositories: FullNames) -> None:
+    """Register repositories: their App installation's pull requests run, their CI's id tokens upload."""
+    from gradci.cli.repos import add
+
+    raise typer.Exit(add(repositories))
+
+
+@repos_app.command("remove")
+def repos_remove(repositories: FullNames) -> None:
+    """Forget registered repositories: nothing of theirs runs or uploads by id token any more."""
+    from gradci.cli.repos import remove
+
+    raise typer.Exit(remove(repositories))
+
+
+@repos_app.command("list")
+def repos_list() -> None:
+    """The registered repositories, and GRADCI_ALLOWED_REPOS's patterns."""
+    from gradci.cli.repos import show
+
+    raise typer.Exit(show())
 
 
 @app.callback()

@@ -462,3 +462,15 @@ class ReadToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
+
+
+class RegisteredRepository(Base):
+    """A GitHub repository the operator registered (``gradci repos add``): its App installation's pull
+    requests run and its CI's id tokens upload, as those GRADCI_ALLOWED_REPOS names do. ``full_name`` is
+    lower-cased, as GitHub compares names."""
+
+    __tablename__ = "registered_repositories"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    full_name: Mapped[str] = mapped_column(String(200), unique=True)
+    added_at: Mapped[datetime] = mapped_column(default=utcnow)

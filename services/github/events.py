@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Set
 from typing import Any
 
 from gradci.services.api.repo_refs import RepoRef, is_allowed
@@ -94,16 +95,18 @@ def payload_type_error(event: str, payload: dict) -> str | None:
     return None
 
 
-def repository_allowed(full_name: str | None, allowed: list[str]) -> bool:
-    """Globs over owner/name (the same rule as the REST API's); an empty list allows every repository."""
-    return is_allowed(RepoRef(url=full_name or "", full_name=full_name), allowed)
+def repository_allowed(full_name: str | None, allowed: list[str], registered: Set[str] = frozenset()) -> bool:
+    """Globs over owner/name (the same rule as the REST API's); an empty list allows every repository.
+    ``registered``: the lower-cased owner/names ``gradci repos add`` registered, allowed whatever the globs."""
+    return (full_name or "").lower() in registered or is_allowed(RepoRef(url=full_name or "", full_name=full_name),
+                                                                 allowed)
 
 
-def repository_registered(full_name: str | None, allowed: list[str]) -> bool:
-    """The operator named this repository (``GRADCI_ALLOWED_REPOS``): closed by default, for what anyone
-    can send — an App installation's webhooks, an OIDC id token of any repository the issuer signs for.
-    An empty list registers nothing (``*`` opens it on purpose)."""
-    return bool(allowed) and repository_allowed(full_name, allowed)
+def repository_registered(full_name: str | None, allowed: list[str], registered: Set[str] = frozenset()) -> bool:
+    """The operator named this repository (``gradci repos add``, or ``GRADCI_ALLOWED_REPOS``): closed by
+    default, for what anyone can send — an App installation's webhooks, an OIDC id token of any
+    repository the issuer signs for. An empty list registers nothing (``*`` opens it on purpose)."""
+    return (full_name or "").lower() in registered or (bool(allowed) and repository_allowed(full_name, allowed))
 
 
 def is_fork(payload: dict) -> bool:
@@ -127,15 +130,16 @@ def clone_url(full_name: str | None, payload_url: str | None, template: str | No
 
 
 def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
-           approval_label: str = DEFAULT_APPROVAL_LABEL, app_mode: bool = False) -> Decision:
+           approval_label: str = DEFAULT_APPROVAL_LABEL, app_mode: bool = False,
+           registered: Set[str] = frozenset()) -> Decision:
     """What ``payload`` asks for. In App mode (``app_mode``) every webhook of a repository comes
     from an installation of gradci's App, which it names: one that names none is refused, and the
     App's own events (installations, re-run requests) are acted on; in token mode they are ignored."""
     if event == "ping":
         return Decision(DecisionKind.ping, "pong")
     full_name = _get(payload, "repository", "full_name")
-    registered = repository_registered if app_mode else repository_allowed  # anyone may install an App
-    if event in REPOSITORY_EVENTS and not registered(full_name, allowed):
+    admitted = repository_registered if app_mode else repository_allowed  # anyone may install an App
+    if event in REPOSITORY_EVENTS and not admitted(full_name, allowed, registered):
         return _unregistered(event, payload, full_name, app_mode)
     if event in (*INSTALLATION_EVENTS, *RERUN_EVENTS) and not app_mode:
         return Decision(DecisionKind.ignore, f"event {event!r} is for GitHub App mode (GRADCI_GITHUB_APP_ID)")
@@ -148,7 +152,7 @@ def decide(event: str, payload: dict, allowed: list[str], clone_url_template: st
     elif event == "push":
         decision = _push(payload, full_name, clone_url_template)
     elif event in INSTALLATION_EVENTS:
-        decision = _installation(event, payload, allowed)
+        decision = _installation(event, payload, allowed, registered)
     elif event in RERUN_EVENTS:
         decision = _rerequested(event, payload, full_name, clone_url_template)
     else:
@@ -160,7 +164,8 @@ def _unregistered(event: str, payload: dict, full_name: str | None, app_mode: bo
     """A repository the operator did not allow. In App mode its owner installed the App without the
     operator: a commit it pushes gets a refusal on its check run (the installation's token may write
     one), so the owner learns why nothing runs; token mode answers the webhook 403."""
-    reason = f"repository {full_name!r} is not registered with this gradci server (GRADCI_ALLOWED_REPOS)"
+    reason = (f"repository {full_name!r} is not registered with this gradci server (gradci repos add, or "
+              "GRADCI_ALLOWED_REPOS)")
     installation = _get(payload, "installation", "id")
     head_sha = (_get(payload, "pull_request", "head", "sha") if event == "pull_request" else
                 payload.get("after") if event == "push" else _get(payload, event, "head_sha"))
@@ -171,20 +176,20 @@ def _unregistered(event: str, payload: dict, full_name: str | None, app_mode: bo
                     installation_id=installation)
 
 
-def _names(repositories: Any, allowed: list[str]) -> tuple[str, ...]:
+def _names(repositories: Any, allowed: list[str], registered: Set[str] = frozenset()) -> tuple[str, ...]:
     listed = [_get(repository, "full_name") for repository in repositories or ()]
-    return tuple(name for name in listed if isinstance(name, str) and repository_registered(name, allowed))
+    return tuple(name for name in listed if isinstance(name, str) and repository_registered(name, allowed, registered))
 
 
-def _installation(event: str, payload: dict, allowed: list[str]) -> Decision:
+def _installation(event: str, payload: dict, allowed: list[str], registered: Set[str]) -> Decision:
     """The repositories an installation covers now: all of them when it is created (or comes back),
     none when it is deleted or suspended; ``installation_repositories`` adds and removes some."""
     action = payload.get("action")
     if event == "installation_repositories":
-        added, removed = (_names(payload.get("repositories_added"), allowed),
+        added, removed = (_names(payload.get("repositories_added"), allowed, registered),
                           _names(payload.get("repositories_removed"), ["*"]))
     elif action in ("created", "unsuspend", "new_permissions_accepted"):
-        added, removed = _names(payload.get("repositories"), allowed), ()
+        added, removed = _names(payload.get("repositories"), allowed, registered), ()
     elif action in ("deleted", "suspend"):
         added, removed = (), _names(payload.get("repositories"), ["*"])  # forgetting is safe for any
     else:
@@ -231,9 +236,9 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
     if fork:
         # An approval is of the commit the maintainer read, as GitHub's "approve and run" is: a label
         # left from an earlier push approves nothing pushed since, only its (re)adding does.
-        again = " again: it approved an earlier commit" if has_label(payload, label) else ""
-        return Decision(DecisionKind.await_approval,
-                        f"pull request from a fork: add the label {label!r}{again} to run {base['head_sha']}",
+        how = (f"remove the label {label!r} and add it again (it approved an earlier commit)"
+               if has_label(payload, label) else f"add the label {label!r}")
+        return Decision(DecisionKind.await_approval, f"pull request from a fork: {how} to run {base['head_sha']}",
                         **base)
     return Decision(DecisionKind.run_pr, f"pull request {action}", **base)
 

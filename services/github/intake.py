@@ -36,6 +36,7 @@ from gradci.services import dispatch
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.deliveries import pending_deliveries, store_delivery, subject_of
 from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger, utcnow
+from gradci.services.db.registry import registered_names
 from gradci.services.db.runs import (
     RunAlreadyFinished,
     create_rerun,
@@ -110,7 +111,7 @@ def receive(session: Session, settings: Settings, event: str, delivery_id: str, 
     if type_error is not None:
         return Received(400, {"detail": type_error})
     decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings),
-                      app_mode=settings.github_app_mode)
+                      app_mode=settings.github_app_mode, registered=registered_names(session))
     refused = refusal(decision)
     if refused is not None:
         return Received(*refused)

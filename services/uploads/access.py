@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from gradci.services.db.models import Delivery
+from gradci.services.db.registry import registered_names
 from gradci.services.db.session import session_scope
 from gradci.services.github.client import GitHubClient, GitHubError
 from gradci.services.github.events import (
@@ -98,11 +99,14 @@ def authorize(settings: Settings, credential: Credential, repository: str, sha: 
     (for the pull request ``pr_number``, if any); ``Unavailable`` when GitHub cannot be asked."""
     if credential.repository.casefold() != repository.casefold():  # GitHub's names ignore case
         raise Forbidden(f"{credential.describe()} is for {credential.repository}, not {repository}")
-    if not repository_allowed(repository, settings.allowed_repos):
-        raise Forbidden(f"repository {repository!r} is not in GRADCI_ALLOWED_REPOS")
-    if credential.token_id is None and not repository_registered(repository, settings.allowed_repos):
+    with session_scope(settings.database_url, readonly=True) as session:
+        registered = registered_names(session)
+    if not repository_allowed(repository, settings.allowed_repos, registered):
+        raise Forbidden(f"repository {repository!r} is not in GRADCI_ALLOWED_REPOS (nor registered: gradci repos add)")
+    if credential.token_id is None and not repository_registered(repository, settings.allowed_repos, registered):
         raise Forbidden(f"id tokens are accepted only for repositories the operator registered: {repository!r} "
-                        "is not in GRADCI_ALLOWED_REPOS (or use an upload token: gradci tokens create)")
+                        "is not (gradci repos add, or GRADCI_ALLOWED_REPOS; or use an upload token: gradci "
+                        "tokens create)")
     token = settings.github_token.get_secret_value() if settings.github_token else None
     try:
         with GitHubClient(settings.github_api_url, token, attempts=2) as client:

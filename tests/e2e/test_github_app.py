@@ -5,6 +5,7 @@ every repository call). The check run is in progress, then completed with an ann
 of each failing scenario's Scenario(...) call; GitHub's Re-run starts a rerun."""
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from gradci.services.db.models import Repository
 from gradci.services.db.session import session_scope
 from gradci.services.reports.markdown import MARKER
+from gradci.testing.service import GRADCI
 from tests.support import webhook_client
 from tests.support.checkouts import gradci_toml
 from tests.support.databases import emptied, flushed
@@ -175,6 +177,7 @@ def test_a_strangers_installation_gets_a_refusal_on_its_check_run_and_nothing_ru
     before = httpx.get(f"{app_service.url}/api/runs").json()["items"]
     body = pull_request("opened", c1, c0)
     body["repository"]["full_name"] = body["pull_request"]["base"]["repo"]["full_name"] = STRANGER
+    body["pull_request"]["head"]["repo"]["full_name"] = STRANGER  # a branch of its own, not a fork's
     body["installation"] = {"id": STRANGERS_INSTALLATION}
     answer = deliver(app_service.url, "pull_request", body)
     assert answer.status_code == 202 and answer.json()["accepted"] == "unregistered", answer.text
@@ -184,3 +187,14 @@ def test_a_strangers_installation_gets_a_refusal_on_its_check_run_and_nothing_ru
     assert (check["head_sha"], check["status"], check["conclusion"]) == (c1, "completed", "action_required")
     assert "not registered" in check["output"]["title"] and "Nothing was run" in check["output"]["summary"]
     assert httpx.get(f"{app_service.url}/api/runs").json()["items"] == before
+    # Once its operator registers it (any case: GitHub's names ignore it), the same pull request runs.
+    added = subprocess.run([*GRADCI, "repos", "add", STRANGER.lower()], env=app_service.env, capture_output=True,
+                           text=True, timeout=120)
+    assert added.returncode == 0 and "registered" in added.stdout, added.stderr
+    again = deliver(app_service.url, "pull_request", body)
+    assert again.status_code == 202 and again.json()["accepted"] == "run_pr", again.text
+    runs = wait_for(lambda: [run for run in httpx.get(f"{app_service.url}/api/runs").json()["items"]
+                             if run["id"] not in {old["id"] for old in before}], "the registered repository's runs")
+    assert c1 in [run["head_sha"] for run in runs], runs  # with its base's, to compare with
+    for run in runs:  # their clones fail (no mirror of the stranger's here): what matters is that they ran
+        app_service.wait_finished(run["id"])

@@ -21,11 +21,21 @@ from gradci.services.db.session import session_scope
 from gradci.services.github.publish import publish_run
 from gradci.services.reports.markdown import MARKER
 from gradci.services.settings import Settings
-from tests.support.fake_github import FakeGitHub
+from tests.support.fake_github import FakeGitHub, repository_id
 from tests.support.fake_oidc import FakeOidcIssuer
 from tests.support.processes import wait_for
 from tests.support.service import Service
-from tests.support.uploads import AUDIENCE, PUBLIC_URL, REPO, cells, new_token, post, upload_body, upload_service
+from tests.support.uploads import (
+    AUDIENCE,
+    PUBLIC_URL,
+    REPO,
+    cells,
+    gradci,
+    new_token,
+    post,
+    upload_body,
+    upload_service,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -122,6 +132,14 @@ def test_a_strangers_id_token_gets_nothing(service: Service, github: FakeGitHub,
         assert answer.status_code == 403 and says in answer.json()["detail"], answer.text
     assert stored_runs(service) == before
     assert post(service, upload_body(sha), id_token()).status_code == 202  # the repository's own, for its commit
+    # Registered by its operator (gradci repos add), the same repository's token uploads.
+    assert gradci(service, "repos", "add", STRANGER).returncode == 0
+    try:
+        answer = post(service, upload_body(sha, repository=STRANGER),
+                      id_token(repository=STRANGER, repository_id=str(repository_id(STRANGER))))
+        assert answer.status_code == 202, answer.text
+    finally:
+        assert gradci(service, "repos", "remove", STRANGER).returncode == 0
 
 
 def stored_runs(service: Service) -> int:

@@ -77,6 +77,16 @@ def test_app_mode_runs_registered_repositories_only():
     assert events.decide("pull_request", p, allowed=[], app_mode=False).kind is DecisionKind.run_pr
     closed = events.decide("pull_request", {**p, "action": "closed"}, allowed=[], app_mode=True)
     assert closed.kind is DecisionKind.refuse
+    # gradci repos add registers it (as GitHub, in any case); another stays out.
+    full_name = p["repository"]["full_name"]
+    assert events.decide("pull_request", p, allowed=[], app_mode=True,
+                         registered={full_name.upper().lower()}).kind is DecisionKind.run_pr
+    assert events.decide("pull_request", p, allowed=[], app_mode=True,
+                         registered={"someone/else"}).kind is DecisionKind.unregistered
+    installed = events.decide("installation", {"action": "created", "installation": {"id": 7}, "repositories": [
+        {"full_name": full_name.upper()}, {"full_name": "someone/else"}]}, allowed=[], app_mode=True,
+        registered={full_name.lower()})
+    assert installed.added == (full_name.upper(),)
 
 
 def test_allowed_repos_and_clone_url_template():
