@@ -23,12 +23,8 @@ RUN set -eux; \
     fi
 
 WORKDIR /app
-COPY pyproject.toml setup.py README.md LICENSE ./
-COPY gradci ./gradci
-COPY scenarios ./scenarios
-COPY services ./services
-COPY worker ./worker
-COPY web ./web
+# What the package is made of (.dockerignore lets in only that): gradci/ and the layer folders it links to.
+COPY . ./
 RUN pip install --no-cache-dir .
 
 # Workers run pull-request code (in their sandboxed runner): never as root.

@@ -33,12 +33,12 @@ browser:
 	bash scripts/install-debian-packages.sh "the browser tests will be skipped" \
 		chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver
 
-# ruff over the whole repository; mypy over the installed package gradci (its layers laid out under their
-# import names by scripts/typecheck_tree.py: mypy cannot follow the editable install's import hook).
+# ruff over the whole repository; mypy over the package gradci (through gradci/'s links to its layers);
+# commit subjects of at most 72 characters.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) scripts/typecheck_tree.py > /dev/null
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_commit_subjects.py
 
 # Two pytest processes (pytest-xdist), a test module each at a time so that a module's service starts
 # once: most tests wait on spawned services, so two keep both cores of a 2-core machine busy

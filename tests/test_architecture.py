@@ -13,7 +13,7 @@ cycle between the modules' ideas, and hiding it there is how it grew.
 from __future__ import annotations
 
 import ast
-import runpy
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Import name -> repository folder, as the distribution maps them.
-FOLDERS: dict[str, str] = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["LAYERS"]
+PACKAGE = ROOT / "gradci"  # its layers are links to the repository's folders (gradci/scenarios -> ../scenarios)
 # Layer of each package: a module may use its own layer and those below it.
 # gradci.testing (what tests/ and bench/ share) drives the command line's processes: above everything.
 LAYERS = {"gradci": 0, "gradci.scenarios": 0, "gradci.services": 1, "gradci.worker": 2, "gradci.web": 2,
@@ -40,11 +39,10 @@ NOT_IN_THE_ENGINE = ("sqlalchemy", "alembic", "fastapi", "starlette", "celery", 
 def modules() -> dict[str, Path]:
     """Dotted name → file, for every module of our packages."""
     found = {}
-    for package, folder in FOLDERS.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = (*package.split("."), *path.relative_to(ROOT / folder).with_suffix("").parts)
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found.setdefault(name, path)  # gradci/ lists the mapped layers' folders under no name
+    for folder, _, files in os.walk(PACKAGE, followlinks=True):
+        for path in (Path(folder) / file for file in files if file.endswith(".py")):
+            parts = ("gradci", *path.relative_to(PACKAGE).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 

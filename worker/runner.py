@@ -481,9 +481,8 @@ def crash_frames(output: str, root: str | None = None) -> str:
     """The innermost frames of the user's code in the last faulthandler traceback of ``output``
     ("pkg/model.py:12 in f; ..."), at most ``CRASH_FRAMES``, files relative to the checkout's
     ``root`` where they lie in it; "" where there is none."""
-    from gradci.scenarios.verdict.exceptions import also_not_users, is_users_file
+    from gradci.scenarios.verdict.exceptions import is_users_file
 
-    also_not_users(*_layer_folders())
     start = output.rfind("Fatal Python error")
     frames = [m for m in _FRAME.finditer(output[start:] if start >= 0 else output) if is_users_file(m["file"])]
 
@@ -493,14 +492,3 @@ def crash_frames(output: str, root: str | None = None) -> str:
     # faulthandler prints the most recent call first
     return "; ".join(f"{shown(m['file'])}:{m['line']} in {m['name']}" for m in frames[:CRASH_FRAMES])
 
-
-def _layer_folders() -> list[str]:
-    """gradci's layers' folders (one in a wheel; each layer its own in an editable install)."""
-    import importlib.util
-
-    found = []
-    for name in ("gradci.services", "gradci.worker"):  # the layers a runner's code runs through
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            found += list(spec.submodule_search_locations)
-    return found

@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
-import importlib.util
 import json
 import logging
 import os
@@ -46,12 +45,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gradci._layout import code_folders
+
 log = logging.getLogger(__name__)
 
 RUNNER_MODULE = "gradci.worker.runner_child"
 # The packages the runner imports from gradci's own tree; the rest of the tree (.env, .git, a
 # workdir kept beside the code, the tests) is not in the box.
-RUNNER_PACKAGES = ("gradci", "gradci.scenarios", "gradci.services", "gradci.worker")
 # Private, small, world-writable folders (MB): writes land in memory and vanish with the box.
 PRIVATE_TMPFS = {"/tmp": 64, "/var/tmp": 64, "/dev/shm": 64, "/run": 1}
 # The system's programs and libraries; on a merged-/usr system all but /usr are symbolic links.
@@ -513,14 +513,8 @@ def interpreter_paths() -> tuple[Path, ...]:
         paths.add(Path(os.path.realpath(prefix)))
     paths.update(Path(os.path.realpath(entry)) for entry in sys.path
                  if ("site-packages" in entry or "dist-packages" in entry) and os.path.isdir(entry))
-    paths.update(_package_folder(name) for name in RUNNER_PACKAGES)
+    paths.update(code_folders())  # a wheel's one folder, or a checkout's gradci/ and the layers it links to
     return tuple(sorted(paths))
-
-
-def _package_folder(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    assert spec is not None and spec.submodule_search_locations, name
-    return Path(os.path.realpath(next(iter(spec.submodule_search_locations))))
 
 
 def runner_command() -> list[str]:

@@ -45,30 +45,17 @@ def add_import_root(root: Path | str) -> None:
 
 @cache
 def _not_users() -> tuple[str, ...]:
-    """Folders whose code is not the user's: gradci's (the package and the engine; the layers above
-    add theirs, ``also_not_users``), the standard library, installed packages."""
-    import importlib.util
+    """Folders whose code is not the user's: gradci's own (every layer), the standard library,
+    installed packages."""
+    from gradci._layout import code_folders
 
-    root = importlib.util.find_spec("gradci")  # the package's own folder (the authoring API, the CLI)
-    folders = {str(Path(__file__).resolve().parent.parent)}  # the engine's
-    if root is not None and root.submodule_search_locations:
-        folders |= {str(Path(location).resolve()) for location in root.submodule_search_locations}
-    folders |= _more_not_users
+    folders = {str(folder) for folder in code_folders()}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:
             folders.add(str(Path(path).resolve()))
     folders |= {str(Path(p).resolve()) for p in sys.path if "site-packages" in p or "dist-packages" in p}
     return tuple(sorted(folders))
-
-
-_more_not_users: set[str] = set()
-
-
-def also_not_users(*folders: str | Path) -> None:
-    """Folders of gradci's other layers (the worker's, the server's): their frames are not the user's."""
-    _more_not_users.update(str(Path(folder).resolve()) for folder in folders)
-    _not_users.cache_clear()
 
 
 def is_users_file(filename: str) -> bool:
