@@ -22,7 +22,7 @@ from typing import Any
 from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
 from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
-from gradci.services.queues import queue_for_device
+from gradci.services.broker.queues import queue_for_device
 
 
 class PlanError(ValueError):
@@ -234,7 +234,7 @@ def split_runnable(scenarios: Sequence[ScenarioInfo], matrix: Matrix) -> tuple[d
     return runnable, skipped
 
 
-def plan_run(
+def divide_into_jobs(
     scenarios: Sequence[ScenarioInfo],
     *,
     run_matrix: Matrix,

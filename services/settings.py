@@ -20,7 +20,7 @@ from gradci.services.db.urls import ensure_sqlite_directory, normalize_database_
 EMBEDDED_DATABASE_FILE = "gradci.db"
 EMBEDDED_BROKER_FILE = "broker.db"
 EMBEDDED_BROKER_SCHEMES = ("sqla+", "sqlalchemy+")
-EMBEDDED_TRANSPORT = "gradci.services.embedded_broker:Transport"
+EMBEDDED_TRANSPORT = "gradci.services.broker.embedded:Transport"
 # Redis redelivers a task not acknowledged within the visibility timeout; it must outlive the
 # hard time limit or a long job is handed to a second worker while the first still runs it.
 VISIBILITY_MARGIN_S = 600
@@ -178,7 +178,7 @@ class Settings(BaseSettings):
 
     def broker_target(self) -> tuple[str, str | None]:
         """(URL, transport) to open the broker with: an embedded broker's database URL with gradci's
-        transport for it (``gradci.services.embedded_broker``); any other URL as it is, its
+        transport for it (``gradci.services.broker.embedded``); any other URL as it is, its
         transport named by its scheme."""
         if self.broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
             return _strip_broker_scheme(self.broker_url), EMBEDDED_TRANSPORT

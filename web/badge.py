@@ -18,7 +18,7 @@ from gradci.services.access.read_tokens import find_read_token
 from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
-from gradci.services.reports import finished
+from gradci.services.reports import finished_counts
 from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.run_report import COMPARABLE
 
@@ -63,7 +63,7 @@ def badge(owner: Segment, repo: Segment, request: Request, session: ReadSession,
     if run is not None and not (access.decision.may_read(run.repository) or (
             row is not None and full_name.lower() in {name.lower() for name in row.repositories})):
         run = None
-    coverage = run_coverage(run.coverage, finished.cell_counts(session, [run])[run.id]) if run else None
+    coverage = run_coverage(run.coverage, finished_counts.cell_counts(session, [run])[run.id]) if run else None
     value = "unknown" if coverage is None else f"{coverage:.1f}%"
     etag = f'"{run.id if run else 0}-{value}"'
     headers = {"Cache-Control": "no-cache", "ETag": etag}

@@ -20,7 +20,7 @@ from gradci.services.api.runs import RunId
 from gradci.services.db import queries
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.waiting import waiting_jobs
-from gradci.services.reports import finished
+from gradci.services.reports import finished_counts
 from gradci.services.reports.coverage import percent, run_coverage
 from gradci.services.reports.run_grid import MatrixPage, cell_progress, filter_choices, matrix_page
 from gradci.services.reports.run_report import report_for_run
@@ -60,7 +60,7 @@ class Progress:
 
 
 def run_progress(session: Session, run: Run) -> Progress:
-    counts = finished.cell_counts(session, [run])[run.id]
+    counts = finished_counts.cell_counts(session, [run])[run.id]
     jobs = job_progress(queries.job_counts(session, [run.id])[run.id])
     cells = None if run.status in FINISHED_RUN_STATUSES else cell_progress(session, run.id, counts)
     return Progress(run.status, counts, jobs, cells)

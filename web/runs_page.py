@@ -12,7 +12,7 @@ from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
 from gradci.services.db.models import RunStatus, Trigger
-from gradci.services.reports import finished
+from gradci.services.reports import finished_counts
 from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.run_report import base_runs
 from gradci.web.form_query import FormQuery
@@ -36,10 +36,10 @@ def runs_page(request: Request, session: ReadSession, access: ReadAccess, query:
                               trigger=query.trigger and query.trigger.value)
     page = queries.list_runs(session, where, limit=RUNS_PER_PAGE, cursor=query.cursor)
     runs = page.items
-    counts = finished.cell_counts(session, runs)
+    counts = finished_counts.cell_counts(session, runs)
     jobs = queries.job_counts(session, [run.id for run in runs])
     bases = base_runs(session, runs)
-    base_counts = finished.cell_counts(session, list(bases.values()))
+    base_counts = finished_counts.cell_counts(session, list(bases.values()))
     rows = []
     for run in runs:
         coverage = run_coverage(run.coverage, counts[run.id])

@@ -1,4 +1,4 @@
-"""The worker's Celery application: the configuration ``gradci.services.queues`` shares with the API's
+"""The worker's Celery application: the configuration ``gradci.services.broker.queues`` shares with the API's
 producer, the task modules, and the worker's lifecycle handlers (heartbeats, runner shutdown).
 
 Nothing happens at import: ``create_worker_app`` is called once, by ``gradci worker`` at start-up.
@@ -9,7 +9,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from gradci.services.queues import create_celery
+from gradci.services.broker.queues import create_celery
 from gradci.services.settings import Settings
 from gradci.worker import heartbeat
 from gradci.worker.runner import close_shared_runner

@@ -1,7 +1,7 @@
 """This machine's devices, and which one a worker serves.
 
 A run names devices logically (``gradci.scenarios.contract.devices``); jobs go to the queue of their device's kind
-and a GPU worker consumes ``cuda`` plus the queue of its own capability (``gradci.services.queues``): the
+and a GPU worker consumes ``cuda`` plus the queue of its own capability (``gradci.services.broker.queues``): the
 worker, not the run, picks the physical GPU, and results keep the run's device label so that a
 redelivery on another GPU rewrites the same rows.
 
@@ -48,7 +48,7 @@ class LocalDevice:
     def queues(self) -> list[str]:
         """The queues a worker for this device consumes."""
         # Imported here: discovery alone (scripts/gpu_check.sh on a bare GPU machine) needs no Celery.
-        from gradci.services.queues import queues_of_worker
+        from gradci.services.broker.queues import queues_of_worker
 
         return queues_of_worker(self.name, self.capability)
 

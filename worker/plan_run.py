@@ -75,7 +75,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         if not source.requested(ref.matrix).backends:
             # "Every available backend": only now pay for importing every framework to find them.
             source = load_source(ref, context.checkouts(), context.runner(), availability=True)
-        the_plan = planner.plan_run(
+        the_plan = planner.divide_into_jobs(
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
             default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,

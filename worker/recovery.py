@@ -35,7 +35,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from gradci.services.broker_messages import WAITING, TaskKey, UnknownTransport, broker_tasks
+from gradci.services.broker.messages import WAITING, TaskKey, UnknownTransport, broker_tasks
+from gradci.services.broker.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB
 from gradci.services.db.deliveries import unhandled_deliveries
 from gradci.services.db.jobs import (
     lost_jobs,
@@ -47,7 +48,6 @@ from gradci.services.db.jobs import (
 )
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import overdue_runs
-from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB
 from gradci.services.settings import Settings
 
 log = logging.getLogger(__name__)

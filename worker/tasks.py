@@ -1,5 +1,5 @@
 """The Celery tasks: thin shells over ``gradci.services.github.intake``, ``gradci.worker.plan_run``,
-``gradci.worker.execute``, ``gradci.services.db.jobs.finalize_run`` and ``gradci.services.github.publish``,
+``gradci.worker.job_execution``, ``gradci.services.db.jobs.finish_run`` and ``gradci.services.github.publish``,
 so that each can be run and tested without a broker; and the chores the elected worker does after
 its heartbeats.
 
@@ -17,6 +17,14 @@ from typing import Any
 
 from celery import shared_task
 
+from gradci.services.broker.queues import (
+    CONTROL_QUEUE,
+    FINALIZE_RUN,
+    HANDLE_DELIVERY,
+    PLAN_RUN,
+    PUBLISH_GITHUB,
+    RUN_JOB,
+)
 from gradci.services.db import jobs as job_store
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.models import Run
@@ -25,11 +33,10 @@ from gradci.services.db.uploads import close_overdue
 from gradci.services.db.workers import elected_worker
 from gradci.services.github.intake import act_on_delivery
 from gradci.services.github.publish import claim_due_reports, owe_reports
-from gradci.services.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, PUBLISH_GITHUB, RUN_JOB
 from gradci.services.reports.run_report import store_report
 from gradci.services.reports.targets import TargetConfigError
 from gradci.worker.context import current
-from gradci.worker.execute import JobExecution
+from gradci.worker.job_execution import JobExecution
 from gradci.worker.plan_run import plan_jobs
 from gradci.worker.recovery import Reconciler, Senders
 
@@ -92,7 +99,7 @@ def finalize_run(run_id: int) -> None:
     report, and those of the pull requests whose base commit it checked (they were waiting for it).
     The reports are marked owed in the same transaction: should a message be lost, the sweeper sends them."""
     with session_scope(current().settings.database_url) as session:
-        run = job_store.finalize_run(session, run_id)
+        run = job_store.finish_run(session, run_id)
         if run is None:
             return
         log.info("run %s finished: %s (coverage %s)", run_id, run.status, run.coverage)

@@ -5,9 +5,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from gradci.services import dispatch
 from gradci.services.api.deps import SettingsDep
 from gradci.services.api.schemas import BrokerHealth, ComponentHealth, Health
+from gradci.services.broker import dispatch
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.db.workers import online_counts_by_device
 

@@ -16,7 +16,7 @@ from gradci.services.api.errors import errors
 from gradci.services.api.runs import MAX_INT32, RunId, run_url
 from gradci.services.db.models import Job
 from gradci.services.reports.markdown import render
-from gradci.services.reports.model import RunReport
+from gradci.services.reports.report_record import RunReport
 from gradci.services.reports.run_report import report_for_run
 from gradci.services.reports.targets import TargetConfigError
 

@@ -10,7 +10,6 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
-from gradci.services import dispatch
 from gradci.services.api.access import OPTIONAL_CREDENTIAL, ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
 from gradci.services.api.errors import errors
@@ -27,6 +26,7 @@ from gradci.services.api.schemas import (
     WaitingOut,
     from_row,
 )
+from gradci.services.broker import dispatch
 from gradci.services.db import queries
 from gradci.services.db.models import Run, RunStatus, StoredReport
 from gradci.services.db.pagination import CURSOR_PATTERN
@@ -41,7 +41,7 @@ from gradci.services.db.runs import (
 )
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import waiting_by_run
-from gradci.services.reports import finished
+from gradci.services.reports import finished_counts
 from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.junit import decompressed_chunks, document_name, junit_chunks
 from gradci.services.settings import Settings
@@ -63,7 +63,7 @@ def run_url(settings: Settings, request: Request, run_id: int) -> str:
 def runs_out(session: Session, runs: list[Run], settings: Settings, request: Request) -> list[RunOut]:
     """Runs with their cell and job counts, grouped queries for the whole list (a finished run's cells
     are counted once: they never change)."""
-    cells, jobs = finished.cell_counts(session, runs), queries.job_counts(session, [run.id for run in runs])
+    cells, jobs = finished_counts.cell_counts(session, runs), queries.job_counts(session, [run.id for run in runs])
     waiting = waiting_by_run(session, [run.id for run in runs if jobs[run.id]["queued"]],
                              within_s=settings.worker_online_s)
     out = []

@@ -11,7 +11,7 @@ from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.repo_refs import REPO_PATTERN, parse_repo_ref
 from gradci.services.cell_fields import cell_record
 from gradci.services.repo_urls import without_credentials
-from gradci.services.reports.model import StatusCounts
+from gradci.services.reports.report_record import StatusCounts
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

@@ -192,7 +192,7 @@ def unfinished_jobs(session: Session, run_id: int) -> int:
     ) or 0)
 
 
-def finalize_run(session: Session, run_id: int) -> Run | None:
+def finish_run(session: Session, run_id: int) -> Run | None:
     """Counts, coverage and the final status, once no job is left unfinished (and, for an upload
     run, once it closed); idempotent. Returns the run when it is (now) finished, None when jobs are
     still running, shards still awaited, or the run is unknown."""

@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.services import dispatch
+from gradci.services.broker import dispatch
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.deliveries import pending_deliveries, store_delivery, subject_of
 from gradci.services.db.models import Delivery, GitHubReport, Repository, Run, RunStatus, Trigger, utcnow

@@ -29,7 +29,7 @@ from gradci.services.github.identity import own_login
 from gradci.services.reports.annotations import Annotation, failing_scenario_annotations
 from gradci.services.reports.gfm import code
 from gradci.services.reports.markdown import MARKER, render
-from gradci.services.reports.model import RunReport
+from gradci.services.reports.report_record import RunReport
 from gradci.services.reports.run_report import report_for_run, waiting_for_base
 from gradci.services.settings import Settings, get_settings
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, aliased
 from gradci.scenarios.contract.cell import KEY_FIELDS, Status
 from gradci.services.db.models import Result
 from gradci.services.reports.coverage import MISSING
-from gradci.services.reports.model import BRIEF_FIELDS, CellBrief
+from gradci.services.reports.report_record import BRIEF_FIELDS, CellBrief
 
 NEAR_MISS_RATIO = 0.5
 NEAR_MISS_GROWTH = 10.0

@@ -9,7 +9,7 @@ from typing import Any
 from gradci.services.github.client import COMMENT_BODY_LIMIT
 from gradci.services.reports.coverage import percent
 from gradci.services.reports.gfm import code
-from gradci.services.reports.model import CellBrief, RunReport, StatusCounts
+from gradci.services.reports.report_record import CellBrief, RunReport, StatusCounts
 
 MARKER = "<!-- gradci:report -->"
 LIST_LIMIT = 25  # rows per list before "and N more": the comment must stay under GitHub's limit

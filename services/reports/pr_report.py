@@ -11,7 +11,7 @@ from typing import NamedTuple
 from gradci.services.reports.aggregates import Group, GroupTally
 from gradci.services.reports.coverage import percent
 from gradci.services.reports.diff import Changes
-from gradci.services.reports.model import (
+from gradci.services.reports.report_record import (
     ChangeCounts,
     CoverageStatus,
     GroupCoverage,

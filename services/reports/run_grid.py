@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from gradci.services.db.models import Result, Run, StoredReport
 from gradci.services.db.queries import ATTENTION_ORDER, ResultFilter, filtered_results
 from gradci.services.reports.diff import tolerance_ratio
-from gradci.services.reports.finished import RecentlyUsed, is_final, recall, remember, runs_key
+from gradci.services.reports.finished_counts import RecentlyUsed, is_final, recall, remember, runs_key
 
 T = TypeVar("T")
 ROWS_PER_PAGE = 200

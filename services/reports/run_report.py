@@ -8,10 +8,10 @@ from gradci.services.db.models import FINISHED_RUN_STATUSES, Run, RunStatus, Sto
 from gradci.services.db.queries import cell_counts, without_jit
 from gradci.services.reports.aggregates import changed_scenarios, group_tallies, missing_cells
 from gradci.services.reports.diff import Changes, compare
-from gradci.services.reports.finished import is_final
+from gradci.services.reports.finished_counts import is_final
 from gradci.services.reports.junit import compressed_junit
-from gradci.services.reports.model import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from gradci.services.reports.pr_report import RunFigures, build_report
+from gradci.services.reports.report_record import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from gradci.services.reports.run_grid import layout_record
 from gradci.services.reports.targets import parse_report_config
 

@@ -13,8 +13,8 @@ from typing import IO
 from pydantic import BaseModel, Field
 from sqlalchemy import update
 
-from gradci.services import dispatch
 from gradci.services.api.repo_refs import parse_repo_ref
+from gradci.services.broker import dispatch
 from gradci.services.db.jobs import record_catalog
 from gradci.services.db.models import UploadToken, utcnow
 from gradci.services.db.runs import get_or_create_repository

@@ -132,7 +132,7 @@ def test_timings_in_gradci_toml(tmp_path: Path) -> None:
 
 def test_a_runs_own_timings_win_over_the_repositorys(tmp_path: Path) -> None:
     from gradci.scenarios.contract.matrix import Matrix
-    from gradci.worker.execute import engine_options
+    from gradci.worker.job_execution import engine_options
     from gradci.worker.sources import RunRef, Source
 
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 3\ntimings = true\n')

@@ -348,7 +348,7 @@ def test_gradci_check_on_cpu_and_a_simulated_gpu_emits_agreement_cells(two_gpus:
 
 def test_a_runs_own_repeats_win_over_the_repositorys(tmp_path: Path) -> None:
     from gradci.scenarios.contract.matrix import Matrix
-    from gradci.worker.execute import engine_options
+    from gradci.worker.job_execution import engine_options
     from gradci.worker.sources import RunRef, Source
 
     (tmp_path / "gradci.toml").write_text('[scenarios]\nmodules = ["m"]\n[check]\nrepeats = 3\n')

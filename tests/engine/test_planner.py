@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from gradci.scenarios.contract.matrix import Matrix, exact_pattern, select_scenarios
-from gradci.services.planner import PlanError, ScenarioInfo, chunked, job_cells, plan_run, resolve_matrix
-from gradci.services.queues import queue_for_device
+from gradci.services.broker.queues import queue_for_device
+from gradci.services.planner import PlanError, ScenarioInfo, chunked, divide_into_jobs, job_cells, resolve_matrix
 
 KNOWN = ("jax-rev", "torch-rev", "fd")
 SCENARIOS = tuple(
@@ -15,7 +15,7 @@ SCENARIOS = tuple(
 
 
 def plan(run_matrix=None, file_matrix=None, chunk_size=2, **kwargs):
-    return plan_run(SCENARIOS, run_matrix=Matrix.from_mapping(run_matrix), file_matrix=Matrix.from_mapping(file_matrix),
+    return divide_into_jobs(SCENARIOS, run_matrix=Matrix.from_mapping(run_matrix), file_matrix=Matrix.from_mapping(file_matrix),
                     available_backends=("jax-rev", "fd"), known_backends=KNOWN, chunk_size=chunk_size, **kwargs)
 
 
@@ -99,7 +99,7 @@ FRAMEWORKS = {"jax-rev": "jax", "torch-rev": "torch", "fd": "numpy"}
 def test_a_single_framework_scenario_has_no_jobs_of_the_other_frameworks_backends() -> None:
     torch_only = ScenarioInfo(name="rules/torch", dtypes=("float64", "float32"), lacks=("jax",))
     both = ScenarioInfo(name="rules/both", dtypes=("float64", "float32"))
-    result = plan_run((torch_only, both), run_matrix=Matrix.of(backends=["jax-rev", "torch-rev", "fd"]),
+    result = divide_into_jobs((torch_only, both), run_matrix=Matrix.of(backends=["jax-rev", "torch-rev", "fd"]),
                       file_matrix=Matrix(), available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)
     checked = {(job.backend, name) for job in result.jobs for name in job.scenarios}
     assert ("jax-rev", "rules/torch") not in checked  # not listed as skips: not made at all
@@ -107,5 +107,5 @@ def test_a_single_framework_scenario_has_no_jobs_of_the_other_frameworks_backend
     assert result.omitted == 2  # jax-rev × its two dtypes, counted for the summary
     assert result.cell_count == 3 * 2 * 2 - 2
     with pytest.raises(PlanError, match="no backend of jax-rev checks the chosen scenarios"):
-        plan_run((torch_only,), run_matrix=Matrix.of(backends=["jax-rev"]), file_matrix=Matrix(),
+        divide_into_jobs((torch_only,), run_matrix=Matrix.of(backends=["jax-rev"]), file_matrix=Matrix(),
                  available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)

@@ -458,9 +458,9 @@ def test_the_embedded_broker_is_polled_ten_times_a_second_by_workers_and_senders
                                                                                 monkeypatch) -> None:
     """kombu's SQLAlchemy transport sleeps a second whenever its queues are empty: each message to an
     idle worker waited up to that long. A Redis broker is left as kombu makes it."""
-    from gradci.services.dispatch import broker_connection
-    from gradci.services.embedded_broker import POLLING_INTERVAL_S
-    from gradci.services.queues import create_celery
+    from gradci.services.broker.dispatch import broker_connection
+    from gradci.services.broker.embedded import POLLING_INTERVAL_S
+    from gradci.services.broker.queues import create_celery
 
     monkeypatch.chdir(tmp_path)
     embedded = Settings()

@@ -17,8 +17,8 @@ from gradci.services.db.jobs import jobs_of_run, lock_run, store_jobs
 from gradci.services.db.models import JobStatus
 from gradci.services.db.session import session_scope
 from gradci.services.planner import JobSpec
-from gradci.worker import execute
-from gradci.worker.execute import JobRef, ResultWriter
+from gradci.worker import job_execution
+from gradci.worker.job_execution import JobRef, ResultWriter
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def test_jobs_finishing_together_never_deadlock(postgres_url, make_run, cell_fac
 
     # Line every job up between storing its cells and closing itself, where the old order deadlocked.
     barrier = threading.Barrier(JOBS)
-    close_job = execute.finish_job
+    close_job = job_execution.finish_job
 
     def finish_job_together(*args, **kwargs):
         try:
@@ -44,7 +44,7 @@ def test_jobs_finishing_together_never_deadlock(postgres_url, make_run, cell_fac
             pass  # with the run locked first the others wait on the lock, not here
         return close_job(*args, **kwargs)
 
-    monkeypatch.setattr(execute, "finish_job", finish_job_together)
+    monkeypatch.setattr(job_execution, "finish_job", finish_job_together)
 
     def finish(index: int) -> bool:
         writer = ResultWriter(postgres_url, refs[index])

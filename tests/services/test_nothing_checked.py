@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gradci.services.db.jobs import finalize_run
+from gradci.services.db.jobs import finish_run
 from gradci.services.db.models import Repository, Run, RunStatus
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run
@@ -24,7 +24,7 @@ def finished_run(database_url: str, cells: list[dict[str, Any]]) -> int:
         session.flush()
         run_id = create_run(session, repository=repository, head_sha="a" * 40, pr_number=7).id
         upsert_results(session, run_id, cells)
-        finalize_run(session, run_id)
+        finish_run(session, run_id)
     return run_id
 
 

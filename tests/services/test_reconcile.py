@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from gradci.services.broker_messages import WAITING, broker_tasks
+from gradci.services.broker.messages import WAITING, broker_tasks
+from gradci.services.broker.queues import FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB, create_celery
 from gradci.services.db.deliveries import store_delivery
 from gradci.services.db.jobs import (
     Claim,
@@ -33,7 +34,6 @@ from gradci.services.db.models import Delivery, Job, JobStatus, Run, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.planner import JobSpec
-from gradci.services.queues import FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB, create_celery
 from gradci.services.settings import Settings
 from gradci.worker.recovery import Reconciled, Reconciler, Senders
 

@@ -11,7 +11,7 @@ from gradci.services.api.app import create_app
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
-from gradci.services.reports.model import CellBrief, RunReport, StatusCounts
+from gradci.services.reports.report_record import CellBrief, RunReport, StatusCounts
 from gradci.services.settings import Settings
 
 REPORT_KEYS = {"run_id", "run_status", "finished", "base_run_id", "head_sha", "base_sha", "pr_number", "project",

@@ -199,13 +199,13 @@ def test_without_expected_shards_the_first_upload_is_the_whole_run(database_url:
 def test_an_upload_run_closes_once_and_finishes_only_once_closed(database_url: str) -> None:
     run_id = store(database_url, "a", cells(0, 2)).run_id
     with session_scope(database_url) as session:
-        assert job_store.finalize_run(session, run_id) is None  # open: shards still awaited
+        assert job_store.finish_run(session, run_id) is None  # open: shards still awaited
     with session_scope(database_url) as session:
         assert close(session, run_id)
     with session_scope(database_url) as session:
         assert not close(session, run_id)  # a second closer, the sweeper or another shard, loses
     with session_scope(database_url) as session:
-        run = job_store.finalize_run(session, run_id)
+        run = job_store.finish_run(session, run_id)
         assert run is not None and run.status == "error"  # b never came
         assert "shard(s) b not uploaded" in run.error_message
 

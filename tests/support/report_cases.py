@@ -9,7 +9,7 @@ from gradci.services.db.models import Run, RunStatus, ScenarioCatalogEntry
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
-from gradci.services.reports.model import RunReport
+from gradci.services.reports.report_record import RunReport
 from gradci.services.reports.run_report import report_for_run
 
 HEAD_SHA, BASE_SHA = "1234567abc" + "0" * 30, "abcdef0123" + "0" * 30

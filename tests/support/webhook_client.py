@@ -10,7 +10,7 @@ import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gradci.services import dispatch
+from gradci.services.broker import dispatch
 from gradci.services.db.models import Delivery, Run
 from gradci.services.db.session import session_scope
 from gradci.services.github.intake import Outcome, act_on_delivery

@@ -22,10 +22,10 @@ from gradci.services.db.models import Result, Run
 from gradci.services.db.queries import ATTENTION_ORDER
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import engine_for, session_scope
-from gradci.services.reports import finished
+from gradci.services.reports import finished_counts
 from gradci.services.reports.markdown import LIST_LIMIT as COMMENT_LIST_LIMIT
 from gradci.services.reports.markdown import render
-from gradci.services.reports.model import LIST_LIMIT
+from gradci.services.reports.report_record import LIST_LIMIT
 from gradci.services.reports.run_report import report_for_run, store_report
 from gradci.services.settings import Settings
 from gradci.testing.big_runs import MATRIX_SIZE, BigRun, create_big_run
@@ -190,7 +190,7 @@ def test_a_finished_runs_report_is_stored_and_its_counts_remembered(sqlite_url: 
     def report_and_counts() -> tuple[int, int]:
         with session_scope(sqlite_url, readonly=True) as session:
             run = session.get(Run, run_id)
-            return report_for_run(session, run).totals.head.total, sum(finished.cell_counts(session, [run])[run_id].values())
+            return report_for_run(session, run).totals.head.total, sum(finished_counts.cell_counts(session, [run])[run_id].values())
 
     def store(cells: range) -> None:
         with session_scope(sqlite_url) as session:

@@ -3,7 +3,7 @@ in the job's order, with the index where each scenario's cells begin (a job stop
 limit stores the cells from there on as errors)."""
 from __future__ import annotations
 
-from gradci.worker.execute import scenario_groups
+from gradci.worker.job_execution import scenario_groups
 
 
 def test_a_scenarios_cells_go_in_one_request_in_the_jobs_order() -> None:

@@ -1,6 +1,6 @@
 """The one place the API touches the queue: sending ``handle_delivery`` (a stored webhook delivery),
 ``plan_run``, ``finalize_run`` (an upload run whose shards are in) and ``publish_github`` by name,
-and probing the broker. The producer app comes from ``gradci.services.queues``: the API never
+and probing the broker. The producer app comes from ``gradci.services.broker.queues``: the API never
 imports the worker's tasks (nor the frameworks they load)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from celery import Celery
 from kombu import Connection
 
-from gradci.services.queues import (
+from gradci.services.broker.queues import (
     BROKER_TIMEOUT_S,
     CONTROL_QUEUE,
     FINALIZE_RUN,

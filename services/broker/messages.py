@@ -22,7 +22,7 @@ from typing import Any
 
 from kombu.utils.json import loads
 
-from gradci.services.dispatch import broker_connection
+from gradci.services.broker.dispatch import broker_connection
 from gradci.services.settings import Settings
 
 TaskKey = tuple[str, int]  # (task name, its first argument: a job's or a run's id)
