@@ -43,18 +43,18 @@ lint: $(STAMP)
 # Two pytest processes (pytest-xdist), a test module each at a time so that a module's service starts
 # once: most tests wait on spawned services, so two keep both cores of a 2-core machine busy
 # (10 min instead of 18 there; bench/RESULTS.md). Each process has its own PostgreSQL database and
-# Redis database number (tests/support/databases.py: at most 12 at once). TEST_WORKERS=0: one process.
+# Redis database number (gradci/_testing/databases.py: at most 12 at once). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: lint services browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP) services
-	$(PY) bench/engine.py
-	$(PY) bench/service.py
-	$(PY) bench/load.py
-	$(PY) bench/big_run.py
-	$(PY) bench/web.py
-	$(PY) bench/demo.py
+	$(PY) -m bench.engine
+	$(PY) -m bench.service
+	$(PY) -m bench.load
+	$(PY) -m bench.big_run
+	$(PY) -m bench.web
+	$(PY) -m bench.demo
 
 clean:
 	rm -rf $(VENV) .gradci build *.egg-info

@@ -14,25 +14,23 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from sqlalchemy import func, select
+
+from gradci._testing.big_runs import MATRIX_SIZE, BigRun, create_big_run
+from gradci._testing.databases import scratch_database
+from gradci._testing.served_app import ServedApp, served_app
+from gradci.services.db.models import Result, Run
+from gradci.services.db.pagination import encode_cursor
+from gradci.services.db.session import engine_for, session_scope
+from gradci.services.reports.run_report import store_report
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from sqlalchemy import func, select  # noqa: E402
-
-from gradci.services.db.models import Result, Run  # noqa: E402
-from gradci.services.db.pagination import encode_cursor  # noqa: E402
-from gradci.services.db.session import engine_for, session_scope  # noqa: E402
-from gradci.services.reports.run_report import store_report  # noqa: E402
-from gradci.testing.big_runs import MATRIX_SIZE, BigRun, create_big_run  # noqa: E402
-from gradci.testing.databases import scratch_database  # noqa: E402
-from gradci.testing.served_app import ServedApp, served_app  # noqa: E402
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

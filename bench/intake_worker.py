@@ -16,7 +16,6 @@ from pathlib import Path
 import redis
 from celery import Celery, signals
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gradci.services.broker.queues import CONTROL_QUEUE, HANDLE_DELIVERY, PLAN_RUN, PUBLISH_GITHUB, create_celery
 from gradci.services.github.intake import act_on_delivery
 from gradci.services.settings import Settings

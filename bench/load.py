@@ -36,11 +36,11 @@ from typing import NamedTuple
 import aiohttp
 import httpx
 
+from bench.intake_worker import PLANS
+from gradci._testing.processes import free_port, service_env, spawn, stop, wait_for
+from gradci.services.github.signature import sign
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.intake_worker import PLANS  # noqa: E402
-from gradci.services.github.signature import sign  # noqa: E402
-from gradci.testing.processes import free_port, service_env, spawn, stop, wait_for  # noqa: E402
 
 PAYLOADS = ROOT / "tests" / "data" / "github-payloads"  # data the tests share: read, never imported
 
@@ -278,7 +278,7 @@ def scratch_databases(postgres_admin_url: str, redis_url: str) -> Iterator[str]:
     """A new migrated PostgreSQL database (dropped on exit) and the Redis database emptied."""
     import redis
 
-    from gradci.testing.databases import scratch_database
+    from gradci._testing.databases import scratch_database
 
     redis.Redis.from_url(redis_url).flushdb()
     with scratch_database(postgres_admin_url, "gradci_load") as url:

@@ -25,12 +25,12 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 # The storage layer is imported where it is used, so that the timed check process loads only the engine;
 # these two contract modules are standard library only.
-from gradci.scenarios.contract.cell import STATUSES as CELL_STATUSES  # noqa: E402
-from gradci.scenarios.contract.matrix import exact_pattern  # noqa: E402
+from gradci.scenarios.contract.cell import STATUSES as CELL_STATUSES
+from gradci.scenarios.contract.matrix import exact_pattern
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOKEN = "bench-token"
 INGEST_CELLS = 20_000

@@ -11,27 +11,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from sqlalchemy import func, select, text
+
+from bench.big_run import ADMIN_URL, fill, p95
+from gradci._testing.big_runs import BigRun
+from gradci._testing.databases import scratch_database
+from gradci._testing.served_app import served_app
+from gradci.services.db.models import Result, Run
+from gradci.services.db.runs import create_run
+from gradci.services.db.session import engine_for, session_scope
+from gradci.services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN
+from gradci.web.run_page import run_progress
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from sqlalchemy import func, select, text  # noqa: E402
-
-from bench.big_run import ADMIN_URL, fill, p95  # noqa: E402
-from gradci.services.db.models import Result, Run  # noqa: E402
-from gradci.services.db.runs import create_run  # noqa: E402
-from gradci.services.db.session import engine_for, session_scope  # noqa: E402
-from gradci.services.reports.history import MAX_RUNS_SHOWN, RUNS_SHOWN  # noqa: E402
-from gradci.testing.big_runs import BigRun  # noqa: E402
-from gradci.testing.databases import scratch_database  # noqa: E402
-from gradci.testing.served_app import served_app  # noqa: E402
-from gradci.web.run_page import run_progress  # noqa: E402
 
 # A copy of the head run's cells of one scenario, its errors and times drifting from run to run.
 _HISTORY_CELLS = """

@@ -20,4 +20,4 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
   exit 0
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PYTHON" bench/gpu.py "$@"
+exec "$PYTHON" -m bench.gpu "$@"

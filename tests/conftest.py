@@ -24,12 +24,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
-from gradci.services.db.migrate import upgrade
-from gradci.services.db.session import dispose_engine, session_scope
-from gradci.services.settings import get_settings
-from tests.support.cells import TWO_GPUS, synthetic_cell
-from tests.support.databases import (
+from gradci._testing.databases import (
     POSTGRES_ADMIN_URL,
     RedisUnavailable,
     admin_connection,
@@ -38,8 +33,13 @@ from tests.support.databases import (
     flushed,
     scratch_database,
 )
-from tests.support.repos import project_repository
-from tests.support.service import Service, running_service
+from gradci._testing.service import Service, running_service
+from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine, session_scope
+from gradci.services.settings import get_settings
+from tests.support.cells import TWO_GPUS, synthetic_cell
+from tests.support.projects import project_repository
 
 # The scenario projects under data/ are user repositories, some with tests of their own: not ours to collect.
 collect_ignore_glob = ["data/*"]

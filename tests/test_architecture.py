@@ -25,9 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gradci"  # its layers are links to the repository's folders (gradci/scenarios -> ../scenarios)
 # Layer of each package: a module may use its own layer and those below it.
-# gradci.testing (what tests/ and bench/ share) drives the command line's processes: above everything.
+# gradci._testing (what tests/ and bench/ share) drives the command line's processes: above everything.
 LAYERS = {"gradci": 0, "gradci.scenarios": 0, "gradci.services": 1, "gradci.worker": 2, "gradci.web": 2,
-          "gradci.cli": 3, "gradci.testing": 4}
+          "gradci.cli": 3, "gradci._testing": 4}
 # ``python -m gradci`` is the command line, though it lives in the package's root folder.
 PART_OF = {"gradci.__main__": "gradci.cli", "gradci.pytest_plugin": "gradci.cli"}
 # Third-party packages the engine must not touch: it has no web, database or queue code.

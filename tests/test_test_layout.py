@@ -1,6 +1,6 @@
 """The test layer's own rules: helpers in ``tests/support`` (and what ``bench/`` shares with the tests
-in ``gradci.testing``), fixtures in conftest.py files, test modules that import no other test module,
-and ``bench/`` and ``gradci.testing`` that import nothing from ``tests``."""
+in ``gradci._testing``), fixtures in conftest.py files, test modules that import no other test module,
+and ``bench/`` and ``gradci._testing`` that import nothing from ``tests``."""
 from __future__ import annotations
 
 import ast
@@ -25,9 +25,20 @@ def ours(folder: Path) -> list[Path]:
 
 
 def test_bench_and_gradci_testing_import_nothing_from_tests() -> None:
-    offenders = {str(p.relative_to(ROOT)): name for folder in (ROOT / "bench", ROOT / "gradci" / "testing")
+    offenders = {str(p.relative_to(ROOT)): name for folder in (ROOT / "bench", ROOT / "gradci" / "_testing")
                  for p in ours(folder) for name in imported(p) if name.split(".")[0] == "tests"}
     assert offenders == {}
+
+
+def test_test_support_has_one_home_per_helper_and_no_re_exports() -> None:
+    """gradci._testing (what the tests, bench/ and the checked projects share) and tests/support (the
+    tests' fakes) hold different modules, and neither re-exports the other with ``import *``."""
+    shared = {p.stem for p in (ROOT / "gradci" / "_testing").glob("*.py")} - {"__init__"}
+    own = {p.stem for p in (TESTS / "support").glob("*.py")} - {"__init__"}
+    assert shared & own == set()
+    starred = [str(p.relative_to(ROOT)) for folder in (ROOT / "gradci" / "_testing", TESTS / "support")
+               for p in folder.glob("*.py") if "import *" in p.read_text()]
+    assert starred == []
 
 
 def test_no_test_module_imports_another_test_module() -> None:

@@ -33,8 +33,8 @@ import warnings
 import numpy as np
 
 from gradci import Scenario
-from gradci.testing.planted import one_element_wrong, torch_tanh
-from gradci.testing.planted import smooth as good
+from gradci._testing.planted import one_element_wrong, torch_tanh
+from gradci._testing.planted import smooth as good
 
 
 def segfault(x):

@@ -9,6 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
+from gradci._testing.service import Service
 from gradci.cli.client import EXIT_FAILED, EXIT_OK, GradciClient
 from gradci.cli.demo import demo_exit_code, demo_matrices, run_demo
 from gradci.cli.supervisor import Supervisor
@@ -16,7 +17,6 @@ from gradci.scenarios import library
 from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
-from tests.support.service import Service
 
 
 def test_the_demo_is_the_nn_family_then_every_other_scenario_of_the_library() -> None:

@@ -8,7 +8,7 @@ import pytest
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import FakeOidcIssuer
 from tests.support.faults import FaultyService, start_faulty_service
-from tests.support.repos import project_repository
+from tests.support.projects import project_repository
 from tests.support.uploads import REPO
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gradci._testing.service import Service, jobs_of, results_of
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
 from gradci.web.app import PAGES
 from tests.support.git_http import served_repository
-from tests.support.service import Service, jobs_of, results_of
 
 pytestmark = pytest.mark.integration
 

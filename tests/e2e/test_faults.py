@@ -15,13 +15,13 @@ import time
 import pytest
 from sqlalchemy import delete, update
 
+from gradci._testing.processes import wait_for
+from gradci._testing.service import assert_each_cell_once, jobs_of, results_of
 from gradci.services.db.models import Job, Result, Run, utcnow
 from gradci.services.db.session import session_scope
 from tests.support import faults
 from tests.support.broker import send_task
 from tests.support.faults import FaultyService, PrivatePostgres, PrivateRedis
-from tests.support.processes import wait_for
-from tests.support.service import assert_each_cell_once, jobs_of, results_of
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(faults.available() is not None, reason=str(faults.available()))]

@@ -13,18 +13,17 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.processes import wait_for
+from gradci._testing.repos import commit_all, init_repository
+from gradci._testing.service import GRADCI, Service, running_service
 from gradci.services.db.models import Repository
 from gradci.services.db.session import session_scope
 from gradci.services.reports.markdown import MARKER
-from gradci.testing.service import GRADCI
 from tests.support import webhook_client
 from tests.support.checkouts import gradci_toml
-from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import pull_request
-from tests.support.processes import wait_for
-from tests.support.repos import commit_all, init_repository
-from tests.support.service import Service, running_service
 
 pytestmark = pytest.mark.integration
 

@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 
+from gradci._testing.processes import wait_for
+from gradci._testing.service import assert_each_cell_once, health, jobs_of, results_of
 from gradci.services.db.models import Job, Result
 from gradci.worker.tasks import SETTLE_BEATS
 from tests.support import faults, netns
 from tests.support.netns import WORKER_LOG, Host, HostsService, host_of, hosts_service, skewed_clock
-from tests.support.processes import wait_for
-from tests.support.service import assert_each_cell_once, health, jobs_of, results_of
 
 _unavailable = netns.available() or faults.available()
 pytestmark = [pytest.mark.integration, pytest.mark.slow,

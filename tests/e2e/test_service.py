@@ -20,9 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
-from gradci.services.db.session import dispose_engine, session_scope
-from tests.support.processes import (
+from gradci._testing.processes import (
     RUN_TIMEOUT_S,
     alive,
     command_line,
@@ -33,7 +31,9 @@ from tests.support.processes import (
     stop,
     wait_for,
 )
-from tests.support.service import Service, api_answers, assert_each_cell_once, jobs_of, results_of, start_api
+from gradci._testing.service import Service, api_answers, assert_each_cell_once, jobs_of, results_of, start_api
+from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, StoredReport, Worker, utcnow
+from gradci.services.db.session import dispose_engine, session_scope
 
 pytestmark = pytest.mark.integration
 

@@ -14,6 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from gradci._testing.processes import wait_for
+from gradci._testing.service import Service
 from gradci.services.db.models import GitHubReport, Result, Run, RunStatus, Trigger
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run, get_or_create_repository
@@ -23,8 +25,6 @@ from gradci.services.reports.markdown import MARKER
 from gradci.services.settings import Settings
 from tests.support.fake_github import FakeGitHub, repository_id
 from tests.support.fake_oidc import FakeOidcIssuer
-from tests.support.processes import wait_for
-from tests.support.service import Service
 from tests.support.uploads import (
     AUDIENCE,
     PUBLIC_URL,

@@ -17,13 +17,13 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 
+from gradci._testing.processes import free_port, stop, wait_for
+from gradci._testing.service import Service, api_answers, results_of, start_api
 from gradci.services.db.models import Repository, Result, Run, Upload, UploadShard, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.reports.markdown import MARKER
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import REQUEST_TOKEN, FakeOidcIssuer, new_key
-from tests.support.processes import free_port, stop, wait_for
-from tests.support.service import Service, api_answers, results_of, start_api
 from tests.support.uploads import AUDIENCE, REPO, cells, gradci, new_token, post, upload_body, upload_service
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.databases import emptied, flushed
-from tests.support.repos import project_repository
-from tests.support.service import Service, results_of, running_service
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.service import Service, results_of, running_service
+from tests.support.projects import project_repository
 
 OUR_NAMES = ("scenarios", "services", "web", "worker")
 

@@ -19,6 +19,9 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
+from gradci._testing.processes import children_map, wait_for
+from gradci._testing.repos import commit_all
+from gradci._testing.service import assert_each_cell_once, jobs_of, results_of
 from gradci.services.db.models import Delivery
 from gradci.services.db.runs import get_or_create_repository
 from gradci.services.db.session import session_scope
@@ -27,9 +30,7 @@ from tests.support import faults
 from tests.support.broker import send_task
 from tests.support.faults import FaultyService, start_faulty_service
 from tests.support.payloads import payload
-from tests.support.processes import children_map, wait_for
-from tests.support.repos import commit_all, project_repository
-from tests.support.service import assert_each_cell_once, jobs_of, results_of
+from tests.support.projects import project_repository
 from tests.support.webhook_client import closed_port, webhook_headers
 
 pytestmark = [pytest.mark.integration,

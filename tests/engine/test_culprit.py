@@ -6,9 +6,9 @@ import numpy as np
 
 import gradci
 from gradci import Scenario
+from gradci._testing import planted
+from gradci._testing.planted import one_element_wrong, torch_tanh
 from gradci.scenarios.contract.cell import Cell
-from gradci.testing.planted import one_element_wrong, torch_tanh
-from tests.support import planted
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 

@@ -9,8 +9,8 @@ import pytest
 
 import gradci
 from gradci import Scenario, Tangents, namespace
-from gradci.testing.planted import one_element_wrong, torch_tanh
-from tests.support import planted
+from gradci._testing import planted
+from gradci._testing.planted import one_element_wrong, torch_tanh
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 JAX = ["jax-rev", "jax-rev-jit", "jax-fwd"]

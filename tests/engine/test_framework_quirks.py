@@ -6,7 +6,7 @@ import numpy as np
 
 import gradci
 from gradci import Scenario
-from tests.support.planted import wrong_by
+from gradci._testing.planted import wrong_by
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 

@@ -14,11 +14,11 @@ import pytest
 
 import gradci
 from gradci import OPERATORS
+from gradci._testing.planted import torch_elementwise
 from gradci.scenarios.library import default, family
 from gradci.scenarios.library.conformance import AREAS, FAMILY
 from gradci.scenarios.library.conformance._table import FIRST, Row
 from gradci.scenarios.library.conformance._table import scenarios as table_scenarios
-from gradci.testing.planted import torch_elementwise
 
 UPSTREAM_URL = re.compile(r"https://github\.com/(pytorch/pytorch|jax-ml/jax)/(issues|pull)/\d+")
 MAX_ELEMENTS = 12  # full references, never random probes

@@ -16,15 +16,15 @@ import pytest
 
 import gradci
 from gradci import Scenario, namespace
+from gradci._testing import planted
+from gradci._testing.planted import X, torch_elementwise
+from gradci._testing.planted import scenario as planted_scenario
 from gradci.scenarios.contract.devices import current_device
 from gradci.scenarios.verdict.check import available_devices, check
 from gradci.scenarios.verdict.repeats import repeat_spread
 from gradci.scenarios.verdict.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec
-from tests.support import planted
-from tests.support.planted import X, torch_elementwise
-from tests.support.planted import scenario as planted_scenario
 
 GPUS = [{"name": "NVIDIA H100", "capability": "90", "memory_total": 85899345920},
         {"name": "NVIDIA A100", "capability": "80", "memory_total": 42949672960}]
@@ -389,12 +389,12 @@ def test_a_run_on_cpu_and_a_simulated_gpu_stores_agreement_cells(postgres_databa
                                                                 tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
+    from gradci._testing.databases import emptied
+    from gradci._testing.processes import stop
+    from gradci._testing.repos import make_repository
+    from gradci._testing.service import results_of, running_service, start_worker
     from gradci.services.settings import Settings
     from gradci.web.app import create_app as create_dashboard
-    from tests.support.databases import emptied
-    from tests.support.processes import stop
-    from tests.support.repos import make_repository
-    from tests.support.service import results_of, running_service, start_worker
 
     inventory = tmp_path / "gpus.json"
     inventory.write_text(json.dumps(GPUS[:1]))

@@ -10,8 +10,8 @@ import pytest
 
 import gradci
 from gradci import Scenario
+from gradci._testing.planted import torch_old_style_power
 from gradci.scenarios.verdict.against_reference import element_name
-from gradci.testing.planted import torch_old_style_power
 
 PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "user_frames"
 

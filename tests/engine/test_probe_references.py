@@ -8,10 +8,10 @@ import pytest
 
 import gradci
 from gradci import Scenario, namespace
+from gradci._testing.planted import torch_elementwise
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.finite_differences import FULL_FIRST_ORDER_LIMIT, compute_references
 from gradci.scenarios.reference.stencils import batched_function
-from gradci.testing.planted import torch_elementwise
 
 SIZE = 200  # well past FULL_FIRST_ORDER_LIMIT: probed
 X = np.linspace(-1.5, 1.5, SIZE)

@@ -12,7 +12,7 @@ from gradci.cli.sandboxed import local_jobs, local_runner
 from gradci.scenarios import library
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.schemas import RunCreate
-from gradci.services.planner import ScenarioInfo, plan_run
+from gradci.services.planner import ScenarioInfo, divide_into_jobs
 
 # A plain word (a substring), globs, and a list of both.
 PATTERNS = ["nn", "conv", "nn/*", "*hessian*", "linalg/*/j?p*", "pytree,*second_derivative*"]
@@ -52,7 +52,7 @@ def by_server(patterns: str, names: list[str]) -> list[str]:
     body = RunCreate.model_validate({k: v for k, v in matrix_of(scenarios=patterns).to_mapping().items() if v})
     stored = Matrix.from_mapping(body.matrix().to_mapping())
     infos = [ScenarioInfo(name=name) for name in names]
-    plan = plan_run(infos, run_matrix=stored, file_matrix=Matrix(), available_backends=["fd"], known_backends=["fd"])
+    plan = divide_into_jobs(infos, run_matrix=stored, file_matrix=Matrix(), available_backends=["fd"], known_backends=["fd"])
     return [info.name for info in plan.scenarios]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import gradci
 from gradci import Scenario
-from gradci.testing.planted import torch_old_style_power
+from gradci._testing.planted import torch_old_style_power
 
 torch = pytest.importorskip("torch")
 

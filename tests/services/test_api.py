@@ -16,6 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from gradci._testing.processes import free_port, service_env, stop, wait_for
+from gradci._testing.service import api_answers, start_api
 from gradci.scenarios.contract.matrix import exact_pattern
 from gradci.services.api.app import create_app
 from gradci.services.api.runs import accepts_gzip
@@ -27,8 +29,6 @@ from gradci.services.db.workers import record_heartbeat
 from gradci.services.reports.run_report import store_report
 from gradci.services.settings import Settings
 from tests.support.broker import queued_plan_runs
-from tests.support.processes import free_port, service_env, stop, wait_for
-from tests.support.service import api_answers, start_api
 
 pytestmark = pytest.mark.integration
 

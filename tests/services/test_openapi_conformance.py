@@ -15,13 +15,13 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
+from gradci._testing.databases import flushed
 from gradci.services.api.app import create_app
 from gradci.services.db.results import upsert_results
 from gradci.services.db.runs import create_run
 from gradci.services.db.session import session_scope
 from gradci.services.settings import Settings
 from tests.support.cells import synthetic_cell
-from tests.support.databases import flushed
 
 TOKEN = "schema-token"
 # A few seconds per operation on two busy cores; set higher for a deeper search.

@@ -15,13 +15,13 @@ import pytest
 import redis
 from sqlalchemy import update
 
+from gradci._testing.processes import free_port, service_env, stop, wait_for
+from gradci._testing.service import start_worker
 from gradci.services.db.models import GitHubReport, ReportState, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.github.publish import claim_due_reports, owe_reports, publish_run, retry_delay_s
 from gradci.services.settings import Settings
 from tests.support.fake_github import FakeGitHub
-from tests.support.processes import free_port, service_env, stop, wait_for
-from tests.support.service import start_worker
 
 BASE_S = 30.0
 LONG_AGO = timedelta(hours=1)

@@ -1,13 +1,12 @@
-"""The test layer's infrastructure; fixtures live in the conftest.py files, helpers here.
+"""The tests' own helpers: fakes of what is outside this machine, and test data. Fixtures live in the
+conftest.py files; what the tests share with ``bench/`` and the checked projects (starting a service,
+processes, databases, git repositories, planted rules) lives in ``gradci._testing``.
 
-- ``service``: a service as real processes through the production entry points (``gradci api``,
-  ``gradci worker``): ``running_service``, ``Service``, ``start_worker``; results and jobs of a run.
-- ``processes``: ``spawn``/``stop``, ``wait_for``, ``free_port``, ``service_env``, process trees.
-- ``repos``: git repositories of scenarios: ``project_repository`` copies a project of
-  ``tests/data/projects/`` into a new repository; ``make_repository`` writes one from strings.
-- ``databases``: the test session's PostgreSQL and Redis (URLs, emptying, the Redis claim).
-- ``faults``: private PostgreSQL and Redis servers a test may stop, and a service on them.
-- ``cells``, ``planted``, ``report_cases``, ``payloads``, ``webhook_client``, ``fake_github``: data.
-
-What ``bench/`` shares with the tests lives in ``gradci.testing``; the modules here re-export it.
+- ``fake_github``, ``fake_github_oauth``, ``fake_oidc``, ``json_server``, ``git_http``: GitHub, its
+  OAuth pages and an OIDC issuer, on loopback, checking signatures and tokens as the real ones do.
+- ``faults``: private PostgreSQL and Redis servers a test may stop, and a service on them;
+  ``netns``: hosts in network namespaces; ``broker``: what the broker holds.
+- ``projects``: the projects of ``tests/data/projects/`` as new git repositories.
+- ``cells``, ``report_cases``, ``payloads``, ``webhook_client``, ``checkouts``, ``sign_in``,
+  ``uploads``: data and requests the tests send.
 """

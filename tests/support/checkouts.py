@@ -1,5 +1,5 @@
 """Checkouts written from strings, as a runner meets them: a folder with a ``gradci.toml`` and one
-scenario module. Scenario code in them may import ``gradci`` (``gradci.testing.planted`` included),
+scenario module. Scenario code in them may import ``gradci`` (``gradci._testing.planted`` included),
 never ``tests``."""
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ import httpx
 import psycopg
 import redis
 
+from gradci._testing.processes import free_port, spawn, wait_for
+from gradci._testing.service import Service, running_service
 from gradci.services.db.migrate import upgrade
 from gradci.services.db.session import dispose_engine
-from tests.support.processes import free_port, spawn, wait_for
-from tests.support.service import Service, running_service
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 POSTGRES_BIN = Path(shutil.which("postgres") or "/usr/local/bin/postgres").parent

@@ -12,7 +12,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from gradci.testing.repos import git
+from gradci._testing.repos import git
 
 
 class _Handler(SimpleHTTPRequestHandler):

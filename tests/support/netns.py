@@ -39,13 +39,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gradci._testing.processes import alive, descendants, free_port, service_env, spawn, stop, wait_for, wait_gone
+from gradci._testing.service import GRADCI, TOKEN, Service, health, start_api
 from gradci.services.db.models import Job, Worker
 from gradci.services.db.session import dispose_engine, session_scope
-from gradci.testing.service import GRADCI
 from tests.support.faults import PrivatePostgres, PrivateRedis
-from tests.support.processes import alive, descendants, free_port, service_env, spawn, stop, wait_for, wait_gone
-from tests.support.repos import project_repository
-from tests.support.service import TOKEN, Service, health, start_api
+from tests.support.projects import project_repository
 
 PREFIX = "gcit"  # every namespace and link a test network makes: gcit<pid>, gcit<pid><host>
 _OURS = re.compile(rf"^{PREFIX}(\d+)")

@@ -15,12 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gradci.testing.service import GRADCI
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.service import GRADCI, Service, running_service
 from tests.support.cells import synthetic_cell
-from tests.support.databases import emptied, flushed
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import FakeOidcIssuer
-from tests.support.service import Service, running_service
 
 REPO = "octo/uploads"
 AUDIENCE = "https://gradci.e2e"

@@ -5,9 +5,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.databases import emptied, flushed
-from tests.support.repos import project_repository
-from tests.support.service import Service, running_service
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.service import Service, running_service
+from tests.support.projects import project_repository
 
 
 @pytest.fixture(scope="module")

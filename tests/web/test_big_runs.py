@@ -17,6 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, text
 
+from gradci._testing.big_runs import MATRIX_SIZE, BigRun, create_big_run
+from gradci._testing.served_app import ServedApp, served_app
 from gradci.scenarios.contract.cell import STATUSES
 from gradci.services.db.models import Result, Run
 from gradci.services.db.queries import ATTENTION_ORDER
@@ -28,11 +30,9 @@ from gradci.services.reports.markdown import render
 from gradci.services.reports.report_record import LIST_LIMIT
 from gradci.services.reports.run_report import report_for_run, store_report
 from gradci.services.settings import Settings
-from gradci.testing.big_runs import MATRIX_SIZE, BigRun, create_big_run
 from gradci.web.app import create_app
 from gradci.web.run_page import CELLS_PER_PAGE
 from tests.support.report_cases import cell, report_of
-from tests.support.service import ServedApp, served_app
 
 CELLS = 7143 * MATRIX_SIZE  # 200,004
 # What one request may add to the server's resident memory. Every cell as a Python object takes

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from gradci._testing.processes import wait_for
+from gradci._testing.service import Service
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
-from tests.support.processes import wait_for
-from tests.support.service import Service
 
 pytestmark = pytest.mark.integration
 
@@ -249,12 +249,12 @@ def test_signing_in_with_github_opens_a_private_repositorys_run(browser: Any, tm
     """From a private repository's run page (not found for nobody), the page's sign-in link, the
     (fake) GitHub's authorize page, and back to the run, now shown: a real ``gradci api`` process
     as deployed (read_access public), asking the fake GitHub what the signed-in user may read."""
+    from gradci._testing.service import running_service
     from gradci.services.db.migrate import upgrade
     from gradci.services.db.results import upsert_results
     from gradci.services.db.runs import create_run, get_or_create_repository
     from tests.support.cells import synthetic_cell
     from tests.support.fake_github import FakeGitHub
-    from tests.support.service import running_service
 
     database_url = f"sqlite:///{tmp_path / 'gradci.db'}"
     upgrade(database_url)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.repos import project_repository
-from tests.support.service import Service, running_service
+from gradci._testing.service import Service, running_service
+from tests.support.projects import project_repository
 
 
 @pytest.fixture(scope="module")

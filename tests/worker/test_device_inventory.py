@@ -15,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from gradci._testing.processes import service_env, stop, wait_for
+from gradci._testing.service import start_worker
 from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE, InventoryError
 from gradci.services.api.app import create_app
 from gradci.services.db.models import Worker
@@ -25,8 +27,6 @@ from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import discover_devices, gpu_records, parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from tests.support.cells import TWO_GPUS
-from tests.support.processes import service_env, stop, wait_for
-from tests.support.service import start_worker
 
 
 def gradci_devices(*args: str, inventory: Path | None = None, command: str = "devices",

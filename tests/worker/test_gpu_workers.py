@@ -18,6 +18,19 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from gradci._testing.processes import (
+    alive,
+    command_line,
+    descendants,
+    free_port,
+    service_env,
+    spawn,
+    stop,
+    wait_for,
+    wait_gone,
+)
+from gradci._testing.repos import make_repository
+from gradci._testing.service import assert_each_cell_once, results_of
 from gradci.scenarios.contract.simulated_gpus import INVENTORY_VARIABLE
 from gradci.services.api.app import create_app
 from gradci.services.db.jobs import Claim, claim_job, jobs_of_run, lock_run, store_jobs
@@ -30,19 +43,6 @@ from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.runner import CellSpec, WarmRunner, close_shared_runner
 from tests.support.cells import TWO_GPUS
 from tests.support.checkouts import gradci_toml, scenario_checkout
-from tests.support.processes import (
-    alive,
-    command_line,
-    descendants,
-    free_port,
-    service_env,
-    spawn,
-    stop,
-    wait_for,
-    wait_gone,
-)
-from tests.support.repos import make_repository
-from tests.support.service import assert_each_cell_once, results_of
 
 CELL_TIMEOUT_S = 60.0
 
@@ -51,7 +51,7 @@ FAULTY_SCENARIOS = '''
 import numpy as np
 
 from gradci import Scenario
-from gradci.testing.planted import smooth
+from gradci._testing.planted import smooth
 
 
 def _in_torch(x):
@@ -321,7 +321,7 @@ SMOOTH_REPO = {"gradci.toml": gradci_toml("smooth_scenarios"),
                "smooth_scenarios.py": textwrap.dedent('''
                    import numpy as np
                    from gradci import Scenario
-                   from gradci.testing.planted import smooth
+                   from gradci._testing.planted import smooth
 
                    def scenarios():
                        return [Scenario(f"smooth/{i}", "gradient", smooth, np.array([0.1 * i, 0.2]), dtypes=("float64",))

@@ -21,6 +21,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.processes import stop, wait_for
+from gradci._testing.service import FINISHED, Service, jobs_of, results_of, running_service, start_worker
 from gradci.cli.commands import app as cli
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, needs, requirements_of, unmet
@@ -30,16 +33,13 @@ from gradci.services.db.models import Job, Run, ScenarioCatalogEntry, Worker, ut
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import overdue_runs, waiting_jobs
 from gradci.services.db.workers import gpu_workers
-from gradci.services.planner import GpuWorkers, JobSpec, PlanError, ScenarioInfo, plan_run, route
+from gradci.services.planner import GpuWorkers, JobSpec, PlanError, ScenarioInfo, divide_into_jobs, route
 from gradci.services.settings import Settings
 from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from tests.support.cells import TWO_GPUS
-from tests.support.databases import emptied, flushed
-from tests.support.processes import stop, wait_for
-from tests.support.repos import project_repository
-from tests.support.service import FINISHED, Service, jobs_of, results_of, running_service, start_worker
+from tests.support.projects import project_repository
 
 H100 = DeviceOffer("cuda", "90", TWO_GPUS[0]["memory_total"], "NVIDIA H100 80GB HBM3")
 A100 = DeviceOffer("cuda", "80", TWO_GPUS[1]["memory_total"], "NVIDIA A100-SXM4-40GB")
@@ -56,7 +56,7 @@ SCENARIOS = (info("plain"), info("bf16", ("float32", "bfloat16")), info("needs90
 
 
 def plan(devices: list[str], scenarios=SCENARIOS, gpus: GpuWorkers = BOTH_ONLINE):
-    return plan_run(scenarios, run_matrix=Matrix.of(devices=devices), file_matrix=Matrix(),
+    return divide_into_jobs(scenarios, run_matrix=Matrix.of(devices=devices), file_matrix=Matrix(),
                     available_backends=["fd"], known_backends=["fd"], gpus=gpus)
 
 

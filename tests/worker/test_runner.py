@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from gradci import Scenario
-from gradci.testing.planted import segfault, smooth
+from gradci._testing.planted import segfault, smooth
 
 
 def noisy(x):

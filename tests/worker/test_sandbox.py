@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from gradci._testing.databases import emptied, flushed
+from gradci._testing.repos import git, make_repository
+from gradci._testing.service import TOKEN, Service, assert_each_cell_once, jobs_of, results_of, running_service
 from gradci.services.settings import write_secrets_dir
-from tests.support.databases import emptied, flushed
-from tests.support.repos import git, make_repository
-from tests.support.service import TOKEN, Service, assert_each_cell_once, jobs_of, results_of, running_service
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import (
+from gradci._testing.processes import (
     alive,
     descendants,
     free_port,
@@ -23,7 +23,7 @@ from tests.support.processes import (
     wait_for,
     wait_gone,
 )
-from tests.support.service import Service, assert_each_cell_once, results_of
+from gradci._testing.service import Service, assert_each_cell_once, results_of
 
 pytestmark = pytest.mark.integration
 

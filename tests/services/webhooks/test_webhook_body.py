@@ -14,10 +14,10 @@ import pytest
 
 from bench.load import SECRET as SERVER_SECRET
 from bench.load import Server, api_server
+from gradci._testing.databases import flushed
 from gradci.services.db.migrate import upgrade
 from gradci.services.db.session import dispose_engine
 from gradci.services.github.signature import sign
-from tests.support.databases import flushed
 from tests.support.payloads import payload
 from tests.support.webhook_client import deliver, runs, webhook_headers
 

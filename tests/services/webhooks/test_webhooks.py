@@ -10,12 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from gradci._testing.processes import wait_for
 from gradci.services.api.app import create_app
 from gradci.services.db.models import Delivery, GitHubReport
 from gradci.services.db.session import session_scope
 from tests.support.broker import queued_plan_runs
 from tests.support.payloads import payload
-from tests.support.processes import wait_for
 from tests.support.webhook_client import BASE, HEAD, act_on_stored, deliver, runs
 
 pytestmark = pytest.mark.integration

@@ -3,7 +3,7 @@ import time
 import numpy as np
 
 from gradci import Scenario
-from gradci.testing.planted import poly, segfault, trig
+from gradci._testing.planted import poly, segfault, trig
 
 
 def slow(x):

@@ -4,7 +4,7 @@ import numpy as np
 
 from gradci import Scenario
 from gradci.scenarios.authoring.namespace import namespace
-from gradci.testing.planted import one_element_wrong, poly, segfault, torch_tanh, trig
+from gradci._testing.planted import one_element_wrong, poly, segfault, torch_tanh, trig
 
 
 def tanh(x):

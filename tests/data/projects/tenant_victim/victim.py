@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from gradci import Scenario
-from gradci.testing.planted import torch_old_style_power
+from gradci._testing.planted import torch_old_style_power
 
 cube = torch_old_style_power(3, backward_scale=1.5)
 

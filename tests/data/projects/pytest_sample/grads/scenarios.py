@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from gradci import Scenario
-from gradci.testing.planted import torch_old_style_power
+from gradci._testing.planted import torch_old_style_power
 
 
 def scaled_square(scale):

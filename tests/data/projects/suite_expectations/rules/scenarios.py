@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from gradci import Scenario
-from gradci.testing.planted import torch_old_style_power
+from gradci._testing.planted import torch_old_style_power
 
 square = torch_old_style_power(2, jvp_scale=1.0)  # right, with a jvp rule as right
 

@@ -1,7 +1,7 @@
 """A gradci service as real processes, started through the production entry points: ``gradci api``
 (the REST API and the dashboard under uvicorn) and ``gradci worker --device ...``, configured only
 through GRADCI_* variables, on the database and broker the caller gives (PostgreSQL and Redis, or
-private servers a fault test restarts)."""
+private servers a fault test restarts); and what tests read back of a run: its results and jobs."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
-from gradci.testing.processes import RUN_TIMEOUT_S, free_port, service_env, spawn, stop, wait_for
+from gradci._testing.processes import RUN_TIMEOUT_S, free_port, service_env, spawn, stop, wait_for
+from gradci.services.db.models import Job, Result
+from gradci.services.db.session import session_scope
 
 TOKEN = "integration-token"
 FINISHED = ("passed", "failed", "error", "cancelled", "skipped")
@@ -139,3 +142,18 @@ def running_service(database_url: str, broker_url: str, workdir: Path, logs: Pat
             stop(service.worker)
         if service.api is not None:
             stop(service.api)
+
+
+def results_of(database_url: str, run_id: int) -> list[Result]:
+    with session_scope(database_url, readonly=True) as session:
+        return list(session.scalars(select(Result).where(Result.run_id == run_id).order_by(Result.id)))
+
+
+def jobs_of(database_url: str, run_id: int) -> list[Job]:
+    with session_scope(database_url, readonly=True) as session:
+        return list(session.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.id)))
+
+
+def assert_each_cell_once(results: list[Result]) -> None:
+    keys = [(r.scenario, r.backend, r.device, r.dtype) for r in results]
+    assert len(keys) == len(set(keys)), "a cell was stored twice"

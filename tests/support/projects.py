@@ -1,17 +1,13 @@
-"""Git repositories of scenarios for tests: the projects under ``tests/data/projects/`` copied into a
-new repository, or a repository written from strings a test plants deliberately."""
+"""The scenario projects under ``tests/data/projects/``, each copied into a new git repository
+(``gradci._testing.repos`` makes and commits repositories)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from gradci.testing.repos import commit_all, copy_repository, git, init_repository, make_repository
+from gradci._testing.repos import copy_repository
 
 PROJECTS = Path(__file__).resolve().parent.parent / "data" / "projects"
-
-__all__ = ["PROJECTS", "commit_all", "copy_repository", "git", "init_repository", "make_repository",
-           "project_repository"]
-
 
 def project_repository(name: str, root: Path, extra_files: Mapping[str, str] | None = None,
                        branch: str = "main") -> str:

@@ -1,18 +1,51 @@
-"""The test session's PostgreSQL and Redis: where they are, emptying them, and claiming a Redis
-database number no other test session uses at the same time.
+"""The databases tests and benchmarks use: scratch PostgreSQL databases (made, migrated to head,
+dropped) on the cluster an admin URL names, and the test session's own.
 
-PostgreSQL: one uniquely named database per session in the cluster behind ``GRADCI_TEST_POSTGRES_URL``.
-Redis: one database number per session among 1..12 of the server behind ``GRADCI_TEST_REDIS_URL``
-(its database part is ignored), claimed with a key in database 0, flushed before each user.
+The test session has one uniquely named database in the cluster behind ``GRADCI_TEST_POSTGRES_URL``,
+and one Redis database number among 1..12 of the server behind ``GRADCI_TEST_REDIS_URL`` (its
+database part is ignored), claimed with a key in database 0 so that no other session uses it at the
+same time, and flushed before each user.
 """
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from gradci.services.db.session import engine_for
-from gradci.testing.databases import admin_connection, scratch_database
+from sqlalchemy.engine import make_url
+
+from gradci.services.db.migrate import upgrade
+from gradci.services.db.session import dispose_engine, engine_for
+
+
+def admin_connection(admin_url: str) -> Any:
+    """An autocommit connection to the cluster (psycopg.OperationalError when it does not answer)."""
+    import psycopg
+
+    admin = make_url(admin_url)
+    return psycopg.connect(host=admin.host, port=admin.port or 5432, user=admin.username,
+                           password=admin.password, dbname=admin.database, autocommit=True, connect_timeout=5)
+
+
+@contextmanager
+def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """The URL of a new database named ``prefix_<random>``, migrated; dropped on exit."""
+    from psycopg import sql
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with admin_connection(admin_url) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        dispose_engine(url)
+        with admin_connection(admin_url) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
 
 POSTGRES_ADMIN_URL = os.environ.get("GRADCI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_SERVER_URL = os.environ.get("GRADCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -21,8 +54,6 @@ REDIS_CLAIMABLE = range(1, 13)  # 0 holds the claims; bench/ uses 15
 TABLES = ("results", "scenario_catalog", "jobs", "deliveries", "github_reports", "run_reports", "runs", "repositories",
           "workers")
 
-__all__ = ["POSTGRES_ADMIN_URL", "REDIS_BASE", "TABLES", "RedisUnavailable", "admin_connection", "claimed_redis_database",
-           "emptied", "flushed", "scratch_database"]
 
 
 class RedisUnavailable(Exception):
@@ -58,8 +89,8 @@ def claimed_redis_database(base: str = REDIS_BASE) -> Iterator[str]:
     except redis.ConnectionError as exc:
         claims.close()
         raise RedisUnavailable(f"Redis is not reachable at {base}: {exc}") from exc
-    number = next((n for n in REDIS_CLAIMABLE if claims.set(f"gradci-test-claim:{n}", os.getpid(), nx=True, ex=6 * 3600)),
-                  None)
+    number = next((n for n in REDIS_CLAIMABLE
+                   if claims.set(f"gradci-test-claim:{n}", os.getpid(), nx=True, ex=6 * 3600)), None)
     if number is None:
         claims.close()
         raise RedisUnavailable("every Redis test database is claimed by another session")

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from gradci.testing.processes import free_port, service_env, stop, wait_for
-from gradci.testing.service import api_answers, start_api
+from gradci._testing.processes import free_port, service_env, stop, wait_for
+from gradci._testing.service import api_answers, start_api
 
 T = TypeVar("T")
 _RESET_PEAK_RSS = "5"  # proc(5): writing 5 to clear_refs resets the peak resident set size

@@ -1,0 +1,1 @@
+"""gradci's benchmarks, each run as a module from the repository's root: ``python -m bench.engine``."""
