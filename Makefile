@@ -34,10 +34,12 @@ browser:
 		chromium:/usr/bin/chromium chromium-driver:/usr/bin/chromedriver
 
 # ruff over the whole repository; mypy over the package gradci (through gradci/'s links to its layers);
-# commit subjects of at most 72 characters.
+# basedpyright over the public API and the engine, as users' editors read them; commit subjects of at
+# most 72 characters.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/basedpyright
 	$(PY) scripts/check_commit_subjects.py
 
 # Two pytest processes (pytest-xdist), a test module each at a time so that a module's service starts

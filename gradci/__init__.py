@@ -63,7 +63,13 @@ _EXPORTS = {
     "current_device": "gradci.scenarios.contract.devices",
 }
 
-__all__ = [*_EXPORTS, "library"]
+# Spelled out, not built from _EXPORTS, so that type checkers can read it; tests/test_public_api.py keeps
+# it in step with the block above.
+__all__ = [
+    "Scenario", "Tangents", "Expect", "scenario_tests", "namespace", "check", "Report", "Cell", "STATUSES",
+    "Status", "Tolerance", "DEFAULT_TOLERANCES", "OPERATORS", "Backend", "backend_names", "get_backend", "Matrix",
+    "select_scenarios", "current_device", "library",
+]
 
 
 def __getattr__(name: str) -> Any:

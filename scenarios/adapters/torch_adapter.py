@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optree
@@ -15,6 +15,12 @@ from gradci.scenarios.contract.devices import execution_device, simulated, simul
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _matmul_tf32() -> bool:
+    """cuBLAS's TF32 switch. torch's unannotated ``cuBLASModule.__getattr__`` reads to type checkers as
+    returning bool | str (other attributes it serves are strings); ``allow_tf32`` is always a bool."""
+    return cast(bool, torch.backends.cuda.matmul.allow_tf32)
 
 
 class TorchAdapter(FrameworkAdapter):
@@ -108,14 +114,14 @@ class TorchAdapter(FrameworkAdapter):
         return None
 
     def precision_text(self) -> str:
-        return (f"torch tf32 matmul={on_off(torch.backends.cuda.matmul.allow_tf32)} "
+        return (f"torch tf32 matmul={on_off(_matmul_tf32())} "
                 f"cudnn={on_off(torch.backends.cudnn.allow_tf32)} "
                 f"fp32_matmul={torch.get_float32_matmul_precision()}")
 
     def tf32_active(self, device: str, dtype: str) -> bool:
         """TF32 happens only on a real GPU, only to float32, and only where a switch allows it."""
         return (dtype == "float32" and execution_device(device).startswith("cuda")
-                and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32))
+                and (_matmul_tf32() or torch.backends.cudnn.allow_tf32))
 
     @contextlib.contextmanager
     def pinned_precision(self, setting: str | None) -> Iterator[None]:

@@ -211,7 +211,8 @@ def _scenarios_of(entry: str) -> list[Scenario]:
         raise ProjectError(f"scenario module {name!r}: {function} is {given}; expected a function returning "
                            f"a list of gradci.Scenario")
     try:
-        made = list(factory())
+        produced: Any = factory()  # anything: list() refuses a non-iterable, the check below non-Scenarios
+        made = list(produced)
     except Exception as exc:  # noqa: BLE001 - user code may raise anything: reported as the project's error
         raise ProjectError(f"{name}.{function}() failed: {type(exc).__name__}: {exc}") from None
     if not made:

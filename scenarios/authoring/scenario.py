@@ -251,8 +251,9 @@ class Scenario:
         fn = self.f.get(framework) if isinstance(self.f, Mapping) else self.f
         if fn is None:
             return None
-        if hasattr(fn, "prepare"):  # a module given as x: its copy for this dtype and device
-            fn.prepare(dtype, device)
+        prepare = getattr(fn, "prepare", None)
+        if prepare is not None:  # a module given as x: its copy for this dtype and device
+            prepare(dtype, device)
         captured = self._models.get(key) if "_models" in self.__dict__ else None
         return captured.for_cell(dtype, device) if captured else fn
 

@@ -85,7 +85,7 @@ class _OfLeaves:
         self.f = f
         leaves, self.in_spec = optree.tree_flatten(x, none_is_leaf=True)
         self.leaves = tuple(leaves)
-        self.out_spec = None
+        self.out_spec: optree.PyTreeSpec | None = None  # set by each call
 
     def __call__(self, *leaves):
         out = self.f(optree.tree_unflatten(self.in_spec, list(leaves)))

@@ -78,12 +78,12 @@ def junit_xml(name: str, results: Iterable[Any]) -> bytes:
     """``results`` (Cells, or anything with their attributes) must arrive grouped by (backend, device,
     dtype). A stored run's document is streamed by ``gradci.services.reports.junit`` instead."""
     root = ET.Element("testsuites", name=name)
-    totals = dict.fromkeys(JUNIT_COUNTERS, 0)
+    totals: dict[str, int] = dict.fromkeys(JUNIT_COUNTERS, 0)  # keyed by any counter junit_testcase names
     total_time = 0.0
     for (backend, device, dtype), group in itertools.groupby(results, key=lambda r: (r.backend, r.device, r.dtype)):
         name = f"{backend}.{device}.{dtype}"
         suite = ET.SubElement(root, "testsuite", name=xml_text(name))
-        counts = dict.fromkeys(JUNIT_COUNTERS, 0)
+        counts: dict[str, int] = dict.fromkeys(JUNIT_COUNTERS, 0)
         suite_time = 0.0
         for result in group:
             counts["tests"] += 1

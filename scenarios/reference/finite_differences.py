@@ -13,7 +13,7 @@ import dataclasses
 import functools
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optree
@@ -125,10 +125,15 @@ def _scipy_options(settings: FDSettings) -> dict:
     return dict(order=settings.order, maxiter=settings.maxiter, tolerances=settings.tolerances)
 
 
+# scipy.differentiate.jacobian is unannotated: type checkers infer float and int for initial_step and
+# step_direction from their defaults, where it takes arrays of them (one per input element), as documented.
+_scipy_jacobian = cast(Callable[..., Any], differentiate.jacobian)
+
+
 def _jacobian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
     """Full Jacobian (n, m) at ``point`` of a function of many points (rows (k, m) → (k, n)), and its
     error estimate."""
-    res = _richardson(lambda steps, directions: differentiate.jacobian(
+    res = _richardson(lambda steps, directions: _scipy_jacobian(
         _Composed(rows_fn), point, initial_step=steps, step_direction=directions, **_scipy_options(settings)),
         settings, point.size)
     return np.atleast_2d(res.df), np.atleast_2d(res.error)
@@ -165,7 +170,7 @@ def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettin
                  prefetch: Callable[[np.ndarray], None] | None = None):
     """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
     (value (n,), error (n,))."""
-    res = _along_a_line(lambda steps, directions: differentiate.jacobian(
+    res = _along_a_line(lambda steps, directions: _scipy_jacobian(
         _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions, step_factor=STEP_FACTOR,
         **_scipy_options(settings)), settings, prefetch)
     return np.atleast_2d(res.df)[:, 0], np.atleast_2d(res.error)[:, 0]
@@ -356,7 +361,7 @@ def _analytic(scenario: Scenario, value: Any, tangent: Any) -> list[Reference]:
     """The scenario's own reference: its result, a list of them (one per batched tangent), or a
     function of the point (and the tangent, for operators that take one) giving it, which also
     serves every tangent a variant draws."""
-    def one(expected):
+    def one(expected: Any) -> Reference:
         expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
         if OPERATOR_RECORDS[scenario.operator].returns_value:
             value_part, expected = expected

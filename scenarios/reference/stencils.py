@@ -139,6 +139,7 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
 
     fw = get_framework("jax")  # float64 needs the adapter's x64 switch, before any array exists
     fn, unravel = scenario.implementation("jax"), _unraveller(scenario.x)
+    assert fn is not None, "built only for the scenario's reference framework, which it implements"
     cpu = jax.devices("cpu")[0]
     # The contexts' arrays are the compiled function's arguments (not constants baked into it); the
     # rest (counts, strings) stays as the function would see it.
@@ -168,6 +169,7 @@ def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
 
     fw = get_framework("torch")
     fn, unravel = scenario.implementation("torch"), _unraveller(scenario.x)
+    assert fn is not None, "built only for the scenario's reference framework, which it implements"
 
     def flat_f(v, contexts):
         out = fn(unravel(v), *contexts)

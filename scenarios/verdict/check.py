@@ -20,7 +20,7 @@ from gradci.scenarios.contract.simulated_gpus import simulated_gpus
 from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
 from gradci.scenarios.reference.step_spread import step_spread
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
-from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
+from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
 from gradci.scenarios.verdict.exceptions import describe_exception, full_text
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
@@ -327,6 +327,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
         return None
     adapter = getattr(backend, "adapter", None)
     cell.reference, cell.reference_error = describe(refs)
+    caught: CapturedWarnings | None = None  # stays None only where entering captured_warnings() itself raised
     try:
         with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
             tol = _precision_and_tolerance(cell, scenario, adapter)
@@ -349,7 +350,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
             raised[cell.key] = exc
         return None
     finally:
-        cell.warnings = caught.text()
+        if caught is not None:
+            cell.warnings = caught.text()
     if prepared.error_estimate is not None:
         refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
     comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)

@@ -15,10 +15,10 @@ def pair(f, x):
     return f(x[0], x[1])
 
 
-def untied(g, shape):
+def untied(g: np.random.Generator, shape: tuple) -> np.ndarray:
     """Two rows at least 0.3 apart elementwise: no ties for maximum, minimum, arctan2."""
     first = g.uniform(-2, 2, size=shape[1:])
-    return [first, first + g.choice([-1.0, 1.0], size=shape[1:]) * g.uniform(0.3, 1.0, size=shape[1:])]
+    return np.array([first, first + g.choice([-1.0, 1.0], size=shape[1:]) * g.uniform(0.3, 1.0, size=shape[1:])])
 
 
 def between_nodes(g, shape):
