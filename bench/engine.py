@@ -18,9 +18,9 @@ import statistics
 import time
 
 import gradci
+from gradci.scenarios.check import resolve_backends
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.reference.finite_differences import ReferenceCache
-from gradci.scenarios.verdict.check import resolve_backends
 
 ROUNDS, CALLS = 7, 50
 

@@ -28,17 +28,17 @@ if TYPE_CHECKING:
     from gradci.scenarios.backends import Backend as Backend
     from gradci.scenarios.backends import backend_names as backend_names
     from gradci.scenarios.backends import get_backend as get_backend
+    from gradci.scenarios.check import Report as Report
+    from gradci.scenarios.check import check as check
     from gradci.scenarios.contract.cell import STATUSES as STATUSES
     from gradci.scenarios.contract.cell import Cell as Cell
     from gradci.scenarios.contract.cell import Status as Status
     from gradci.scenarios.contract.devices import current_device as current_device
     from gradci.scenarios.contract.matrix import Matrix as Matrix
     from gradci.scenarios.contract.matrix import select_scenarios as select_scenarios
+    from gradci.scenarios.numerics.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
+    from gradci.scenarios.numerics.tolerances import Tolerance as Tolerance
     from gradci.scenarios.operators.records import OPERATORS as OPERATORS
-    from gradci.scenarios.verdict.check import Report as Report
-    from gradci.scenarios.verdict.check import check as check
-    from gradci.scenarios.verdict.tolerances import DEFAULT_TOLERANCES as DEFAULT_TOLERANCES
-    from gradci.scenarios.verdict.tolerances import Tolerance as Tolerance
 
 # Public name -> the module that defines it (the same pairs as the block above).
 _EXPORTS = {
@@ -47,13 +47,13 @@ _EXPORTS = {
     "Expect": "gradci.scenarios.authoring.expectations",
     "scenario_tests": "gradci.scenarios.authoring.scenario_tests",
     "namespace": "gradci.scenarios.authoring.namespace",
-    "check": "gradci.scenarios.verdict.check",
-    "Report": "gradci.scenarios.verdict.check",
+    "check": "gradci.scenarios.check",
+    "Report": "gradci.scenarios.check",
     "Cell": "gradci.scenarios.contract.cell",
     "STATUSES": "gradci.scenarios.contract.cell",
     "Status": "gradci.scenarios.contract.cell",
-    "Tolerance": "gradci.scenarios.verdict.tolerances",
-    "DEFAULT_TOLERANCES": "gradci.scenarios.verdict.tolerances",
+    "Tolerance": "gradci.scenarios.numerics.tolerances",
+    "DEFAULT_TOLERANCES": "gradci.scenarios.numerics.tolerances",
     "OPERATORS": "gradci.scenarios.operators.records",
     "Backend": "gradci.scenarios.backends",
     "backend_names": "gradci.scenarios.backends",

@@ -15,12 +15,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gradci.services.db.urls import ensure_sqlite_directory, normalize_database_url
+from gradci.services.database_urls import ensure_sqlite_directory, normalize_database_url
 
 EMBEDDED_DATABASE_FILE = "gradci.db"
 EMBEDDED_BROKER_FILE = "broker.db"
 EMBEDDED_BROKER_SCHEMES = ("sqla+", "sqlalchemy+")
-EMBEDDED_TRANSPORT = "gradci.services.broker.embedded:Transport"
 # Redis redelivers a task not acknowledged within the visibility timeout; it must outlive the
 # hard time limit or a long job is handed to a second worker while the first still runs it.
 VISIBILITY_MARGIN_S = 600
@@ -176,14 +175,6 @@ class Settings(BaseSettings):
     def broker_visibility_timeout_s(self) -> int:
         return self.job_hard_time_limit_s + VISIBILITY_MARGIN_S
 
-    def broker_target(self) -> tuple[str, str | None]:
-        """(URL, transport) to open the broker with: an embedded broker's database URL with gradci's
-        transport for it (``gradci.services.broker.embedded``); any other URL as it is, its
-        transport named by its scheme."""
-        if self.broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
-            return _strip_broker_scheme(self.broker_url), EMBEDDED_TRANSPORT
-        return self.broker_url, None
-
     def broker_transport_options(self) -> dict[str, Any]:
         """Celery's ``broker_transport_options`` for this broker."""
         return transport_options_for(self.broker_url, self.broker_visibility_timeout_s)
@@ -191,11 +182,11 @@ class Settings(BaseSettings):
     def ensure_local_directories(self) -> None:
         """Create the folders of the SQLite files (database and embedded broker) this configuration
         uses: SQLite creates a missing file but not its folder."""
-        for url in (self.database_url, _strip_broker_scheme(self.broker_url)):
+        for url in (self.database_url, strip_broker_scheme(self.broker_url)):
             ensure_sqlite_directory(url)
 
 
-def _strip_broker_scheme(broker_url: str) -> str:
+def strip_broker_scheme(broker_url: str) -> str:
     for scheme in EMBEDDED_BROKER_SCHEMES:
         if broker_url.startswith(scheme):
             return broker_url[len(scheme):]

@@ -14,12 +14,12 @@ from xml.sax.saxutils import escape
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from gradci.scenarios.contract.coverage import run_coverage
 from gradci.services.access.read_tokens import find_read_token
 from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
 from gradci.services.reports import finished_counts
-from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.run_report import COMPARABLE
 
 router = APIRouter(include_in_schema=False)

@@ -14,6 +14,7 @@ from pydantic import Field, StringConstraints
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.contract.coverage import percent, run_coverage
 from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep
 from gradci.services.api.runs import RunId
@@ -21,7 +22,6 @@ from gradci.services.db import queries
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.waiting import waiting_jobs
 from gradci.services.reports import finished_counts
-from gradci.services.reports.coverage import percent, run_coverage
 from gradci.services.reports.run_grid import MatrixPage, cell_progress, filter_choices, matrix_page
 from gradci.services.reports.run_report import report_for_run
 from gradci.services.reports.targets import TargetConfigError

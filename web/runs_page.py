@@ -8,12 +8,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import StringConstraints
 
+from gradci.scenarios.contract.coverage import run_coverage
 from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.db import queries
 from gradci.services.db.models import RunStatus, Trigger
 from gradci.services.reports import finished_counts
-from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.run_report import base_runs
 from gradci.web.form_query import FormQuery
 from gradci.web.run_page import job_progress

@@ -9,8 +9,8 @@ from urllib.parse import quote, urlencode
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 
+from gradci.scenarios.contract.coverage import percent
 from gradci.services.api.sessions import csrf_token, signed_in_login
-from gradci.services.reports.coverage import percent
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.web import status_style
 from gradci.web.static import asset_url

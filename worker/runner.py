@@ -481,7 +481,7 @@ def crash_frames(output: str, root: str | None = None) -> str:
     """The innermost frames of the user's code in the last faulthandler traceback of ``output``
     ("pkg/model.py:12 in f; ..."), at most ``CRASH_FRAMES``, files relative to the checkout's
     ``root`` where they lie in it; "" where there is none."""
-    from gradci.scenarios.verdict.exceptions import is_users_file
+    from gradci.scenarios.authoring.exceptions import is_users_file
 
     start = output.rfind("Fatal Python error")
     frames = [m for m in _FRAME.finditer(output[start:] if start >= 0 else output) if is_users_file(m["file"])]

@@ -15,7 +15,7 @@ never corrupt the protocol. The messages are ``gradci.worker.runner_messages``'s
   compared); the warnings raised outside any cell (computing the reference) are added to each.
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
   the peers' cells are checked too, for the comparison only, and not returned
-  (``gradci.scenarios.verdict.check.check_scenario``). ``"options"``: further keyword arguments of
+  (``gradci.scenarios.check.check_scenario``). ``"options"``: further keyword arguments of
   ``check_scenario`` (the run's engine options, such as repeats).
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
@@ -140,7 +140,7 @@ def list_source(cache: SourceCache, request: messages.ListRequest) -> messages.L
                 for b in registry().values()]
     reply = messages.ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
     if request.availability:
-        from gradci.scenarios.verdict.check import available_devices
+        from gradci.scenarios.check import available_devices
 
         # unavailable() imports each framework: only the planner asks, jobs warm their own backend.
         for backend, entry in zip(registry().values(), backends):
@@ -211,9 +211,9 @@ def check_cells(
     cache: SourceCache, request: messages.CellsRequest, beat: Callable[[], None]
 ) -> messages.CellsReply | messages.Refusal:
     from gradci.scenarios.backends import get_backend
+    from gradci.scenarios.check import check_scenario
     from gradci.scenarios.reference.finite_differences import shared_cache
     from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
-    from gradci.scenarios.verdict.check import check_scenario
 
     source = cache.get(request.source, request.family)
     scenario = source.scenarios.get(request.scenario)

@@ -28,10 +28,10 @@ from gradci.cli.sandboxed import (
 from gradci.cli.upload import UploadError, UploadOptions, commit_fields, shards, upload
 from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
+from gradci.scenarios.contract.coverage import coverage_percent
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.services.reports.coverage import coverage_percent
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
 

@@ -34,7 +34,7 @@ class FrameworkAdapter:
             return f"{self.name} has no dtype {dtype}"
         return None
 
-    # Precision beyond the dtype (``gradci.scenarios.authoring.precision``): what the framework's switches say now,
+    # Precision beyond the dtype (``gradci.scenarios.numerics.precision``): what the framework's switches say now,
     # a pin applied around a cell, and whether float32 products on ``device`` run in TF32.
     def precision_text(self) -> str:
         return ""

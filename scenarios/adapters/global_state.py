@@ -5,7 +5,7 @@ A scenario module that sets ``torch.set_default_dtype(torch.float64)`` at import
 turns TF32 on while it runs, would otherwise change the cells of every module checked after it.
 So the engine captures this state, restores it between modules' scenarios, and names each change
 on the cells of the module that made it (``gradci.scenarios.authoring.project`` for changes made at
-import, ``gradci.scenarios.verdict.check`` for changes made while a scenario's cells ran).
+import, ``gradci.scenarios.check`` for changes made while a scenario's cells ran).
 
 Only frameworks already imported are read: capturing imports nothing.
 """

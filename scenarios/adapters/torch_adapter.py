@@ -10,8 +10,8 @@ import optree
 import torch
 
 from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter
-from gradci.scenarios.authoring.precision import on_off
 from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing
+from gradci.scenarios.numerics.precision import on_off
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
            "float16": torch.float16, "bfloat16": torch.bfloat16}

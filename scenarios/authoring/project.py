@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from gradci.scenarios.adapters import global_state
+from gradci.scenarios.authoring.exceptions import add_import_root
 from gradci.scenarios.authoring.expectations import AXES, Expect
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.contract.matrix import Matrix, MatrixError
-from gradci.scenarios.verdict.exceptions import add_import_root
 
 CONFIG_NAME = "gradci.toml"
 

@@ -16,12 +16,12 @@ import optree
 from gradci.scenarios.authoring import wrt as positional
 from gradci.scenarios.authoring.expectations import expectations
 from gradci.scenarios.authoring.fingerprints import fingerprint_of
-from gradci.scenarios.authoring.inputs import describe, differentiable, held_fixed
 from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, is_module
-from gradci.scenarios.authoring.precision import precision_setting
 from gradci.scenarios.contract.cell import DIFFERENTIATING, FRAMEWORKS
 from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
+from gradci.scenarios.numerics.inputs import describe, differentiable, held_fixed
+from gradci.scenarios.numerics.precision import precision_setting
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 
 # Keys of scenarios whose function could not be fingerprinted whole: one each, never shared.
@@ -65,7 +65,7 @@ class Scenario:
     the same signature ``f(x, *contexts)`` in every framework.
 
     ``x``, ``tangent`` and ``contexts`` may hold numpy arrays, torch tensors, jax arrays, Python
-    numbers, and tuples, lists and dicts of them (``gradci.scenarios.authoring.inputs``); all are kept as numpy, once.
+    numbers, and tuples, lists and dicts of them (``gradci.scenarios.numerics.inputs``); all are kept as numpy, once.
     x and tangents must be floating point. In contexts only floating-point leaves are cast to each
     cell's dtype; integers, booleans, index arrays (handed to f as the framework's integer arrays),
     strings and None reach f unchanged.
@@ -95,7 +95,7 @@ class Scenario:
 
     ``requirements`` (``{"min_memory": "16GB", "min_capability": "80"}``) sends the scenario's CUDA
     cells only to devices that offer them (``gradci.scenarios.contract.requirements``); ``precision`` pins the
-    arithmetic its cells run with (``gradci.scenarios.authoring.precision``); ``repeats=N`` computes each derivative N
+    arithmetic its cells run with (``gradci.scenarios.numerics.precision``); ``repeats=N`` computes each derivative N
     times and records whether the results were bitwise identical (``Cell.repeat_spread``).
 
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate

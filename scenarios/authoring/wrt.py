@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gradci.scenarios.authoring.inputs import describe
 from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.numerics.inputs import describe
 
 
 def chosen_positions(wrt: Any, args: Any, name: str) -> tuple[int, ...]:

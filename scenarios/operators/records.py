@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import optree
 
-from gradci.scenarios.authoring.inputs import describe, differentiable
 from gradci.scenarios.contract.cell import OPERATORS
 from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.numerics.inputs import describe, differentiable
+from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.operators.blocks import matrix_blocks
 from gradci.scenarios.operators.vocabulary import Autograd, FiniteDifferences, Transforms
-from gradci.scenarios.reference.data import Reference
 
 __all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "operator_input"]
 

@@ -5,7 +5,7 @@ and no consumer's internals:
   ``forward`` definitions);
 - ``Autograd``: what a record calls on torch.autograd (its ``autograd`` definition);
 - ``FiniteDifferences``: what a record calls on the finite-difference reference builder (its
-  ``finite_differences`` definition), which returns a ``Reference`` (``gradci.scenarios.reference.data``).
+  ``finite_differences`` definition), which returns a ``Reference`` (``gradci.scenarios.numerics.reference_values``).
 
 The backends and the reference builder implement these; the records depend on nothing but this
 module and the reference's data, so the dependency points one way: consumers → records → vocabulary.
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gradci.scenarios.reference.data import Reference
+from gradci.scenarios.numerics.reference_values import Reference
 
 
 class Transforms:

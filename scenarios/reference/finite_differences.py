@@ -20,12 +20,12 @@ import optree
 from scipy import differentiate
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.numerics.reference_values import Probe, Reference, ReferenceUnavailable
+from gradci.scenarios.numerics.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
-from gradci.scenarios.reference.data import Probe, Reference, ReferenceUnavailable
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.flat_function import FlatFunction, ravel
 from gradci.scenarios.reference.stencils import StencilEvaluator
-from gradci.scenarios.verdict.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
 
 # Above these many input elements, first-order operators are checked through probes...
 FULL_FIRST_ORDER_LIMIT = 16
@@ -435,7 +435,7 @@ def _flat_leaves(tree: Any) -> np.ndarray:
 
 def decides(reference: Reference, tol: Tolerance) -> bool:
     """Whether the reference's error estimate is small enough, everywhere, to decide a result at ``tol``
-    (the comparison's own test, ``gradci.scenarios.verdict.tolerances.undecided``)."""
+    (the comparison's own test, ``gradci.scenarios.numerics.tolerances.undecided``)."""
     if reference.is_full:
         values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
         scale = reliable_scale(values, errors, tol)

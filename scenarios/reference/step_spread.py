@@ -5,7 +5,7 @@ truncation and rounding errors are far below any tolerance there), so estimates 
 step mean f is noisy at that scale — an iterative solver's tolerance, a random sample, a jagged
 approximation — and Richardson's own error estimate, taken from the last steps it tried, can be
 confidently wrong. A cell that fails against such a reference has no verdict: it is an error that
-says so (``gradci.scenarios.verdict.check``), never a fail.
+says so (``gradci.scenarios.check``), never a fail.
 
 Computed only for cells that would fail, once per scenario.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import optree
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
-from gradci.scenarios.reference.data import Reference
 from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
 from gradci.scenarios.reference.flat_function import FlatFunction
 

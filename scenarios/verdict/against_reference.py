@@ -9,10 +9,10 @@ import numpy as np
 import optree
 
 from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.numerics.reference_values import Probe, Reference
+from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
 from gradci.scenarios.operators.blocks import block_matrix
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
-from gradci.scenarios.reference.data import Probe, Reference
-from gradci.scenarios.verdict.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
 
 ANALYTIC_ADVICE = "give an analytic reference"
 

@@ -2,7 +2,7 @@
 
 A wrong derivative in a CUDA kernel can hide inside the finite-difference tolerance of its dtype
 (float32's is 2e-3 relative); next to the same computation on the CPU it cannot, because the two
-may differ only by rounding (``gradci.scenarios.verdict.tolerances.AGREEMENT_TOLERANCES``). The comparison is
+may differ only by rounding (``gradci.scenarios.numerics.tolerances.AGREEMENT_TOLERANCES``). The comparison is
 one more cell, keyed by the device ``cuda:N-vs-cpu`` (``gradci.scenarios.contract.devices.agreement_device``).
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import optree
 
+from gradci.scenarios.numerics.tolerances import Tolerance, allowance
 from gradci.scenarios.reference.flat_function import ravel
-from gradci.scenarios.verdict.tolerances import Tolerance, allowance
 
 
 @dataclasses.dataclass(frozen=True)

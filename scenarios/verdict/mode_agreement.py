@@ -15,11 +15,11 @@ import optree
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.contract.cell import Cell, Status
+from gradci.scenarios.numerics.tolerances import Tolerance, tolerance_for
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
 from gradci.scenarios.reference.flat_function import ravel
 from gradci.scenarios.verdict.against_reference import Comparison, compare_arrays, compare_to_reference, probed_layout
-from gradci.scenarios.verdict.tolerances import Tolerance, tolerance_for
 
 
 def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tangent: Any) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import optree
 
-from gradci.scenarios.authoring.inputs import leaf_path
 from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.numerics.inputs import leaf_path
 
 # What torch says when a function writes into a leaf tensor that requires grad (torch-rev's x)...
 _TORCH_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"

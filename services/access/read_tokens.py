@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from gradci.services.api.repo_refs import FULL_NAME
 from gradci.services.db.bearer_tokens import BearerTokens
 from gradci.services.db.models import ReadToken
+from gradci.services.repo_refs import FULL_NAME
 
 READ_TOKENS = BearerTokens(ReadToken, "gradci_read_")
 

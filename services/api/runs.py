@@ -10,10 +10,10 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.contract.coverage import run_coverage
 from gradci.services.api.access import OPTIONAL_CREDENTIAL, ReadAccess
 from gradci.services.api.deps import ReadSession, SettingsDep, WriteAccess, WriteSession
 from gradci.services.api.errors import errors
-from gradci.services.api.repo_refs import is_allowed, parse_repo_ref
 from gradci.services.api.schemas import (
     SHA_PREFIX_PATTERN,
     CellCounts,
@@ -41,8 +41,8 @@ from gradci.services.db.runs import (
 )
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import waiting_by_run
+from gradci.services.repo_refs import is_allowed, parse_repo_ref
 from gradci.services.reports import finished_counts
-from gradci.services.reports.coverage import run_coverage
 from gradci.services.reports.junit import decompressed_chunks, document_name, junit_chunks
 from gradci.services.settings import Settings
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from pydantic.json_schema import SkipJsonSchema
 
 from gradci.scenarios.contract.matrix import Matrix
-from gradci.services.api.repo_refs import REPO_PATTERN, parse_repo_ref
 from gradci.services.cell_fields import cell_record
+from gradci.services.repo_refs import REPO_PATTERN, parse_repo_ref
 from gradci.services.repo_urls import without_credentials
 from gradci.services.reports.report_record import StatusCounts
 

@@ -15,9 +15,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from gradci.services.api.bodies import PayloadTooLarge, declared_too_large, read_bounded
 from gradci.services.api.deps import SettingsDep
 from gradci.services.api.errors import errors
+from gradci.services.bodies import PayloadTooLarge, declared_too_large, read_bounded
 from gradci.services.uploads import access
 from gradci.services.uploads.intake import UploadAccepted, receive
 from gradci.services.uploads.schema import UploadIn

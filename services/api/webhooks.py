@@ -18,9 +18,9 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from gradci.services.api.bodies import declared_too_large
 from gradci.services.api.deps import SettingsDep
 from gradci.services.api.errors import errors
+from gradci.services.bodies import declared_too_large
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.github import intake, signature
 

@@ -16,6 +16,7 @@ from gradci.services.broker.queues import (
     HANDLE_DELIVERY,
     PLAN_RUN,
     PUBLISH_GITHUB,
+    broker_target,
     create_celery,
 )
 from gradci.services.settings import Settings
@@ -40,7 +41,7 @@ def _producer(settings: Settings) -> Celery:
 def broker_connection(settings: Settings) -> Connection:
     """A connection to the settings' broker that gives up after ``BROKER_TIMEOUT_S``."""
     settings.ensure_local_directories()
-    url, transport = settings.broker_target()
+    url, transport = broker_target(settings)
     return Connection(url, transport=transport, transport_options=settings.broker_transport_options(),
                       connect_timeout=BROKER_TIMEOUT_S)
 

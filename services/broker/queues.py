@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery
 
 from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
-from gradci.services.settings import Settings
+from gradci.services.settings import EMBEDDED_BROKER_SCHEMES, Settings, strip_broker_scheme
 
 BROKER_TIMEOUT_S = 3.0  # a broker that does not answer within this is down: fail, don't hang
 
@@ -23,7 +23,17 @@ PUBLISH_GITHUB = "gradci.publish_github"
 HANDLE_DELIVERY = "gradci.handle_delivery"  # act on a stored GitHub webhook delivery
 # Acting on deliveries, planning, finalising and publishing need no accelerator: the CPU workers' queue.
 CONTROL_QUEUE = CPU
+EMBEDDED_TRANSPORT = "gradci.services.broker.embedded:Transport"
 CONTROL_TASKS = (HANDLE_DELIVERY, PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
+
+
+def broker_target(settings: Settings) -> tuple[str, str | None]:
+    """(URL, transport) to open the broker with: an embedded broker's database URL with gradci's
+    transport for it (``gradci.services.broker.embedded``); any other URL as it is, its transport
+    named by its scheme."""
+    if settings.broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
+        return strip_broker_scheme(settings.broker_url), EMBEDDED_TRANSPORT
+    return settings.broker_url, None
 
 
 def queue_for_device(device: str) -> str:
@@ -78,7 +88,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def create_celery(settings: Settings, include: tuple[str, ...] = ()) -> Celery:
     """A Celery app on the settings' broker; ``include`` names the modules of tasks it runs."""
     settings.ensure_local_directories()
-    url, transport = settings.broker_target()
+    url, transport = broker_target(settings)
     celery = Celery("gradci", broker=url, include=list(include), set_as_current=False)
     celery.conf.update(celery_config(settings), broker_transport=transport)
     return celery

@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, upd
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import COUNTED, FAILING, Status
+from gradci.scenarios.contract.coverage import coverage_percent
 from gradci.services.db.models import (
     FINISHED_RUN_STATUSES,
     FINISHED_RUN_VALUES,
@@ -39,7 +40,6 @@ from gradci.services.db.queries import cell_counts
 from gradci.services.db.runs import lock_run
 from gradci.services.db.uploads import closed_unfinished, is_open, missing_at_close
 from gradci.services.db.upsert import dialect_insert, rows_matched
-from gradci.services.reports.coverage import coverage_percent
 
 UNFINISHED_JOB_STATUSES = (JobStatus.queued.value, JobStatus.running.value)
 FINISHED_JOB_STATUSES = (JobStatus.done.value, JobStatus.error.value, JobStatus.cancelled.value)

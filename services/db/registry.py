@@ -8,8 +8,8 @@ from __future__ import annotations
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gradci.services.api.repo_refs import FULL_NAME
 from gradci.services.db.models import RegisteredRepository, utcnow
+from gradci.services.repo_refs import FULL_NAME
 
 
 def _checked(full_name: str) -> str:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from gradci.services.db.urls import ensure_sqlite_directory, normalize_database_url
+from gradci.services.database_urls import ensure_sqlite_directory, normalize_database_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _SQLITE_BEGIN = "gradci_sqlite_begin"  # execution option: how an SQLite transaction begins

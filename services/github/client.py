@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-STATUS_DESCRIPTION_LIMIT = 140      # GitHub answers 422 above this
-COMMENT_BODY_LIMIT = 65536          # likewise for comment bodies
+from gradci.services.github_limits import COMMENT_BODY_LIMIT, STATUS_DESCRIPTION_LIMIT
+
 STATES = ("pending", "success", "failure", "error")
 
 

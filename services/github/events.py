@@ -10,7 +10,7 @@ import enum
 from collections.abc import Set
 from typing import Any
 
-from gradci.services.api.repo_refs import RepoRef, is_allowed
+from gradci.services.repo_refs import RepoRef, is_allowed
 
 PR_RUN_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 DEFAULT_APPROVAL_LABEL = "gradci:run"

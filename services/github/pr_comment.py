@@ -11,7 +11,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.services.db.models import Run, RunStatus, Trigger, UploadShard
-from gradci.services.github.client import COMMENT_BODY_LIMIT, truncate
+from gradci.services.github.client import truncate
+from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.run_report import report_for_run, waiting_for_base
 

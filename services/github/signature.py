@@ -1,7 +1,7 @@
 """X-Hub-Signature-256: HMAC-SHA256 of the raw request body with the webhook secret.
 
 A body is hashed while it streams in (``read_signed_body``), read with a bound
-(``gradci.services.api.bodies``): until the signature matches, the bytes come from anyone.
+(``gradci.services.bodies``): until the signature matches, the bytes come from anyone.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import string
 from collections.abc import AsyncIterable
 from typing import IO
 
-from gradci.services.api.bodies import PayloadTooLarge as PayloadTooLarge  # the webhook route catches it here
-from gradci.services.api.bodies import read_bounded
+from gradci.services.bodies import PayloadTooLarge as PayloadTooLarge  # the webhook route catches it here
+from gradci.services.bodies import read_bounded
 
 PREFIX = "sha256="
 _HEX_DIGITS = frozenset(string.hexdigits)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
+from gradci.services.database_urls import normalize_database_url
 from gradci.services.db.models import Base
 from gradci.services.db.session import engine_for
-from gradci.services.db.urls import normalize_database_url
 
 config = context.config
 target_metadata = Base.metadata

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import Select, and_, false, func, select
 from sqlalchemy.orm import Session, aliased
 
+from gradci.scenarios.contract.coverage import MISSING
 from gradci.services.db.models import Result, ScenarioCatalogEntry
-from gradci.services.reports.coverage import MISSING
 
 Group = tuple[str, str]  # backend, device
 

@@ -16,8 +16,8 @@ from sqlalchemy import and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from gradci.scenarios.contract.cell import KEY_FIELDS, Status
+from gradci.scenarios.contract.coverage import MISSING
 from gradci.services.db.models import Result
-from gradci.services.reports.coverage import MISSING
 from gradci.services.reports.report_record import BRIEF_FIELDS, CellBrief
 
 NEAR_MISS_RATIO = 0.5

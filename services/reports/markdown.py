@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gradci.services.github.client import COMMENT_BODY_LIMIT
-from gradci.services.reports.coverage import percent
+from gradci.scenarios.contract.coverage import percent
+from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.gfm import code
 from gradci.services.reports.report_record import CellBrief, RunReport, StatusCounts
 

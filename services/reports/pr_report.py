@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from gradci.scenarios.contract.coverage import percent
 from gradci.services.reports.aggregates import Group, GroupTally
-from gradci.services.reports.coverage import percent
 from gradci.services.reports.diff import Changes
 from gradci.services.reports.report_record import (
     ChangeCounts,

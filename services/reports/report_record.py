@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 from gradci.scenarios.contract.cell import STATUSES, status_attribute
+from gradci.scenarios.contract.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
 from gradci.services.cell_fields import cell_record
-from gradci.services.reports.coverage import MISSING, counted_cells, coverage_percent, status_counts, status_tally
 from gradci.services.reports.targets import CoverageState
 
 # The engine's status vocabulary: checked on construction and listed in the OpenAPI schema.

@@ -13,13 +13,13 @@ from typing import IO
 from pydantic import BaseModel, Field
 from sqlalchemy import update
 
-from gradci.services.api.repo_refs import parse_repo_ref
 from gradci.services.broker import dispatch
 from gradci.services.db.jobs import record_catalog
 from gradci.services.db.models import UploadToken, utcnow
 from gradci.services.db.runs import get_or_create_repository
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.db.uploads import Commit, ShardStored, UploadRunFinished, store_shard
+from gradci.services.repo_refs import parse_repo_ref
 from gradci.services.settings import Settings
 from gradci.services.uploads import stream
 from gradci.services.uploads.access import Credential, Forbidden, Unavailable, authorize

@@ -23,8 +23,8 @@ from pydantic import (
 from gradci.scenarios.contract.cell import KEY_LENGTHS, OPERATORS, TEXT_FIELDS, InvalidCell, validate_cell
 from gradci.scenarios.contract.devices import compared_device, validate_device
 from gradci.scenarios.contract.requirements import Requirements
-from gradci.services.api.repo_refs import FULL_NAME
 from gradci.services.cell_fields import cell_record
+from gradci.services.repo_refs import FULL_NAME
 from gradci.services.reports.targets import TargetConfigError, parse_report_config
 
 MAX_INT32 = 2**31 - 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from gradci.services.api.repo_refs import FULL_NAME
 from gradci.services.db.bearer_tokens import BearerTokens, token_hash
 from gradci.services.db.models import UploadToken
+from gradci.services.repo_refs import FULL_NAME
 
 UPLOAD_TOKENS = BearerTokens(UploadToken, "gradci_")
 __all__ = ["create_token", "find_token", "is_upload_token", "list_tokens", "revoke_token", "token_hash"]

@@ -154,7 +154,7 @@ def test_a_run_request_may_ask_for_timings() -> None:
 
 
 def test_jax_rev_is_opt_in_where_no_backends_are_named():
-    from gradci.scenarios.verdict.check import resolve_backends
+    from gradci.scenarios.check import resolve_backends
 
     defaults = [backend.name for backend in resolve_backends(None)]
     assert "jax-rev" not in defaults and {"jax-rev-jit", "jax-fwd", "torch-rev"} <= set(defaults)

@@ -19,10 +19,10 @@ from gradci import Scenario, namespace
 from gradci._testing import planted
 from gradci._testing.planted import X, torch_elementwise
 from gradci._testing.planted import scenario as planted_scenario
+from gradci.scenarios.check import available_devices, check
 from gradci.scenarios.contract.devices import current_device
-from gradci.scenarios.verdict.check import available_devices, check
+from gradci.scenarios.numerics.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
 from gradci.scenarios.verdict.repeats import repeat_spread
-from gradci.scenarios.verdict.tolerances import AGREEMENT_TOLERANCES, DEFAULT_TOLERANCES, TF32_TOLERANCE, tolerance_for
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec
 

@@ -105,8 +105,8 @@ def test_a_single_framework_scenario_makes_no_cells_for_the_other_frameworks_bac
     import jax.numpy as jnp
 
     from gradci.scenarios.backends import get_backend
+    from gradci.scenarios.check import check_scenario
     from gradci.scenarios.reference.finite_differences import ReferenceCache
-    from gradci.scenarios.verdict.check import check_scenario
 
     def broken_reference(x):
         raise ValueError("no closed form here")
@@ -151,9 +151,9 @@ def test_a_framework_error_that_does_not_say_what_to_do_gets_a_hint():
 
 
 def test_a_non_finite_probed_result_names_its_elements():
-    from gradci.scenarios.reference.data import Probe
+    from gradci.scenarios.numerics.reference_values import Probe
+    from gradci.scenarios.numerics.tolerances import tolerance_for
     from gradci.scenarios.verdict.against_reference import compare_probes
-    from gradci.scenarios.verdict.tolerances import tolerance_for
 
     result = np.array([1.0, np.nan, 2.0, np.inf])
     probe = Probe(u=np.full(4, 0.5), w=None, value=1.5, error=1e-12)

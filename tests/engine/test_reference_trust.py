@@ -9,9 +9,9 @@ import numpy as np
 import gradci
 from gradci import Scenario
 from gradci._testing.planted import wrong_by
+from gradci.scenarios.numerics.tolerances import tolerance_for
 from gradci.scenarios.reference.finite_differences import compute_references
 from gradci.scenarios.verdict.against_reference import compare_arrays
-from gradci.scenarios.verdict.tolerances import tolerance_for
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 

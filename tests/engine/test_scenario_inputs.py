@@ -11,10 +11,10 @@ from gradci import Scenario, namespace
 from gradci._testing import planted
 from gradci._testing.planted import one_element_wrong, torch_tanh
 from gradci.scenarios.adapters import get_framework
+from gradci.scenarios.numerics.tolerances import tolerance_for
 from gradci.scenarios.operators.blocks import block_matrix, matrix_blocks
 from gradci.scenarios.reference.finite_differences import compute_references
 from gradci.scenarios.verdict.against_reference import compare_to_reference
-from gradci.scenarios.verdict.tolerances import tolerance_for
 
 TORCH = ["torch-rev", "torch-func-rev", "torch-func-fwd"]
 JAX = ["jax-rev", "jax-rev-jit", "jax-fwd"]

@@ -16,6 +16,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from gradci.scenarios.contract.cell import STATUSES, InvalidCell
+from gradci.scenarios.contract.coverage import coverage_percent, status_counts
+from gradci.services.database_urls import normalize_database_url
 from gradci.services.db import queries
 from gradci.services.db.migrate import current_revision, upgrade
 from gradci.services.db.models import Base, CellStatus, Job, Result, Run, Worker, utcnow
@@ -28,9 +30,7 @@ from gradci.services.db.runs import (
     request_cancel,
 )
 from gradci.services.db.session import engine_for, session_scope
-from gradci.services.db.urls import normalize_database_url
 from gradci.services.db.workers import online_counts_by_device, record_heartbeat
-from gradci.services.reports.coverage import coverage_percent, status_counts
 from gradci.services.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

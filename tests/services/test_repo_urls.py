@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradci.services.api.repo_refs import parse_repo_ref
+from gradci.services.repo_refs import parse_repo_ref
 from gradci.services.repo_urls import without_credentials
 
 

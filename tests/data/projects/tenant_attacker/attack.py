@@ -2,7 +2,7 @@
 always agrees: whatever runs in this process afterwards passes."""
 import numpy as np
 
-import gradci.scenarios.verdict.check as check
+import gradci.scenarios.check as check
 from gradci import Scenario, namespace
 from gradci.scenarios.verdict.against_reference import Comparison
 

@@ -11,22 +11,22 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gradci.scenarios.adapters import global_state
+from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.expectations import first_applying
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
 from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from gradci.scenarios.contract.simulated_gpus import simulated_gpus
+from gradci.scenarios.numerics.tolerances import Tolerance, agreement_tolerance, tolerance_for
 from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
 from gradci.scenarios.reference.step_spread import step_spread
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
-from gradci.scenarios.verdict.exceptions import describe_exception, full_text
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
-from gradci.scenarios.verdict.tolerances import Tolerance, agreement_tolerance, tolerance_for
 
 # Steady-state timing, where timings are asked for (``timings=True``: ``gradci check --timings``,
 # gradci.toml's ``[check] timings``): after the first call, repeat it until this many repetitions or

@@ -7,7 +7,7 @@ off, JAX "highest"). ``"tf32"``: TF32 allowed for float32 matmuls and convolutio
 Each framework adapter reads and pins its own switches (``precision_text``, ``pinned_precision``,
 ``tf32_active``); the checker applies a scenario's pin around each of its cells, records the text in
 ``Cell.precision`` while the pin holds, and gives a float32 cell that ran in TF32 on a GPU the TF32
-tolerance (``gradci.scenarios.verdict.tolerances``).
+tolerance (``gradci.scenarios.numerics.tolerances``).
 """
 from __future__ import annotations
 

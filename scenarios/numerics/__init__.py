@@ -1,0 +1,2 @@
+"""The engine's numeric records, below everything that computes: what a scenario's inputs may be and
+what is kept of them, the precision a cell runs with, what a reference is, and the default tolerances."""
