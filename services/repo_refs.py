@@ -17,8 +17,16 @@ _SCP_STYLE = rf"[\w.-]+@[\w.-]+:{_TEXT}+"  # git@github.com:owner/name.git
 FULL_NAME = re.compile(rf"^{_FULL_NAME}$")
 SCP_STYLE = re.compile(rf"^{_SCP_STYLE}$")
 _ANY_CASE_SCHEME = "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in scheme) for scheme in URL_SCHEMES)
-# Every form parse_repo_ref reads, for the API's schema (so that what it admits is what is read).
-REPO_PATTERN = rf"^(?:(?:{_ANY_CASE_SCHEME})://{_TEXT}+|{_SCP_STYLE}|/{_TEXT}*|{_FULL_NAME})$"
+# A URL's authority as urllib reads it without refusing it: printable ASCII (a non-ASCII character
+# may turn into "/" or "@" under the NFKC check urllib makes), no brackets (an IPv6 literal urllib
+# would have to validate), userinfo up to the last "@", and a port that is a number up to 65535.
+_USERINFO = r'[!"$-.0->@-Z\\^-~]*@'
+_HOST = r'[!"$-.0-9;->A-Z\\^-~]*'
+_PORT = r"0*(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_FORM = rf"(?:{_ANY_CASE_SCHEME})://(?:{_USERINFO})?{_HOST}(?::(?:{_PORT})?)?(?:[/?#]{_TEXT}*)?"
+# Every form parse_repo_ref reads, for the API's schema (so that what it admits is what is read, and
+# nothing it admits is refused later).
+REPO_PATTERN = rf"^(?:{URL_FORM}|{_SCP_STYLE}|/{_TEXT}*|{_FULL_NAME})$"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,3 +1,3 @@
-"""What scenario authors write: the Scenario record, its inputs, expectations, ``wrt``,
-precision, the array namespace, and a repository's gradci.toml.
+"""What scenario authors write: the Scenario record, expectations, ``wrt``, the array namespace, a
+repository's gradci.toml, and how the user's own code and its frames are told from gradci's.
 """
