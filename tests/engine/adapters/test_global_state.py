@@ -15,7 +15,7 @@ from gradci.scenarios.authoring.project import load_project, load_scenarios
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
-PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "global_state"
+PROJECT = Path(__file__).resolve().parent.parent.parent / "data" / "projects" / "global_state"
 PLANTED = ["torch default dtype", "TF32 matmuls", "float32 matmul precision", "jax_default_matmul_precision",
            "numpy error state", "numpy's global random state", "Python's global random state",
            "torch's global random state"]

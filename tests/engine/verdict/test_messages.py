@@ -13,7 +13,7 @@ from gradci import Scenario
 from gradci._testing.planted import torch_old_style_power
 from gradci.scenarios.verdict.against_reference import element_name
 
-PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "user_frames"
+PROJECT = Path(__file__).resolve().parent.parent.parent / "data" / "projects" / "user_frames"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from gradci.scenarios.adapters import xla_flags
 from gradci.scenarios.adapters.xla_flags import CPU_ONLY_FLAGS, NO_GPU_FLAGS, apply_fast_compile_flags, known_to_xla
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_flags_come_before_the_users_own_and_are_added_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import pytest
 import gradci
 from gradci.scenarios.authoring.project import ProjectError, load_project, load_scenarios
 
-PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "suite_expectations"
+PROJECT = Path(__file__).resolve().parent.parent.parent / "data" / "projects" / "suite_expectations"
 
 
 def statuses(root: Path) -> dict[tuple[str, str], gradci.Cell]:
