@@ -1,5 +1,6 @@
-"""gradci: derivative checks for JAX and PyTorch — scenarios × backends × devices × dtypes against
-finite-difference references — as a library, a command line and a CI service.
+"""gradci: derivative checks for JAX and PyTorch, as a library, a command line and a CI service.
+
+It checks scenarios × backends × devices × dtypes against finite-difference references.
 
 The authoring API::
 

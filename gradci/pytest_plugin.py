@@ -153,8 +153,10 @@ class ConfigFile(_CellSource, pytest.File):
 
 
 class ScenarioFunction(_CellSource):
-    """A ``@gradci.scenario_tests`` function of a test module: the runner imports the module from
-    the rootdir and calls it, through a gradci.toml written for it."""
+    """A ``@gradci.scenario_tests`` function of a test module.
+
+    The runner imports the module from the rootdir and calls it, through a gradci.toml written for it.
+    """
 
     def __init__(self, *, module_path: Path, function: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -206,8 +208,10 @@ class CellItem(pytest.Item):
 
 
 def failure_text(cell: Any) -> str:
-    """What a failing cell tells pytest's report: the verdict, the errors against the tolerances,
-    how the reference was made, and the warnings."""
+    """What a failing cell tells pytest's report.
+
+    The verdict, the errors against the tolerances, how the reference was made, and the warnings.
+    """
     outcome = str(cell.status)
     head = {"fail": "fail", "error": "error", "xpass": "xpass (strict: an expected failure no longer fails)"}.get(
         outcome, outcome)

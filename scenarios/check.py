@@ -55,8 +55,10 @@ class Report:
         return [cell for cell in self.cells if cell.status in FAILING]
 
     def nothing_checked(self) -> str | None:
-        """Why no cell was checked at all (every one skipped or declared failing), None when some
-        were: a check that checked nothing is not a pass."""
+        """Why no cell was checked at all, or None when some were.
+
+        Every one was skipped or declared failing. A check that checked nothing is not a pass.
+        """
         if any(cell.status in COUNTED for cell in self.cells):
             return None
         if not self.cells:
@@ -68,8 +70,10 @@ class Report:
 
 
 def available_devices() -> list[str]:
-    """cpu, plus every CUDA device torch can see; with a simulated inventory (GRADCI_DEVICE_INVENTORY)
-    its GPUs instead, which compute on the CPU."""
+    """The devices available: cpu, plus every CUDA device torch can see.
+
+    With a simulated inventory (GRADCI_DEVICE_INVENTORY), its GPUs instead, which compute on the CPU.
+    """
     devices = ["cpu"]
     gpus = simulated_gpus()
     if gpus is not None:
@@ -94,10 +98,12 @@ def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
           devices: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
           progress: Callable[[Cell], None] | None = None,
           references: ReferenceCache | None = None, repeats: int | None = None, timings: bool = False) -> Report:
-    """Check every cell; None for backends, devices or dtypes means all available (dtypes: each
-    scenario's own). Devices with both cpu and cuda ones add CPU–GPU agreement cells; ``repeats``
-    overrides each scenario's own; ``timings`` measures each cell's steady-state time over repeated
-    calls (``_timed_calls``)."""
+    """Check every cell.
+
+    None for backends, devices or dtypes means all available (dtypes: each scenario's own). Devices
+    with both cpu and cuda ones add CPU–GPU agreement cells; ``repeats`` overrides each scenario's own;
+    ``timings`` measures each cell's steady-state time over repeated calls (``_timed_calls``).
+    """
     chosen = resolve_backends(backends)
     devices = list(devices) if devices is not None else available_devices()
     references = references or shared_cache()
@@ -117,10 +123,12 @@ def check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequenc
                    dtypes: Sequence[str] | None, references: ReferenceCache,
                    progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
                    repeats: int | None = None, timings: bool = False) -> list[Cell]:
-    """``_check_scenario`` in the framework state its module set at import (none: the state as it
-    is), which is restored afterwards: no scenario changes the next one's defaults, seeds or
-    precision switches. What its module changed at import and what its cells changed while they
-    ran are named on every cell, as warnings."""
+    """``_check_scenario`` in the framework state the scenario's module set at import.
+
+    Without such a state, in the state as it is. The state is restored afterwards: no scenario changes
+    the next one's defaults, seeds or precision switches. What its module changed at import and what
+    its cells changed while they ran are named on every cell, as warnings.
+    """
     # Captures are read only where the state may have moved since the last one (a capture reads the
     # global generators' states: most of what a scenario's own bookkeeping costs).
     before = expected = global_state.capture()
@@ -151,15 +159,17 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                     dtypes: Sequence[str] | None, references: ReferenceCache,
                     progress: Callable[[Cell], None] | None = None, peers: Sequence[Backend] = (),
                     repeats: int | None = None, timings: bool = False) -> list[Cell]:
-    """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``. ``peers``: backends whose
-    cells are computed only to compare the forward and reverse modes with (the service checks one
-    backend a job) and are not returned; see ``_peer_cells``.
+    """The scenario's cells over ``backends`` × ``devices`` × ``dtypes``.
+
+    ``peers``: backends whose cells are computed only to compare the forward and reverse modes with
+    (the service checks one backend a job) and are not returned; see ``_peer_cells``.
 
     CPU–GPU agreement cells (``gradci.scenarios.verdict.device_agreement``) come for each cuda device
     where ``devices`` has cpu too, or names the comparison itself (``cuda:0-vs-cpu``: the CPU results
     are then computed for the comparison only, as a service job on a GPU does). ``repeats``: how many
     times each derivative is computed to see whether it is reproducible (None: the scenario's
-    ``repeats``); ``timings``: whether steady-state times are measured over repeated calls."""
+    ``repeats``); ``timings``: whether steady-state times are measured over repeated calls.
+    """
     computed = [device for device in devices if compared_device(device) is None]
     repeats = scenario.repeats if repeats is None else repeats
     cells, results, raised = [], {}, {}
@@ -193,8 +203,10 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
 
 
 def _declined(cell: Cell, scenario: Scenario) -> bool:
-    """Whether the scenario itself rules the cell out (a declared skip, a dtype it does not declare);
-    the cell then says why."""
+    """Whether the scenario itself rules the cell out.
+
+    It does by a declared skip, or by a dtype it does not declare. The cell then says why.
+    """
     skip = first_applying(scenario.skip, cell.backend, cell.device, cell.dtype)
     # A framework the scenario has no implementation for: skipped before its reference is made, so
     # that a reference that fails is charged to the cells that needed it, not to these.
@@ -209,8 +221,10 @@ def _declined(cell: Cell, scenario: Scenario) -> bool:
 
 
 def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[str]:
-    """The cuda devices whose results are compared with the CPU's: those named as comparisons among
-    ``devices``, and the cuda ones ``computed`` beside the cpu."""
+    """The cuda devices whose results are compared with the CPU's.
+
+    Those named as comparisons among ``devices``, and the cuda ones ``computed`` beside the cpu.
+    """
     named = [device for device in map(compared_device, devices) if device is not None]
     implied = [device for device in computed if device.startswith(CUDA)] if CPU in computed else []
     return list(dict.fromkeys([*named, *implied]))
@@ -218,8 +232,11 @@ def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[
 
 def _agreement_cells(scenario: Scenario, backends: list[Backend], targets: list[str], dtypes: Sequence[str] | None,
                      cells: list[Cell], results: dict, reference: _Reference | None) -> list[Cell]:
-    """One cell per cuda device × dtype × backend of ``targets``: the GPU result against the CPU result
-    of the same backend and dtype, computed here where the check has none (not returned as a cell)."""
+    """One CPU–GPU agreement cell per cuda device × dtype × backend of ``targets``.
+
+    Each compares the GPU result with the CPU result of the same backend and dtype, computed here where
+    the check has none (not returned as a cell).
+    """
     by_key = {cell.key: cell for cell in cells}
     out = []
     for device in targets:
@@ -271,9 +288,12 @@ def _ran_in_tf32(gpu: Cell, backend: Backend, scenario: Scenario) -> bool:
 
 def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell], results: dict,
                 reference: _Reference | None) -> list[Cell]:
-    """The peers' cells that a passing cell of the same framework, device and dtype is compared with,
-    where the reference is made of probes: only there can a wrong element pass against it, and only
-    the other mode's result finds it (a full reference is compared element by element)."""
+    """The peers' cells that a passing cell is compared with, where the reference is made of probes.
+
+    They are of the same framework, device and dtype as the cell. Only against probes can a wrong
+    element pass, and only the other mode's result finds it (a full reference is compared element by
+    element).
+    """
     if not peers or reference is None or reference.error or all(ref.is_full for ref in reference.refs):
         return []
     passed = dict.fromkeys((cell.framework, cell.device, cell.dtype) for cell in cells if cell.status == Status.PASS)
@@ -317,10 +337,12 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
 
 def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
              raised: dict | None = None, repeats: int = 1, timings: bool = False) -> Any:
-    """Fill in ``cell``; return the backend's numpy result (None when there is none). An exception
-    the backend raised is kept in ``raised`` under the cell's key (an xfail may name its type).
-    ``repeats`` > 1 computes the derivative that many times and records their spread; ``timings``:
-    see ``_timed_calls``."""
+    """Fill in ``cell`` and return the backend's numpy result, or None when there is none.
+
+    An exception the backend raised is kept in ``raised`` under the cell's key (an xfail may name its
+    type). ``repeats`` > 1 computes the derivative that many times and records their spread;
+    ``timings``: see ``_timed_calls``.
+    """
     reason = _unavailable(backend, cell.device, cell.dtype)
     if reason:
         cell.status, cell.message = Status.SKIP, reason
@@ -369,12 +391,15 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
 
 def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, scenario: Scenario,
                   tangent: Any) -> Comparison:
-    """A failing comparison against finite differences, checked against kinks and noise before it stands
-    (``gradci.scenarios.reference.step_spread``): it stands where the result is beyond the reference
-    even allowing for how the estimates wander with the step, or beyond what the two largest steps
-    agree on (noise below them does not reach them); otherwise it is no verdict: an error that says f
-    is noisy. An f that answers differently twice is never decided. At a kink (one-sided differences
-    steady but apart), failing or undecided, the error says f may not be differentiable there."""
+    """A failing comparison with finite differences, kept only where kinks and noise cannot explain it.
+
+    See ``gradci.scenarios.reference.step_spread``. The failure stands where the result is beyond the
+    reference even allowing for how the estimates wander with the step, or beyond what the two largest
+    steps agree on (noise below them does not reach them); otherwise it is no verdict: an error that
+    says f is noisy. An f that answers differently twice is never decided. At a kink (one-sided
+    differences steady but apart), failing or undecided, the error says f may not be differentiable
+    there.
+    """
     undecided = comparison.status == Status.ERROR and comparison.unreliable
     if not (comparison.status == Status.FAIL or undecided) or not refs or refs[0].method == "analytic":
         return comparison
@@ -401,8 +426,11 @@ def _pinned(adapter, setting: str | None):
 
 
 def _precision_and_tolerance(cell: Cell, scenario: Scenario, adapter) -> Tolerance:
-    """Record the precision the frameworks run the cell with (read inside the scenario's pin), and
-    the tolerance that goes with it: TF32's for float32 where TF32 is on, on a real GPU."""
+    """Record the precision the frameworks run the cell with, and the tolerance that goes with it.
+
+    The precision is read inside the scenario's pin. The tolerance is TF32's for float32 where TF32 is
+    on, on a real GPU.
+    """
     text = adapter.precision_text() if adapter else ""
     if simulated(cell.device):  # the arithmetic is the CPU's, whatever the switches say
         text = f"{text}; simulated {cell.device} (ran on the cpu)".lstrip("; ")
@@ -418,9 +446,12 @@ class WiderDtypeWarning(UserWarning):
 
 
 def _wider_dtype_note(prepared, dtype: str) -> str:
-    """A note (and a warning on the cell) when f answers in float64 for inputs of a narrower dtype, and
-    a warning when it computes in float64 inside: the cell then checks float64 arithmetic, in whole or
-    in part, not the dtype it is named for."""
+    """Note when f answers or computes in float64 for inputs of a narrower dtype.
+
+    A note (and a warning on the cell) when f answers in float64, and a warning when it computes in
+    float64 inside: the cell then checks float64 arithmetic, in whole or in part, not the dtype it is
+    named for.
+    """
     if dtype == "float64" or prepared.value_dtypes is None:
         return ""
     try:
@@ -457,11 +488,14 @@ def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent:
 
 
 def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) -> Any:
-    """Compute the cell's result, timed. ``first_call_ms``: the first call, with its tracing and
-    compiling where the backend compiles. ``time_ms``, the steady state: with ``timings``, the median of
-    up to TIMING_REPEATS further calls (as many as fit in TIMING_BUDGET_S, at least one); without, the
-    one further call of a backend that compiles (``Prepared.compiled``: it runs the program alone, at
-    the cost of a run), and None for one that does not (op-by-op jax, torch): its computation runs once."""
+    """Compute the cell's result, timed.
+
+    ``first_call_ms``: the first call, with its tracing and compiling where the backend compiles.
+    ``time_ms``, the steady state: with ``timings``, the median of up to TIMING_REPEATS further calls
+    (as many as fit in TIMING_BUDGET_S, at least one); without, the one further call of a backend that
+    compiles (``Prepared.compiled``: it runs the program alone, at the cost of a run), and None for one
+    that does not (op-by-op jax, torch): its computation runs once.
+    """
     adapter = getattr(backend, "adapter", None)
     if adapter:
         adapter.reset_peak_memory(cell.device)

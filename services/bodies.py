@@ -1,6 +1,8 @@
-"""Request bodies read with a bound, for the routes that read their body themselves (webhooks,
-uploads): a declared size over the limit is refused before a byte is read, and a body that grows
-past it while it streams in (chunked, or lying about its length) is refused as soon as it does.
+"""Request bodies read with a bound, for the routes that read their body themselves.
+
+Those routes are the webhooks and uploads. A declared size over the limit is refused before a byte
+is read, and a body that grows past it while it streams in (chunked, or lying about its length) is
+refused as soon as it does.
 
 The bytes go to a spooled file that holds at most ``IN_MEMORY_BYTES`` in memory and spills the rest
 to disk: until the request is known to be good, the bytes come from anyone, so neither their size
@@ -30,9 +32,11 @@ def declared_too_large(request: Request, limit: int) -> bool:
 
 async def read_bounded(chunks: AsyncIterable[bytes], limit: int,
                        observe: Callable[[bytes], None] | None = None) -> IO[bytes]:
-    """The whole body, rewound, in a spooled temporary file the caller closes; ``observe`` sees each
-    chunk as it arrives (a hash of the body, say). Raises ``PayloadTooLarge`` as soon as more than
-    ``limit`` bytes arrived: the rest is never read."""
+    """The whole body, rewound, in a spooled temporary file the caller closes.
+
+    ``observe`` sees each chunk as it arrives (a hash of the body, say). Raises ``PayloadTooLarge`` as
+    soon as more than ``limit`` bytes arrived: the rest is never read.
+    """
     body = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES)
     try:
         size = 0

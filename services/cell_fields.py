@@ -1,6 +1,9 @@
-"""``gradci.scenarios.contract.cell.Cell``'s fields as pydantic field definitions, for the records of the server
-side that hold cells (the API's stored cell, the report's changed cell): the cell's types and
-defaults, its vocabularies as enumerations — so that no record restates them by hand."""
+"""``gradci.scenarios.contract.cell.Cell``'s fields as pydantic field definitions.
+
+They serve the records of the server side that hold cells (the API's stored cell, the report's
+changed cell): the cell's types and defaults, its vocabularies as enumerations — so that no record
+restates them by hand.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +29,9 @@ def cell_fields(names: Iterable[str] = FIELD_NAMES, *, required: bool = False) -
 
 def cell_record(name: str, base: type[BaseModel], names: Iterable[str] = FIELD_NAMES, *, required: bool = False,
                 doc: str | None = None, **more: Any) -> type[BaseModel]:
-    """A pydantic record ``name`` on ``base`` holding the cell's fields ``names`` and ``more`` fields;
-    ``more`` may also give a cell field another type. Type checkers cannot see its fields: the
-    modules that use it declare the record as ``Any`` for them."""
+    """A pydantic record ``name`` on ``base`` holding the cell's fields ``names`` and ``more`` fields.
+
+    ``more`` may also give a cell field another type. Type checkers cannot see its fields: the modules
+    that use it declare the record as ``Any`` for them.
+    """
     return create_model(name, __base__=base, __doc__=doc, **{**cell_fields(names, required=required), **more})

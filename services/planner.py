@@ -65,8 +65,11 @@ class JobSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Skipped:
-    """A scenario's cells on one device that no device of that name could ever run: ``skip`` cells
-    (in every backend of the run) planned with the reason, never sent to a worker."""
+    """A scenario's cells on one device that no device of that name could ever run.
+
+    They are planned as ``skip`` cells (in every backend of the run) with the reason, never sent to a
+    worker.
+    """
 
     scenario: str
     device: str
@@ -101,9 +104,11 @@ def resolve_matrix(
     known_backends: Sequence[str],
     default_devices: Sequence[str] = (CPU,),
 ) -> Matrix:
-    """The run's request over the repository's gradci.toml, with backends and devices filled in:
-    every available backend and the default devices where neither says. ``dtypes`` stays None
-    when neither says (each scenario's own dtypes). Unknown backends or devices are a ``PlanError``."""
+    """The run's request over the repository's gradci.toml, with backends and devices filled in.
+
+    Every available backend and the default devices where neither says. ``dtypes`` stays None when
+    neither says (each scenario's own dtypes). Unknown backends or devices are a ``PlanError``.
+    """
     wanted = file_matrix.overridden(run_matrix)
     backends = wanted.backends or tuple(available_backends)
     unknown = [name for name in backends if name not in known_backends]
@@ -129,22 +134,26 @@ def chunked(items: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:
 
 @dataclasses.dataclass(frozen=True)
 class GpuWorkers:
-    """The GPUs of the workers table, for routing: those of workers online now, and those of every
-    worker seen (online or not)."""
+    """The GPUs of the workers table, for routing.
+
+    Those of workers online now, and those of every worker seen (online or not).
+    """
 
     online: tuple[DeviceOffer, ...] = ()
     known: tuple[DeviceOffer, ...] = ()
 
 
 def route(need: Requirements, device: str, gpus: GpuWorkers) -> str:
-    """The queue for a job of ``device`` whose scenarios need ``need``
-    (``gradci.scenarios.contract.requirements.needs``).
+    """The queue for a job of ``device`` whose scenarios need ``need``.
+
+    ``need`` is what ``gradci.scenarios.contract.requirements.needs`` gives.
 
     Without a need: the device's own queue. With one: ``cuda.smXY`` of the lowest capability whose
     workers all meet it (those online, else those seen before), leaving bigger GPUs to whoever needs
     them; a run's ``cuda.smXY`` only considers XY. No queue encodes memory, so a memory need is met
     only through that choice: when no capability's workers all have the memory, the job is parked
-    on a queue no worker consumes (``parked_queue``), where it waits as any unserved job does."""
+    on a queue no worker consumes (``parked_queue``), where it waits as any unserved job does.
+    """
     fixed = DeviceOffer.of_device(device).capability
     if not need or device == CPU:
         return queue_for_device(device)
@@ -166,7 +175,9 @@ PARKED = re.compile(r"^(?P<base>cuda(?:\.sm\d{2,3})?)\.mem(?P<gb>\d+)GB$")
 
 def parked_queue(need: Requirements) -> str:
     """A queue named for a need no worker was seen to meet: ``cuda.mem100GB``, ``cuda.sm90.mem100GB``.
-    No worker consumes it: its jobs wait, visibly, until GRADCI_DEVICE_WAIT ends their wait."""
+
+    No worker consumes it: its jobs wait, visibly, until GRADCI_DEVICE_WAIT ends their wait.
+    """
     base = f"{CUDA}.sm{need.min_capability}" if need.min_capability else CUDA
     return f"{base}.mem{math.ceil((need.min_memory_bytes or 0) / 10**9)}GB"
 
@@ -181,7 +192,9 @@ def queue_description(queue: str) -> str:
 
 def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | None:
     """Why none of a scenario's cells could ever run on a run's ``device`` (None: some could).
-    Only what the name promises counts: ``cuda`` and ``cuda:N`` may be any GPU."""
+
+    Only what the name promises counts: ``cuda`` and ``cuda:N`` may be any GPU.
+    """
     offer = DeviceOffer.of_device(device)
     reasons = [unmet(info.requirements, offer, dtype) for dtype in dtypes or (None,)]
     return reasons[0] if reasons and all(reasons) else None
@@ -189,9 +202,11 @@ def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | 
 
 def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
               gpus: GpuWorkers = GpuWorkers(), frameworks: Mapping[str, str] | None = None) -> list[JobSpec]:
-    """device × backend × chunks of the scenarios that can run on the device, in a stable order; the
-    scenarios of a device are first grouped by the queue their needs route them to. ``frameworks``
-    (backend → its framework) leaves out the scenarios a backend has no cells of."""
+    """The jobs: device × backend × chunks of the scenarios that can run on the device, in a stable order.
+
+    The scenarios of a device are first grouped by the queue their needs route them to. ``frameworks``
+    (backend → its framework) leaves out the scenarios a backend has no cells of.
+    """
     specs = []
     assert matrix.devices is not None and matrix.backends is not None, "a resolved matrix"
     framework_of = frameworks or {}
@@ -210,8 +225,10 @@ def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, ch
 
 def omitted_cells(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix,
                   frameworks: Mapping[str, str]) -> int:
-    """How many cells ``job_specs`` leaves out: a backend × device × dtype of each scenario that
-    gives no f for the backend's framework."""
+    """How many cells ``job_specs`` leaves out.
+
+    They are a backend × device × dtype of each scenario that gives no f for the backend's framework.
+    """
     assert matrix.backends is not None, "a resolved matrix"
     return sum(len(cell_dtypes(info.dtypes, matrix.dtypes)) for infos in runnable.values() for info in infos
                for backend in matrix.backends if not info.has_cells_for(frameworks.get(backend)))
@@ -247,7 +264,9 @@ def divide_into_jobs(
     frameworks: Mapping[str, str] | None = None,
 ) -> Plan:
     """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
-    A run none of whose cells could ever run is a ``PlanError`` giving the first reason."""
+
+    A run none of whose cells could ever run is a ``PlanError`` giving the first reason.
+    """
     matrix = resolve_matrix(run_matrix, file_matrix, available_backends=available_backends,
                             known_backends=known_backends, default_devices=default_devices)
     patterns = matrix.scenarios
@@ -269,9 +288,11 @@ def divide_into_jobs(
 
 def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequence[str]],
               requested_dtypes: Sequence[str] | None) -> list[tuple[str, str]]:
-    """(scenario, dtype) of each cell a job checks. A scenario the checkout no longer declares
-    keeps its name with no dtype known: the worker reports it as an error cell in each requested
-    dtype, or in float64 when the run asked for none."""
+    """(scenario, dtype) of each cell a job checks.
+
+    A scenario the checkout no longer declares keeps its name with no dtype known: the worker reports it
+    as an error cell in each requested dtype, or in float64 when the run asked for none.
+    """
     cells: list[tuple[str, str]] = []
     for name in job_scenarios:
         declared = declared_dtypes.get(name)

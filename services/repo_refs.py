@@ -37,8 +37,10 @@ class RepoRef:
 
 def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
     """A git URL, an absolute path on the workers' machine, or a GitHub ``owner/name``.
+
     Relative paths are refused: the server cannot know the client's current directory. A URL's
-    credentials are dropped here, before anything stores or shows it (``repo_urls``)."""
+    credentials are dropped here, before anything stores or shows it (``repo_urls``).
+    """
     if SCP_STYLE.match(repo):  # first: its path may hold anything, "://" included
         return RepoRef(url=repo)
     if "://" in repo:
@@ -56,8 +58,11 @@ def parse_repo_ref(repo: str, clone_url_template: str) -> RepoRef:
 
 
 def _checked_url(repo: str) -> str:
-    """``repo`` without credentials. A port that is no number is refused: it is how a password
-    holding an unencoded "/" reads (``https://bot:ab/cd@host``), and git could not clone it anyway."""
+    """``repo`` without credentials.
+
+    A port that is no number is refused: it is how a password holding an unencoded "/" reads
+    (``https://bot:ab/cd@host``), and git could not clone it anyway.
+    """
     try:
         _ = urlsplit(repo).port  # raises for a port that is no number
     except ValueError:

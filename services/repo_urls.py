@@ -14,8 +14,10 @@ _KEEPS_USER = ("ssh", "git+ssh", "ssh+git")
 
 
 def without_credentials(url: str) -> str:
-    """``url`` without its userinfo (an SSH URL keeps its user name, never a password); anything
-    that is not a ``scheme://`` URL (a path, ``git@host:owner/name``) is returned as it is."""
+    """``url`` without its userinfo (an SSH URL keeps its user name, never a password).
+
+    Anything that is not a ``scheme://`` URL (a path, ``git@host:owner/name``) is returned as it is.
+    """
     if "://" not in url:
         return url  # scp-style git@host:path has a login name and no room for a password
     parts = urlsplit(url)

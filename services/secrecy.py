@@ -13,7 +13,10 @@ def libc() -> ctypes.CDLL:
 
 
 def forbid_inspection() -> None:
-    """Mark this process non-dumpable: a process of the same user without CAP_SYS_PTRACE can then
-    neither read its ``/proc/<pid>/environ`` or memory nor attach to it. Forked children (Celery's
-    pool processes) inherit it; ``exec`` resets it, so each service process calls this itself."""
+    """Mark this process non-dumpable.
+
+    A process of the same user without CAP_SYS_PTRACE can then neither read its ``/proc/<pid>/environ``
+    or memory nor attach to it. Forked children (Celery's pool processes) inherit it; ``exec`` resets
+    it, so each service process calls this itself.
+    """
     libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -180,8 +180,10 @@ class Settings(BaseSettings):
         return transport_options_for(self.broker_url, self.broker_visibility_timeout_s)
 
     def ensure_local_directories(self) -> None:
-        """Create the folders of the SQLite files (database and embedded broker) this configuration
-        uses: SQLite creates a missing file but not its folder."""
+        """Create the folders of the SQLite files (database and embedded broker) this configuration uses.
+
+        SQLite creates a missing file but not its folder.
+        """
         for url in (self.database_url, strip_broker_scheme(self.broker_url)):
             ensure_sqlite_directory(url)
 
@@ -227,6 +229,8 @@ def write_secrets_dir(folder: Path, values: dict[str, str]) -> None:
 @functools.lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process-wide settings: the environment, then the files of GRADCI_SECRETS_DIR when set.
+
     Tests override with ``get_settings.cache_clear()`` after changing the environment, or pass a
-    ``Settings`` to ``create_app`` directly."""
+    ``Settings`` to ``create_app`` directly.
+    """
     return Settings(_secrets_dir=os.environ.get(SECRETS_DIR_VARIABLE) or None)  # type: ignore[call-arg]  # pydantic-settings' init-only option, unknown to its mypy signature

@@ -1,12 +1,15 @@
-"""``/badge/{owner}/{repo}.svg``: the gradient coverage of the repository's default branch (its
-latest finished push run), as a README badge; a grey "unknown" one when there is none.
+"""``/badge/{owner}/{repo}.svg``: a README badge of the default branch's gradient coverage.
+
+The coverage is that of the repository's latest finished push run; the badge is a grey "unknown" one
+when there is none.
 
 A private repository's badge needs a read token of it in the URL (``?token=``: a README's image
 cannot send a header); without one it is the grey badge of a repository gradci knows nothing of, so
 that a badge tells no one a private repository exists.
 
 Caches (GitHub's image proxy among them) are told to revalidate every time; the ETag names the run
-and its coverage, so an unchanged badge costs a 304."""
+and its coverage, so an unchanged badge costs a 304.
+"""
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,7 +1,10 @@
-"""The cell page: where its scenario is defined, one cell's message, errors against tolerances, its
+"""The cell page: all that was recorded of one cell.
+
+It shows where its scenario is defined, one cell's message, errors against tolerances, its
 reference and precision, the spread of its repeats, timings and memory, the device record of the job
 that computed it, and links to the same cell in the base run and to its scenario's history. Cells of
-older runs lack some of these: the page says "not recorded" instead."""
+older runs lack some of these: the page says "not recorded" instead.
+"""
 from __future__ import annotations
 
 from typing import Annotated
@@ -51,8 +54,11 @@ def definition_site(session: Session, run_id: int, scenario: str) -> str | None:
 
 
 def repeats_text(spread: float | None) -> str:
-    """What the nondeterminism check found: ``repeat_spread`` is the largest difference between
-    repeated results, 0.0 when they were bitwise identical, None when the cell was not repeated."""
+    """What the nondeterminism check found, in words.
+
+    ``repeat_spread`` is the largest difference between repeated results, 0.0 when they were bitwise
+    identical, None when the cell was not repeated.
+    """
     if spread is None:
         return "not repeated"
     if spread == 0:

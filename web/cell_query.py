@@ -1,5 +1,7 @@
-"""The run page's query parameters: which cells to show (filters, server-side), and which page of the
-heatmap and of the table."""
+"""The run page's query parameters: which cells to show, and which page.
+
+The cells are filtered server-side; the page is that of the heatmap and of the table.
+"""
 from __future__ import annotations
 
 from typing import Annotated, Any

@@ -1,5 +1,8 @@
-"""Compare two runs (``/runs/{a}/compare/{b}``): the cells whose status, error ÷ tolerance or time
-changed from run a to run b, the biggest changes first, a page at a time."""
+"""Compare two runs (``/runs/{a}/compare/{b}``).
+
+It shows the cells whose status, error ÷ tolerance or time changed from run a to run b, the biggest
+changes first, a page at a time.
+"""
 from __future__ import annotations
 
 from typing import Annotated

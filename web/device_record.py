@@ -1,8 +1,10 @@
-"""How the dashboard shows a device record (``gradci.worker.device_discovery.device_record``: what a job's cells were
-computed on, as the job stores it and a worker's heartbeat carries it in ``versions["device"]``):
-the facts a person asks for, in words and in their order. A record may be missing (jobs of older
-runs, a worker that never beat) or hold only some keys (a CPU has no driver): what is not there is
-left out, never guessed."""
+"""How the dashboard shows a device record: the facts a person asks for, in words and in their order.
+
+A device record (``gradci.worker.device_discovery.device_record``) is what a job's cells were
+computed on, as the job stores it and a worker's heartbeat carries it in ``versions["device"]``.
+A record may be missing (jobs of older runs, a worker that never beat) or hold only some keys (a CPU
+has no driver): what is not there is left out, never guessed.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -1,5 +1,8 @@
-"""Errors of dashboard pages as pages: a browser that asked for a run it may not see gets a page that
-says so and offers to sign in, not a line of JSON. API paths keep their JSON answers."""
+"""Errors of dashboard pages as pages, not JSON.
+
+A browser that asked for a run it may not see gets a page that says so and offers to sign in, not a
+line of JSON. API paths keep their JSON answers.
+"""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request

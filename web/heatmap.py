@@ -24,8 +24,11 @@ ROW_PX, MARGIN_PX = 14, 170
 
 
 def intensity(status: str, ratio: float | None) -> float:
-    """0 (pale) … 1 (strong). A passing cell: how close to its tolerance (``ratio``); a failing one: how
-    far over; a cell with no errors recorded (an error, a skip) is drawn strong, since nothing says otherwise."""
+    """How strongly a cell is drawn, from 0 (pale) to 1 (strong).
+
+    A passing cell: how close to its tolerance (``ratio``); a failing one: how far over; a cell with no
+    errors recorded (an error, a skip) is drawn strong, since nothing says otherwise.
+    """
     if ratio is None or ratio <= 0 or math.isnan(ratio):
         return 1.0 if ratio is None else 0.0
     decades = math.log10(ratio) if status == "fail" else math.log10(ratio) + DECADES
@@ -46,8 +49,11 @@ def column_label(column: Column) -> str:
 
 
 def plot_text(text: str) -> str:
-    """``text`` as plotly draws it literally: ``<``, ``>`` and ``&`` as entities, which plotly shows as
-    the characters, never as a tag (an ``<a href>`` in a scenario name is no link)."""
+    """``text`` as plotly draws it literally, never as a tag.
+
+    ``<``, ``>`` and ``&`` become entities, which plotly shows as the characters (an ``<a href>`` in a
+    scenario name is no link).
+    """
     return html.escape(text, quote=False)
 
 
@@ -62,8 +68,10 @@ def cell_hover(cell: MatrixCell) -> str:
 
 
 def status_value(status: str, ratio: float | None) -> float:
-    """A cell's place on the colour scale: its status's band plus its intensity within it, in three
-    decimals (a smaller page; the eye sees fewer), the strongest kept below the next band."""
+    """A cell's place on the colour scale: its status's band plus its intensity within it.
+
+    In three decimals (a smaller page; the eye sees fewer), the strongest kept below the next band.
+    """
     return round(_BAND_OF[status] + intensity(status, ratio) * 0.999, 3)
 
 
@@ -72,8 +80,11 @@ def cell_value(cell: MatrixCell) -> float:
 
 
 def figure(matrix: MatrixPage, run_id: int) -> dict[str, Any]:
-    """``{"data": [...], "layout": {...}}`` for ``Plotly.react``; cells carry their id as customdata,
-    and a click opens the cell (``layout.meta.link``, see charts.js)."""
+    """The heatmap for ``Plotly.react``, as ``{"data": [...], "layout": {...}}``.
+
+    Cells carry their id as customdata, and a click opens the cell (``layout.meta.link``, see
+    charts.js).
+    """
     z, ids, hover, icons = [], [], [], []
     for scenario in matrix.rows:
         cells = [matrix.cells.get((scenario, column)) for column in matrix.columns]

@@ -1,9 +1,12 @@
-"""A scenario's history (``/scenarios/{name}``, the name may hold slashes): per backend · device ·
-dtype, its status, error ÷ tolerance and time over the last runs that checked it, as plotly charts.
+"""A scenario's history (``/scenarios/{name}``, the name may hold slashes), as plotly charts.
+
+Per backend · device · dtype, it shows its status, error ÷ tolerance and time over the last runs that
+checked it.
 
 500 runs of a scenario are thousands of points: the page ships them once, in columns aligned with the
 runs (``history_data``), and history.js turns them into the charts' traces. Strings per point (the
-commit, the status, the link) would be repeated in every chart; they are built in the browser."""
+commit, the status, the link) would be repeated in every chart; they are built in the browser.
+"""
 from __future__ import annotations
 
 import itertools
@@ -49,16 +52,22 @@ def significant(value: float | None) -> float | None:
 
 
 def microseconds(ms: float | None) -> float | None:
-    """A time in ms to the microsecond: all a chart shows (an integer over 1000 prints short, and costs
-    less than rounding to significant digits, which ratios spread over decades need)."""
+    """A time in ms, rounded to the microsecond.
+
+    That is all a chart shows (an integer over 1000 prints short, and costs less than rounding to
+    significant digits, which ratios spread over decades need).
+    """
     return None if ms is None else int(ms * 1000 + 0.5) / 1000
 
 
 def history_data(history: ScenarioHistory) -> dict[str, Any]:
-    """The charts' data: the runs (oldest first) and their commits, the series (backend · device · dtype),
-    and per series one list aligned with the runs for each of: the cell's id, its heatmap value (its
-    status is the integer part, ``statuses`` names it) and each chart's value; None where that run has
-    no such cell or the cell recorded no such value."""
+    """The charts' data, in lists aligned with the runs.
+
+    The runs (oldest first) and their commits, the series (backend · device · dtype), and per series one
+    list aligned with the runs for each of: the cell's id, its heatmap value (its status is the integer
+    part, ``statuses`` names it) and each chart's value; None where that run has no such cell or the
+    cell recorded no such value.
+    """
     column = {run.id: index for index, run in enumerate(history.runs)}
     # Thousands of points: unpacked once each (a row's attributes cost more than its tuple), and the
     # series' rows looked up once.
@@ -84,8 +93,11 @@ def history_data(history: ScenarioHistory) -> dict[str, Any]:
 
 
 def charts(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each chart's id, the trace settings and layout history.js completes with ``data``, and, for a
-    chart with nothing to plot, what the page says instead (``empty``)."""
+    """What history.js needs to draw each chart.
+
+    Each chart's id, the trace settings and layout history.js completes with ``data``, and, for a chart
+    with nothing to plot, what the page says instead (``empty``).
+    """
     status = {"id": "chart-status", "value": None, "empty": None,
               "trace": {"type": "heatmap", "xgap": 1, "ygap": 1, "colorscale": heatmap.colour_scale(), "zmin": 0,
                         "zmax": len(heatmap.BANDS), "showscale": False, "texttemplate": "%{text}",

@@ -1,6 +1,9 @@
-"""The run page: the report's headline (coverage, the diff against the base), the matrix as a heatmap
-and the cells as a table, both filtered server-side and a bounded page at a time, failures first; and
-the small JSON the page polls while the run is queued or running."""
+"""The run page: the report's headline, the matrix as a heatmap and the cells as a table.
+
+The headline gives the coverage and the diff against the base. The heatmap and the table are both
+filtered server-side and a bounded page at a time, failures first. Also the small JSON the page
+polls while the run is queued or running.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -44,9 +47,12 @@ def job_progress(jobs: dict[str, int]) -> dict[str, int]:
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
-    """Where a run stands: its status, cells per status and jobs over, and (running) the state of its
-    cells (matrix.cell_progress), which keys its heatmap's layout. ``token`` names all of it: a poll
-    that sends the token it last saw is told "unchanged" for the price of these few counts."""
+    """Where a run stands, in a few counts a poll can compare.
+
+    Its status, cells per status and jobs over, and (running) the state of its cells
+    (matrix.cell_progress), which keys its heatmap's layout. ``token`` names all of it: a poll that
+    sends the token it last saw is told "unchanged" for the price of these few counts.
+    """
 
     status: str
     counts: dict[str, int]

@@ -1,5 +1,8 @@
-"""The runs page (``/``): the newest runs first, filtered by repository, status and trigger, a page at
-a time; each with its coverage and the change against its base run, and its progress."""
+"""The runs page (``/``): the newest runs first, a page at a time.
+
+They are filtered by repository, status and trigger; each shows its coverage and the change against
+its base run, and its progress.
+"""
 from __future__ import annotations
 
 from typing import Annotated

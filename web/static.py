@@ -1,5 +1,8 @@
-"""The dashboard's assets, served by the app itself (these machines are offline: no CDN): its own
-stylesheet and scripts, and plotly.js as the installed ``plotly`` package ships it."""
+"""The dashboard's assets, served by the app itself.
+
+These machines are offline, so there is no CDN: its own stylesheet and scripts, and plotly.js as the
+installed ``plotly`` package ships it.
+"""
 from __future__ import annotations
 
 from importlib import metadata, resources

@@ -1,5 +1,8 @@
-"""How each cell status looks on every page: an icon and a word beside the colour (readable without
-colour), and the two colours its heatmap band runs between (little to much of the tolerance used)."""
+"""How each cell status looks on every page.
+
+An icon and a word beside the colour (readable without colour), and the two colours its heatmap band
+runs between (little to much of the tolerance used).
+"""
 from __future__ import annotations
 
 from gradci.scenarios.contract.cell import STATUSES

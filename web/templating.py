@@ -44,8 +44,10 @@ def memory(count: int | None) -> str:
 
 
 def viewer(request: Request) -> dict[str, Any]:
-    """Who the page is shown to, for its header: the signed-in login (and the CSRF token its sign-out
-    form carries), or whether it may sign in."""
+    """Who the page is shown to, for its header.
+
+    The signed-in login (and the CSRF token its sign-out form carries), or whether it may sign in.
+    """
     login = signed_in_login(request)
     return {"login": login, "csrf": csrf_token(request) if login else None,
             "can_sign_in": request.app.state.settings.login_configured}

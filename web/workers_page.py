@@ -1,5 +1,8 @@
-"""The workers page: who is online, their devices with memory and versions, what each runs now, how
-many jobs wait in each queue, and which jobs wait for a device and why."""
+"""The workers page: who is online and what each runs, and what waits.
+
+It shows the workers' devices with memory and versions, what each runs now, how many jobs wait in
+each queue, and which jobs wait for a device and why.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -23,8 +26,11 @@ WAITING_SHOWN = 100  # jobs waiting for a device listed, oldest first
 
 
 def worker_row(worker: Worker, online: bool, job: Any) -> dict[str, Any]:
-    """One worker as the table shows it: its device record (``versions["device"]``) summarised, the
-    device's memory, the host's resident memory when the heartbeat has it, and its versions."""
+    """One worker as the table shows it.
+
+    Its device record (``versions["device"]``) summarised, the device's memory, the host's resident
+    memory when the heartbeat has it, and its versions.
+    """
     device = worker.versions.get("device")
     record: dict[str, Any] = device if isinstance(device, dict) else {}
     packages = {name: version for name, version in worker.versions.items() if isinstance(version, str | None)
@@ -39,8 +45,10 @@ def worker_row(worker: Worker, online: bool, job: Any) -> dict[str, Any]:
 
 
 def isolation_summary(isolation: dict[str, Any]) -> dict[str, Any]:
-    """The runners' box in a line and whether it holds: ``ok`` False where repository code runs
-    unboxed (or the worker predates the report)."""
+    """The runners' box in a line, and whether it holds.
+
+    ``ok`` is False where repository code runs unboxed (or the worker predates the report).
+    """
     if not isolation:
         return {"ok": False, "line": "not reported (a worker older than the runner's box)"}
     if isolation.get("sandbox") == "none":
@@ -54,8 +62,11 @@ def isolation_summary(isolation: dict[str, Any]) -> dict[str, Any]:
 
 
 def queue_rows(workers: list[dict[str, Any]], depths: dict[str, int]) -> list[dict[str, Any]]:
-    """Every queue a registered worker consumes or a job waits in: its depth (0 included) and how many
-    online workers consume it (a worker's ``queue`` lists its queues, comma-separated)."""
+    """Every queue a registered worker consumes or a job waits in.
+
+    For each: its depth (0 included) and how many online workers consume it (a worker's ``queue``
+    lists its queues, comma-separated).
+    """
     consumers: dict[str, int] = {}
     for row in workers:
         for queue in worker_queues(row["worker"]):

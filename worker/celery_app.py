@@ -1,5 +1,7 @@
-"""The worker's Celery application: the configuration ``gradci.services.broker.queues`` shares with the API's
-producer, the task modules, and the worker's lifecycle handlers (heartbeats, runner shutdown).
+"""The worker's Celery application: its configuration, task modules and lifecycle handlers.
+
+The configuration is the one ``gradci.services.broker.queues`` shares with the API's producer; the
+lifecycle handlers send heartbeats and shut the runner down.
 
 Nothing happens at import: ``create_worker_app`` is called once, by ``gradci worker`` at start-up.
 """
@@ -18,8 +20,10 @@ TASK_MODULES = ("gradci.worker.tasks",)
 
 
 def create_worker_app(settings: Settings) -> Celery:
-    """The app a worker process consumes with; it becomes the process's current app, which the
-    tasks (``shared_task``) are bound to."""
+    """The app a worker process consumes with.
+
+    It becomes the process's current app, which the tasks (``shared_task``) are bound to.
+    """
     from gradci.worker.tasks import periodic_chores
 
     app = create_celery(settings, include=TASK_MODULES)

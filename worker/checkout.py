@@ -35,8 +35,11 @@ class CheckoutError(RuntimeError):
 
 
 def config_environment(extra_config: list[str]) -> dict[str, str]:
-    """``key=value`` settings as git's GIT_CONFIG_* variables: unlike ``-c`` on the command line,
-    which every local user can read in /proc/<pid>/cmdline, they stay in git's own environment."""
+    """``key=value`` settings as git's GIT_CONFIG_* variables.
+
+    Unlike ``-c`` on the command line, which every local user can read in /proc/<pid>/cmdline, they stay
+    in git's own environment.
+    """
     env = {"GIT_CONFIG_COUNT": str(len(extra_config))}
     for index, item in enumerate(extra_config):
         key, _, value = item.partition("=")
@@ -65,8 +68,10 @@ def normalize_repo(repo: str) -> str:
 
 
 def auth_config(url: str, github_token: str | None, github_host: str = "github.com") -> list[str]:
-    """An HTTP header carrying the GitHub token for github URLs: credentials never enter the
-    stored URL, the mirror's config or a log line."""
+    """An HTTP header carrying the GitHub token for github URLs.
+
+    Credentials never enter the stored URL, the mirror's config or a log line.
+    """
     if not github_token or urlparse(url).hostname != github_host:
         return []
     basic = base64.b64encode(f"x-access-token:{github_token}".encode()).decode()
@@ -117,8 +122,10 @@ class Checkouts:
             return None
 
     def resolve(self, repo: str, revision: str | None = None) -> str:
-        """The full sha of ``revision`` (a sha, a prefix, a branch or tag; None: the default
-        branch's head), fetching when the mirror does not know it yet."""
+        """The full sha of ``revision``, fetching when the mirror does not know it yet.
+
+        ``revision`` is a sha, a prefix, a branch or tag; None means the default branch's head.
+        """
         url = normalize_repo(repo)
         mirror = self.mirror_dir(url)
         wanted = revision or "HEAD"

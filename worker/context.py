@@ -37,17 +37,22 @@ class WorkerContext:
         return Path(self.settings.workdir)
 
     def memory_caps(self) -> dict[str, object] | None:
-        """What a GPU worker's runner may take of its GPU (None on CPU workers): torch's per-process
-        fraction, and XLA allocating on demand up to the same fraction instead of 75 % at start."""
+        """What a GPU worker's runner may take of its GPU (None on CPU workers).
+
+        torch's per-process fraction, and XLA allocating on demand up to the same fraction instead of 75 %
+        at start.
+        """
         if self.device.index is None:
             return None
         fraction = self.settings.runner_device_memory_fraction
         return {"torch_memory_fraction": fraction, "xla_preallocate": False, "xla_memory_fraction": fraction}
 
     def runner_environment(self) -> dict[str, str]:
-        """The runner's environment beyond the scrubbed one: its GPU and its memory caps. Every
-        runner allocates XLA memory on demand: a CPU runner's jax must not take 75 % of a GPU it
-        merely sees."""
+        """The runner's environment beyond the scrubbed one: its GPU and its memory caps.
+
+        Every runner allocates XLA memory on demand: a CPU runner's jax must not take 75 % of a GPU it
+        merely sees.
+        """
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         caps = self.memory_caps()
         if caps is not None:
@@ -73,9 +78,12 @@ class WorkerContext:
         return runner
 
     def sandbox(self) -> SandboxPolicy:
-        """Each runner in a box of its own (a fresh uid from the pool, a cgroup); its memory bounded
-        on CPU workers only (CUDA maps far more than it uses). Repository code is refused where no
-        box can be built, unless the operator said --unsandboxed."""
+        """The sandbox policy: each runner in a box of its own.
+
+        Each box has a fresh uid from the pool and a cgroup; its memory is bounded on CPU workers only
+        (CUDA maps far more than it uses). Repository code is refused where no box can be built, unless the
+        operator said --unsandboxed.
+        """
         settings = self.settings
         limit = settings.runner_memory_limit_mb if self.device.index is None else 0
         first, last = (int(part) for part in settings.runner_uid_range.split("-"))
@@ -84,8 +92,11 @@ class WorkerContext:
                              unsandboxed=settings.runner_unsandboxed, gpu=self.device.index is not None)
 
     def isolation(self) -> dict[str, object]:
-        """How this worker's runners are boxed, for the workers page: bubblewrap's version, the
-        namespaces, the identity and limits, or why there is no box and whether it refuses code."""
+        """How this worker's runners are boxed, for the workers page.
+
+        bubblewrap's version, the namespaces, the identity and limits, or why there is no box and whether
+        it refuses code.
+        """
         policy = self.sandbox()
         status: dict[str, object] = {**box_status(), "pids_max": policy.pids_max,
                                      "memory_limit_mb": policy.memory_limit_mb, "scratch_mb": policy.scratch_mb}
@@ -103,8 +114,10 @@ class WorkerContext:
 
 
 def physical_gpu(cuda_index: int) -> str:
-    """The CUDA_VISIBLE_DEVICES entry of cuda:N as this process sees it (the worker itself may
-    already be limited to some GPUs)."""
+    """The CUDA_VISIBLE_DEVICES entry of cuda:N as this process sees it.
+
+    The worker itself may already be limited to some GPUs.
+    """
     visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
     return visible[cuda_index] if cuda_index < len(visible) else str(cuda_index)
 
@@ -113,8 +126,11 @@ _configured: WorkerContext | None = None
 
 
 def configure(device: LocalDevice, name: str | None = None, settings: Settings | None = None) -> WorkerContext:
-    """This process's worker context. A GPU worker pins its own environment to its GPU: from here on
-    the process and all it starts see that one GPU, as cuda:0."""
+    """Set this process's worker context, and pin a GPU worker to its GPU.
+
+    A GPU worker pins its own environment to its GPU: from here on the process and all it starts see
+    that one GPU, as cuda:0.
+    """
     global _configured
     _configured = WorkerContext(settings=settings or get_settings(), device=device,
                                 name=name or f"{device.name}@{socket.gethostname()}")
@@ -128,8 +144,11 @@ class NotConfigured(RuntimeError):
 
 
 def current() -> WorkerContext:
-    """This process's worker context, as ``configure`` set it. Never guessed: a CPU default would let a
-    GPU worker's pool, or a process that is no worker at all, run jobs as a CPU worker."""
+    """This process's worker context, as ``configure`` set it.
+
+    Never guessed: a CPU default would let a GPU worker's pool, or a process that is no worker at all,
+    run jobs as a CPU worker.
+    """
     if _configured is None:
         raise NotConfigured("this process is not a configured worker: call gradci.worker.context.configure("
                             "device, name=..., settings=...) first, as `gradci worker --device ...` does "

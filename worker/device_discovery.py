@@ -33,8 +33,10 @@ PROBE_TIMEOUT_S = 60
 
 @dataclasses.dataclass(frozen=True)
 class LocalDevice:
-    """A device of this machine: ``cpu`` or ``cuda:N``, with its compute capability ("90") for GPUs
-    and, for a discovered GPU, its inventory record."""
+    """A device of this machine: ``cpu`` or ``cuda:N``.
+
+    GPUs come with their compute capability ("90") and, for a discovered GPU, its inventory record.
+    """
 
     name: str
     capability: str | None = None
@@ -75,9 +77,11 @@ def package_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
 
 def device_record(device: LocalDevice, *, cuda_visible_devices: str | None = None,
                   memory_caps: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What produced a worker's results, as its heartbeat carries it and every job it runs stores:
-    the device's inventory record, the framework versions installed, and for a GPU worker the
-    CUDA_VISIBLE_DEVICES its runner is pinned to and the memory caps the runner is given."""
+    """What produced a worker's results, as its heartbeat carries it and every job it runs stores.
+
+    The device's inventory record, the framework versions installed, and for a GPU worker the
+    CUDA_VISIBLE_DEVICES its runner is pinned to and the memory caps the runner is given.
+    """
     record = {**device.describe(), "frameworks": package_versions(FRAMEWORK_PACKAGES)}
     if cuda_visible_devices is not None:
         record["cuda_visible_devices"] = cuda_visible_devices
@@ -106,16 +110,22 @@ def discover_devices() -> list[LocalDevice]:
 
 
 def device_inventory() -> dict[str, Any]:
-    """Everything ``gradci devices`` shows, as plain data: the CPU and each GPU (``devices``), the
-    torch and jax versions with the devices each sees (``frameworks``, asked in a subprocess), and
-    the simulated inventory file when one replaced the GPUs (``simulated``)."""
+    """Everything ``gradci devices`` shows, as plain data.
+
+    The CPU and each GPU (``devices``), the torch and jax versions with the devices each sees
+    (``frameworks``, asked in a subprocess), and the simulated inventory file when one replaced the
+    GPUs (``simulated``).
+    """
     return {"devices": [cpu_record(), *gpu_records()], "frameworks": framework_devices(),
             "simulated": os.environ.get(INVENTORY_VARIABLE) or None}
 
 
 def cpu_record() -> dict[str, Any]:
-    """The CPU: its model, logical cores, and memory (``memory_free``: what new processes could
-    still get, MemAvailable). Linux's /proc; None where it is not there."""
+    """The CPU: its model, logical cores, and memory.
+
+    ``memory_free``: what new processes could still get, MemAvailable. Linux's /proc; None where it is
+    not there.
+    """
     meminfo = _proc_fields("/proc/meminfo")
     kib = {key: int(meminfo[key].split()[0]) * 1024 if key in meminfo else None for key in ("MemTotal", "MemAvailable")}
     return {"device": CPU, "kind": CPU, "name": _proc_fields("/proc/cpuinfo").get("model name") or platform.machine(),
@@ -137,8 +147,10 @@ def _proc_fields(path: str) -> dict[str, str]:
 
 def gpu_record(index: int, *, name: str | None, capability: str, memory_total: int | None,
                memory_free: int | None, driver: str | None, cuda: str | None, source: str) -> dict[str, Any]:
-    """One GPU as ``cuda:index`` (CUDA's numbering for this process). ``driver``: the NVIDIA driver;
-    ``cuda``: the newest CUDA version that driver supports."""
+    """One GPU as ``cuda:index`` (CUDA's numbering for this process).
+
+    ``driver``: the NVIDIA driver; ``cuda``: the newest CUDA version that driver supports.
+    """
     return {"device": f"{CUDA}:{index}", "kind": CUDA, "name": name, "capability": capability,
             "memory_total": memory_total, "memory_free": memory_free, "driver": driver, "cuda": cuda,
             "source": source}
@@ -196,8 +208,10 @@ def _cuda_version(encoded: int) -> str:
 
 
 def visible_indices() -> list[int] | None:
-    """The physical GPUs CUDA_VISIBLE_DEVICES lets this process see (None: all of them). A list of
-    UUIDs is not mapped here: discovery then asks torch, which understands it."""
+    """The physical GPUs CUDA_VISIBLE_DEVICES lets this process see (None: all of them).
+
+    A list of UUIDs is not mapped here: discovery then asks torch, which understands it.
+    """
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return None
@@ -286,8 +300,11 @@ print(json.dumps(found))
 
 
 def framework_devices() -> dict[str, Any]:
-    """torch's and jax's versions and the devices each sees, asked in a subprocess (so that this
-    process never initialises CUDA); ``error`` says why when the probe itself failed."""
+    """torch's and jax's versions and the devices each sees, asked in a subprocess.
+
+    The subprocess keeps this process from ever initialising CUDA. ``error`` says why when the probe
+    itself failed.
+    """
     try:
         return _probe(_FRAMEWORKS_PROBE)
     except (subprocess.SubprocessError, ValueError, IndexError, OSError) as exc:

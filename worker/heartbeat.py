@@ -1,6 +1,8 @@
-"""The worker registry's writer: a worker records itself when Celery is ready and beats every
-``worker_heartbeat_s`` from a daemon thread of its main process (pool processes come and go; the
-main process lives as long as the worker). ``GET /api/workers`` and ``/api/health`` read it.
+"""The worker registry's writer: a worker records itself, then beats at intervals.
+
+A worker records itself when Celery is ready and beats every ``worker_heartbeat_s`` from a daemon
+thread of its main process (pool processes come and go; the main process lives as long as the
+worker). ``GET /api/workers`` and ``/api/health`` read it.
 After each beat the worker does its periodic chores (``install(after_beat=...)``: reconciling the
 database with the broker, sweeping GitHub reports), told for how long the database has answered
 every beat: just after an outage nobody could renew a lease, and a lapsed one means nothing yet.

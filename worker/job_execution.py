@@ -92,8 +92,10 @@ def patiently(work: Callable[[], T], what: str) -> T:
 
 
 class ResultWriter:
-    """Buffers cells; stores them, and reads the cancel flag, in one short transaction. Given the
-    ``delivery`` that runs the job, it also notices when the job is no longer that delivery's."""
+    """Buffers cells, and stores them with a read of the cancel flag in one short transaction.
+
+    Given the ``delivery`` that runs the job, it also notices when the job is no longer that delivery's.
+    """
 
     def __init__(self, database: str, job: JobRef, delivery: str | None = None) -> None:
         self.database, self.job, self.delivery = database, job, delivery
@@ -108,8 +110,10 @@ class ResultWriter:
         return len(self.pending) >= BATCH_CELLS or time.monotonic() - self.last_poll >= CANCEL_POLL_S
 
     def flush_and_poll(self) -> Stop | None:
-        """Store the buffered cells; why the job must stop, if it must. While the database is
-        unreachable the cells stay buffered and the job goes on."""
+        """Store the buffered cells; return why the job must stop, if it must.
+
+        While the database is unreachable the cells stay buffered and the job goes on.
+        """
         self.last_poll = time.monotonic()
         try:
             with session_scope(self.database) as session:
@@ -154,11 +158,13 @@ class ResultWriter:
         return self.delivery is None or holds_job(session, self.job.id, self.delivery)
 
     def _store(self, session, held: bool | None = None) -> int:
-        """Only while the job is this delivery's (``held``, where the caller has just read it): a
-        worker cut off from the database past its lease (its host's link down) may come back after
-        another delivery took the job over and stored its cells; its own, late, are dropped (the
-        caller then stops), and the check is repeated in the statement that writes, should the
-        takeover come in between."""
+        """Store the buffered cells, only while the job is this delivery's.
+
+        ``held``: whether it is, where the caller has just read it. A worker cut off from the database past
+        its lease (its host's link down) may come back after another delivery took the job over and stored
+        its cells; its own, late, are dropped (the caller then stops), and the check is repeated in the
+        statement that writes, should the takeover come in between.
+        """
         if not self.pending:
             return 0
         if self.delivery is None:
@@ -175,9 +181,11 @@ class ResultWriter:
 
 
 class LeaseKeeper:
-    """Renews a running job's lease every ``interval_s`` from a thread of its own, so that a cell
-    computing for minutes is not mistaken for a dead worker; stops with the job, or once the job is
-    no longer its delivery's."""
+    """Renews a running job's lease every ``interval_s`` from a thread of its own.
+
+    So a cell computing for minutes is not mistaken for a dead worker. It stops with the job, or once
+    the job is no longer its delivery's.
+    """
 
     def __init__(self, database: str, job_id: int, delivery: str, interval_s: float) -> None:
         self.database, self.job_id, self.delivery, self.interval_s = database, job_id, delivery, interval_s
@@ -213,8 +221,10 @@ def cell_spec(job: JobRef, source: Source | None, scenario: str, dtype: str, con
 
 
 def other_mode_backends(backend: str, run_backends: Sequence[str], known: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The run's backends of ``backend``'s framework in the other of forward and reverse mode: a
-    scenario's cells are compared with theirs, as ``gradci check`` compares a scenario's cells."""
+    """The run's backends of ``backend``'s framework in the other of forward and reverse mode.
+
+    A scenario's cells are compared with theirs, as ``gradci check`` compares a scenario's cells.
+    """
     own = known.get(backend, {})
     modes = {"forward": "reverse", "reverse": "forward"}
     if own.get("mode") not in modes:
@@ -228,9 +238,11 @@ ENGINE_OPTIONS = ("repeats", "timings")
 
 
 def engine_options(source: Source, run: RunRef) -> dict[str, Any]:
-    """The engine's options for a run's cells (``check_scenario``'s keyword arguments): the run's own
-    (``POST /api/runs`` ``repeats``, ``timings``), else the repository's gradci.toml ``[check] repeats``
-    and ``timings``, as ``gradci check`` takes them."""
+    """The engine's options for a run's cells (``check_scenario``'s keyword arguments).
+
+    The run's own (``POST /api/runs`` ``repeats``, ``timings``), else the repository's gradci.toml
+    ``[check] repeats`` and ``timings``, as ``gradci check`` takes them.
+    """
     options = {name: run.options[name] for name in ENGINE_OPTIONS if name in run.options}
     if source.root is None or len(options) == len(ENGINE_OPTIONS):
         return options

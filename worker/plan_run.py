@@ -126,8 +126,10 @@ def skip_cells(source: Source, backend: str, device: str, cells: Iterable[tuple[
 
 def _end_waits(ref: RunRef, overdue: Sequence[WaitingJob], context: WorkerContext,
                send_finalize: SendFinalize | None) -> set[int]:
-    """The jobs that waited for a device too long: their cells ``skip`` with why, the job done.
-    Returns the ids of those it ended (a worker may have claimed one meanwhile)."""
+    """End the jobs that waited for a device too long: their cells ``skip`` with why, the job done.
+
+    Returns the ids of those it ended (a worker may have claimed one meanwhile).
+    """
     try:
         source = load_source(ref, context.checkouts(), context.runner())
     except (CheckoutError, RunnerError) as exc:  # the reconciler sends the plan again after its grace

@@ -1,5 +1,6 @@
-"""Reconciling the database with the broker: work the database owes and no message will bring is
-sent again.
+"""Reconciling the database with the broker.
+
+Work the database owes and no message will bring is sent again.
 
 A broker can lose messages — Redis restarted without persistence, a task acknowledged after its
 retries ran out, a worker that died whole holds its unacknowledged message until the visibility
@@ -138,8 +139,10 @@ class Reconciler:
             return None
 
     def _send_runs(self, task: str, ids: list[int], send: Callable[[int], None]) -> list[int]:
-        """Send again (a run's, or a delivery's), at most once per grace from this reconciler: a plan
-        can take longer than the grace, and the message it holds meanwhile may look stale."""
+        """Send a run's or a delivery's message again, at most once per grace from this reconciler.
+
+        A plan can take longer than the grace, and the message it holds meanwhile may look stale.
+        """
         now, sent = time.monotonic(), []
         self._sent_at = {key: at for key, at in self._sent_at.items() if now - at < self.settings.reconcile_grace_s}
         what = "delivery" if task == HANDLE_DELIVERY else "run"

@@ -89,8 +89,11 @@ class RunnerTimeout(RunnerError):
 
 @dataclasses.dataclass(frozen=True)
 class CellSpec:
-    """One cell to check. ``device`` is the label stored with the result (the run's device);
-    ``run_on`` the device the runner computes on, when the worker maps the label to its own GPU."""
+    """One cell to check.
+
+    ``device`` is the label stored with the result (the run's device); ``run_on`` the device the runner
+    computes on, when the worker maps the label to its own GPU.
+    """
 
     scenario: str
     backend: str
@@ -202,10 +205,13 @@ class WarmRunner:
             raise RunnerError(f"the runner did not start: {ready}")
 
     def _serve(self, source: str | None, repository: str | None, trusted: bool = True) -> None:
-        """Before a request about ``source``'s code (None: the built-in library): a runner started for
-        another tenant is stopped, so that the next request starts one of this tenant's own, seeing
-        only this tenant's compilation cache. A scenario module may patch anything in the process it
-        is imported into — the engine's comparison included — so no process outlives its tenant."""
+        """Make sure the runner belongs to the tenant of ``source``'s code, before a request about it.
+
+        ``source`` None is the built-in library. A runner started for another tenant is stopped, so that
+        the next request starts one of this tenant's own, seeing only this tenant's compilation cache. A
+        scenario module may patch anything in the process it is imported into — the engine's comparison
+        included — so no process outlives its tenant.
+        """
         tenant = (source, repository or source, trusted) if source else BUILT_IN
         if tenant != self._tenant:
             if self.alive:
@@ -215,9 +221,11 @@ class WarmRunner:
             self._tenant = tenant
 
     def _restart_if_due(self) -> None:
-        """Between requests, never during one: a runner above its memory ceiling, or whose CUDA
-        context a device fault may have poisoned, is stopped here and the next request starts a
-        fresh one."""
+        """Stop the runner between requests when it is due for a restart.
+
+        Between requests, never during one: a runner above its memory ceiling, or whose CUDA context a
+        device fault may have poisoned, is stopped here and the next request starts a fresh one.
+        """
         if self._restart_due is not None and self.alive:
             log.info("restarting the runner (pid %s): %s", self.pid, self._restart_due)
             self.recycles += 1
@@ -317,9 +325,12 @@ class WarmRunner:
         raise RunnerDied(f"runner {describe_exit(returncode, boxed=boxed)} while {what} (it was restarted){where}")
 
     def request(self, payload: messages.Request, timeout_s: float, *, what: str) -> messages.Answer:
-        """Send one request and wait for its answer, ``timeout_s`` at most from the request or from the
-        runner's last word that a cell started; start the runner first when it is not running (or
-        restart it, when the previous answer asked for that)."""
+        """Send one request and wait for its answer.
+
+        It waits ``timeout_s`` at most from the request or from the runner's last word that a cell
+        started. The runner is started first when it is not running (or restarted, when the previous
+        answer asked for that).
+        """
         self._restart_if_due()
         self.start()
         assert self._process is not None and self._process.stdin is not None and self._output is not None
@@ -352,9 +363,11 @@ class WarmRunner:
     def list_source(self, source: str | None, *, availability: bool = False,
                     family: str | None = None, repository: str | None = None,
                     trusted: bool = False) -> messages.ListReply:
-        """Scenarios, backends and file matrix of a checkout (None: the built-in library, or one
-        ``family`` of it). ``availability`` also says which backends can run here and which devices
-        there are, at the price of importing every framework."""
+        """Scenarios, backends and file matrix of a checkout.
+
+        ``source`` None is the built-in library, or one ``family`` of it. ``availability`` also says which
+        backends can run here and which devices there are, at the price of importing every framework.
+        """
         self._serve(source, repository, trusted)
         request = messages.ListRequest(source=source, family=family, availability=availability)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
@@ -381,16 +394,18 @@ class WarmRunner:
 
     def run_cells(self, specs: Sequence[CellSpec], timeout_s: float | None = None,
                   peers: Sequence[str] = (), options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """The records of cells of one scenario of one source, in the order of ``specs``, checked in
-        one request over the product of their backends, devices and dtypes, as the engine checks a
-        scenario: forward and reverse modes are compared there. Each cell may take
-        ``cell_timeout_s`` (or ``timeout_s``), the scenario's reference counted in its first cell's;
-        when the runner crashed, hung or refused, every cell is an ``error`` cell saying so.
+        """The records of cells of one scenario of one source, checked in one request.
+
+        They come in the order of ``specs``, checked over the product of their backends, devices and
+        dtypes, as the engine checks a scenario: forward and reverse modes are compared there. Each cell
+        may take ``cell_timeout_s`` (or ``timeout_s``), the scenario's reference counted in its first
+        cell's; when the runner crashed, hung or refused, every cell is an ``error`` cell saying so.
 
         ``peers``: backends of the other mode whose results the cells are compared with, where the
         scenario's reference is made of probes (a job checks one backend; its peers' cells belong to
         other jobs and are not returned). ``options``: the engine's (``check_scenario``'s keyword
-        arguments, such as ``repeats``)."""
+        arguments, such as ``repeats``).
+        """
         backends, devices, dtypes = (list(dict.fromkeys(axis)) for axis in
                                      zip(*((s.backend, s.run_on or s.device, s.dtype) for s in specs)))
         count = len(backends) * len(devices) * len(dtypes)
@@ -428,15 +443,21 @@ class WarmRunner:
 
 
 def cache_scope(tenant: Tenant) -> str:
-    """The compilation cache's folder of a tenant: one per repository (a checkout's path where the
-    repository is not known), so that no repository loads a program another wrote."""
+    """The name of a tenant's compilation-cache folder, one per repository.
+
+    A checkout's path stands in where the repository is not known, so that no repository loads a
+    program another wrote.
+    """
     scope = tenant[1] or tenant[0]
     return "built-in" if scope is None else hashlib.sha256(scope.encode()).hexdigest()[:24]
 
 
 def trim_caches(root: Path, *, keep: Path, max_total_mb: int) -> None:
-    """Remove whole repositories' compilation caches, least recently used first, until all of them
-    under ``root`` take at most ``max_total_mb`` (``keep``, about to be used, stays)."""
+    """Remove whole repositories' compilation caches, least recently used first, down to a total size.
+
+    They go until all of them under ``root`` take at most ``max_total_mb`` (``keep``, about to be used,
+    stays).
+    """
     if not root.is_dir():
         return
     sizes = {folder: sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
@@ -455,8 +476,10 @@ _local = threading.local()
 
 
 def shared_runner(**config: Any) -> WarmRunner:
-    """This worker's runner (``config``: WarmRunner's arguments), started on first use and kept
-    warm between jobs."""
+    """This worker's runner, started on first use and kept warm between jobs.
+
+    ``config``: WarmRunner's arguments.
+    """
     runner = getattr(_local, "runner", None)
     if runner is None:
         runner = _local.runner = WarmRunner(**config)
@@ -478,9 +501,11 @@ CRASH_FRAMES = 3
 
 
 def crash_frames(output: str, root: str | None = None) -> str:
-    """The innermost frames of the user's code in the last faulthandler traceback of ``output``
-    ("pkg/model.py:12 in f; ..."), at most ``CRASH_FRAMES``, files relative to the checkout's
-    ``root`` where they lie in it; "" where there is none."""
+    """The user's innermost frames in a faulthandler traceback.
+
+    ``output``'s last traceback, as "pkg/model.py:12 in f; ...", at most ``CRASH_FRAMES`` frames, files
+    relative to the checkout's ``root`` where they lie in it; "" where there is none.
+    """
     from gradci.scenarios.authoring.exceptions import is_users_file
 
     start = output.rfind("Fatal Python error")

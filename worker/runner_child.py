@@ -61,8 +61,11 @@ DEVICE_FAULTS = (
 
 
 def _definition(defined_at: tuple[str, int] | None, root: str | None) -> tuple[str | None, int | None]:
-    """Where a scenario was defined, the file relative to the repository's root; none outside it
-    (the built-in library, a helper installed elsewhere): no path of the worker's machine is listed."""
+    """Where a scenario was defined, the file relative to the repository's root.
+
+    None outside it (the built-in library, a helper installed elsewhere): no path of the worker's
+    machine is listed.
+    """
     if defined_at is None or root is None:
         return None, None
     path, line = defined_at
@@ -73,10 +76,12 @@ def _definition(defined_at: tuple[str, int] | None, root: str | None) -> tuple[s
 
 
 class SourceCache:
-    """The scenarios of one source at a time. Checkouts of one repository at two commits have the
-    same module names, so switching source first forgets the modules imported from the previous
-    checkout: ``import`` would otherwise return the old commit's code. The built-in library's source
-    is the root None, all of it or one ``family`` of it."""
+    """The scenarios of one source at a time.
+
+    Checkouts of one repository at two commits have the same module names, so switching source first
+    forgets the modules imported from the previous checkout: ``import`` would otherwise return the old
+    commit's code. The built-in library's source is the root None, all of it or one ``family`` of it.
+    """
 
     def __init__(self) -> None:
         self.root: str | None = None
@@ -161,10 +166,12 @@ _torch_capped: dict[str, Any] | None = None
 
 
 def cap_device_memory() -> dict[str, Any]:
-    """Apply the GPU worker's memory caps once torch is imported, and say what was applied. XLA's
-    come with the environment the runner started with (preallocation off, a memory fraction);
+    """Apply the GPU worker's memory caps once torch is imported, and say what was applied.
+
+    XLA's come with the environment the runner started with (preallocation off, a memory fraction);
     torch's per-process fraction is set here, only where torch sees a CUDA device — with a simulated
-    GPU the record says what would have been applied, and why it was not."""
+    GPU the record says what would have been applied, and why it was not.
+    """
     global _torch_capped
     fraction = os.environ.get(TORCH_MEMORY_FRACTION_VARIABLE)
     caps: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -193,8 +200,10 @@ def device_fault(message: str) -> str | None:
 
 
 class AnnouncingBackend:
-    """An engine backend that says when each of its cells starts computing (``beat``): the parent's
-    timeout then holds per cell while a scenario's cells are checked in one request."""
+    """An engine backend that says when each of its cells starts computing (``beat``).
+
+    The parent's timeout then holds per cell while a scenario's cells are checked in one request.
+    """
 
     def __init__(self, backend: Any, beat: Callable[[], None]) -> None:
         self._backend, self._beat = backend, beat

@@ -1,7 +1,8 @@
-"""The warm runner's protocol: every request the worker sends ``gradci.worker.runner_child`` and every
-line the runner answers with, one JSON object per line. Both ends build and read these records, and
-nothing else spells the wire format. Standard library only: the runner imports it inside its sandbox,
-before any framework.
+"""The warm runner's protocol: the requests and answers, one JSON object per line.
+
+Every request the worker sends ``gradci.worker.runner_child`` and every line the runner answers
+with. Both ends build and read these records, and nothing else spells the wire format. Standard
+library only: the runner imports it inside its sandbox, before any framework.
 
 Requests carry their ``op``; the runner's lines are told apart by their first key:
 
@@ -122,8 +123,10 @@ class CellsReply(Answer):
 
 
 def parse_answer(line: bytes | str, expected: type[M]) -> M | Ready | Refusal | Beat:
-    """One line from the runner: ``expected`` (the request's answer type), or a ``Ready``, ``Beat`` or
-    ``Refusal``."""
+    """One line from the runner, parsed.
+
+    It is ``expected`` (the request's answer type), or a ``Ready``, ``Beat`` or ``Refusal``.
+    """
     data = json.loads(line)
     if not isinstance(data, dict):
         raise ProtocolError(f"not a message: {str(line)[:200]}")
@@ -143,9 +146,12 @@ def parse_answer(line: bytes | str, expected: type[M]) -> M | Ready | Refusal | 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ListRequest:
-    """The scenarios of the checkout at ``source`` (None: the built-in library, or its ``family``), the
-    registered backends and the checkout's ``[matrix]``; with ``availability``, also why each backend
-    cannot run here and the devices there are (at the price of importing every framework)."""
+    """A request for a checkout's scenarios and ``[matrix]``, and the registered backends.
+
+    The checkout is at ``source`` (None: the built-in library, or its ``family``). With ``availability``,
+    also why each backend cannot run here and the devices there are (at the price of importing every
+    framework).
+    """
 
     source: str | None = None
     family: str | None = None
@@ -165,9 +171,12 @@ class WarmRequest:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CellsRequest:
-    """The cells of one scenario over ``backends`` × ``devices`` × ``dtypes``, checked together as the
-    engine checks a scenario. ``peers``: backends of the other mode checked for the comparison only
-    (not returned); ``options``: further keyword arguments of ``check_scenario``."""
+    """A request for the cells of one scenario over ``backends`` × ``devices`` × ``dtypes``.
+
+    They are checked together as the engine checks a scenario. ``peers``: backends of the other mode
+    checked for the comparison only (not returned); ``options``: further keyword arguments of
+    ``check_scenario``.
+    """
 
     scenario: str
     backends: list[str]

@@ -33,8 +33,11 @@ class OutputDrain:
                 os.write(self.sink_fd, kept)
 
     def next_request(self) -> None:
-        """A fresh budget; a line in the log for what the last one dropped (called when a request
-        was answered: what the runner printed for it came before its answer)."""
+        """Start a fresh budget for the next request.
+
+        A line goes in the log for what the last one dropped. Called when a request was answered: what the
+        runner printed for it came before its answer.
+        """
         with self._lock:
             dropped, self.dropped, self._left, self._tail = self.dropped, 0, self.limit_bytes, b""
         if dropped:
@@ -42,8 +45,10 @@ class OutputDrain:
                                    f"{self.limit_bytes} bytes per request]\n".encode())
 
     def close(self) -> str:
-        """Wait for the pipe's end (the runner is dead by now), report what was dropped, and give
-        the end of what the runner printed for its last request."""
+        """Wait for the pipe's end, and give the end of what the runner printed for its last request.
+
+        The runner is dead by now. What was dropped is reported.
+        """
         self._thread.join(timeout=5)
         with self._lock:
             tail = self._tail.decode(errors="replace")

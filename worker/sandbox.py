@@ -144,8 +144,10 @@ def live_uids() -> set[int]:
 
 
 def allocate_uid(first: int, last: int, *, attempts: int = 64) -> Identity:
-    """A uid of ``first..last`` that no process has and no other runner holds (a lock per uid,
-    machine-wide, so that workers of one machine never hand out the same one)."""
+    """A uid of ``first..last`` that no process has and no other runner holds.
+
+    A lock per uid, machine-wide, makes sure that workers of one machine never hand out the same one.
+    """
     UID_LOCKS.mkdir(parents=True, exist_ok=True, mode=0o700)
     busy = live_uids()
     for _ in range(attempts):
@@ -254,15 +256,18 @@ class Cgroup:
 
 @dataclasses.dataclass(frozen=True)
 class SandboxPolicy:
-    """How runners are confined. ``memory_limit_mb``: the memory of a runner's whole tree of
-    processes (None: none — on GPU workers, CUDA's mappings); ``scratch_mb``: its scratch tmpfs;
-    ``pids_max``: its processes; ``uid_range``: the pool of fresh uids (a worker running as root);
-    ``required``: refuse repository code when the box cannot be built (a worker), rather than run
-    it unboxed (``gradci check`` on the developer's own code); ``unsandboxed``: the operator's
-    explicit choice to run without the box; ``gpu``: bind the NVIDIA devices; ``readable``: folders
-    every runner of this policy reads besides its checkout (the pytest plugin's project);
-    ``fresh_identity``: as root, a pool uid and a cgroup per start (a worker), else the caller's own
-    identity in a user namespace (``gradci check``: the developer's own files, whatever their modes)."""
+    """How runners are confined.
+
+    ``memory_limit_mb``: the memory of a runner's whole tree of processes (None: none — on GPU workers,
+    CUDA's mappings); ``scratch_mb``: its scratch tmpfs; ``pids_max``: its processes; ``uid_range``: the
+    pool of fresh uids (a worker running as root); ``required``: refuse repository code when the box
+    cannot be built (a worker), rather than run it unboxed (``gradci check`` on the developer's own
+    code); ``unsandboxed``: the operator's explicit choice to run without the box; ``gpu``: bind the
+    NVIDIA devices; ``readable``: folders every runner of this policy reads besides its checkout (the
+    pytest plugin's project); ``fresh_identity``: as root, a pool uid and a cgroup per start (a worker),
+    else the caller's own identity in a user namespace (``gradci check``: the developer's own files,
+    whatever their modes).
+    """
 
     memory_limit_mb: int | None = None
     scratch_mb: int | None = None
@@ -275,9 +280,12 @@ class SandboxPolicy:
     fresh_identity: bool = True
 
     def box(self, *, scratch: Path, checkout: str | None, cache: Path | None) -> Box:
-        """The box of one runner start: ``scratch`` its working folder (a tmpfs), ``checkout`` the one
-        repository tree it reads (None: the built-in library), ``cache`` the compilation cache it may
-        write (None: a throwaway one in its scratch)."""
+        """The box of one runner start.
+
+        ``scratch`` is its working folder (a tmpfs), ``checkout`` the one repository tree it reads (None:
+        the built-in library), ``cache`` the compilation cache it may write (None: a throwaway one in its
+        scratch).
+        """
         return Box(self, scratch=scratch, checkout=checkout, cache=cache)
 
     def refusal(self, checkout: str | None) -> str | None:
@@ -358,8 +366,11 @@ class Box:
                 "--die-with-parent", "--new-session", "--hostname", "gradci-runner"]
 
     def _as_runner(self, argv: list[str]) -> list[str]:
-        """``argv`` as the runner's fresh uid, without groups, capabilities (bounding set included)
-        or any way to gain them back (``no_new_privs``: no setuid program helps)."""
+        """``argv`` as the runner's fresh uid, with no way to gain privileges.
+
+        It runs without groups, capabilities (bounding set included) or any way to gain them back
+        (``no_new_privs``: no setuid program helps).
+        """
         if self.identity is None:
             return argv
         uid = str(self.identity.uid)
@@ -425,8 +436,10 @@ class Box:
             raise BoxUnavailable(f"bubblewrap did not start the box (it said {data[:200]!r})") from exc
 
     def _limit(self, pid: int, *, also: int | None = None) -> None:
-        """The runner's limits, on its first process before it runs anything (inherited by the rest);
-        ``also``: bwrap itself, which joins the cgroup beside it."""
+        """Apply the runner's limits to its first process, before it runs anything.
+
+        The rest of its processes inherit them. ``also``: bwrap itself, which joins the cgroup beside it.
+        """
         if self.cgroup is not None:
             self.cgroup.join(*([also] if also else []), pid)
         elif self.identity is not None:  # no cgroup: count the processes of its fresh uid instead
@@ -470,8 +483,10 @@ def warn_unboxed_once(policy: SandboxPolicy) -> None:
 
 
 def own_tree(folder: Path, uid: int) -> None:
-    """Make ``folder`` and what is in it ``uid``'s (a compilation cache written by earlier runners,
-    each with a uid of its own), so that this runner reads and extends it."""
+    """Make ``folder`` and what is in it ``uid``'s, so that this runner reads and extends it.
+
+    The folder is a compilation cache written by earlier runners, each with a uid of its own.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     for path, dirs, names in os.walk(folder):
         for name in [*dirs, *names]:
@@ -482,8 +497,11 @@ def own_tree(folder: Path, uid: int) -> None:
 
 
 def searchable_parents(paths: Iterable[Path]) -> list[Path]:
-    """The folders on the way to ``paths`` that bwrap would make itself (as 0700, root's alone, so
-    that the runner could not reach what is mounted in them), outermost first."""
+    """The folders on the way to ``paths`` that bwrap would make itself, outermost first.
+
+    bwrap would make them as 0700, root's alone, so that the runner could not reach what is mounted in
+    them.
+    """
     made_elsewhere = (*SYSTEM_FOLDERS, *PRIVATE_TMPFS)
     parents = {parent for path in paths for parent in path.parents if parent not in (Path("/"), Path("/sys"))}
     return sorted((folder for folder in parents if folder.as_posix() not in PRIVATE_TMPFS
@@ -506,8 +524,11 @@ def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
 
 
 def interpreter_paths() -> tuple[Path, ...]:
-    """What running Python and importing the runner needs: the interpreter and its prefixes, the
-    installed packages (never the worker's current folder), and gradci's own packages."""
+    """What running Python and importing the runner needs.
+
+    The interpreter and its prefixes, the installed packages (never the worker's current folder), and
+    gradci's own packages.
+    """
     paths = {Path(os.path.realpath(sys.executable)).parent}
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
         paths.add(Path(os.path.realpath(prefix)))
@@ -518,6 +539,9 @@ def interpreter_paths() -> tuple[Path, ...]:
 
 
 def runner_command() -> list[str]:
-    """The runner's command line inside the box. -P: its working folder (the scratch) is no import
-    root; a folder named like one of gradci's packages there must never shadow the installed one."""
+    """The runner's command line inside the box.
+
+    -P: its working folder (the scratch) is no import root; a folder named like one of gradci's
+    packages there must never shadow the installed one.
+    """
     return [sys.executable, "-P", "-m", RUNNER_MODULE]

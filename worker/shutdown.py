@@ -1,5 +1,7 @@
-"""How a worker stops: SIGTERM (a service manager, ``docker stop``, ``gradci up``) and SIGINT
-(Ctrl-C) both stop it within seconds, its running jobs handed back to the broker.
+"""How a worker stops: SIGTERM and SIGINT both stop it within seconds.
+
+SIGTERM comes from a service manager, ``docker stop`` or ``gradci up``, SIGINT from Ctrl-C. The
+worker's running jobs are handed back to the broker.
 
 Celery's default is a *warm* shutdown on either signal: it waits for the running tasks, and a job
 may run for an hour, long after any service manager has lost patience and killed the worker —

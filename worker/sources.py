@@ -37,8 +37,11 @@ class Source:
 
     @property
     def available_backends(self) -> list[str]:
-        """Backends that can run on this worker (listed with ``availability=True``) and that a run naming
-        none gets: an opt-in backend (``Backend.default``) only where named."""
+        """Backends that can run on this worker and that a run naming none gets.
+
+        The backends are listed with ``availability=True``. An opt-in backend (``Backend.default``) is
+        only there where named.
+        """
         return [name for name, info in self.backends.items()
                 if "unavailable" in info and info["unavailable"] is None and info.get("default", True)]
 
@@ -67,15 +70,20 @@ class RunRef:
 
 
 def trusted_run(run: Run) -> bool:
-    """Whether the run's code may write what later runs load (the compilation cache): a push to the
-    default branch, or the built-in library. A pull request's code, an API or upload run of any
-    ref, never: its cache is thrown away with its runner."""
+    """Whether the run's code may write what later runs load (the compilation cache).
+
+    Yes for a push to the default branch, or the built-in library. A pull request's code, an API or
+    upload run of any ref, never: its cache is thrown away with its runner.
+    """
     return run.repository is None or (run.trigger == Trigger.push.value and run.pr_number is None)
 
 
 def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:
-    """Check the run's commit out (raises ``CheckoutError``) and list its scenarios in the runner
-    (raises ``RunnerError`` with the import error of a broken scenario module)."""
+    """Check the run's commit out and list its scenarios in the runner.
+
+    Raises ``CheckoutError`` when the checkout fails, and ``RunnerError`` with the import error of a
+    broken scenario module.
+    """
     sha, root = None, None
     if run.repo_url is not None:
         sha, path = checkouts.checkout(run.repo_url, run.revision)

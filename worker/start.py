@@ -44,8 +44,11 @@ def default_concurrency(device: str) -> int:
 
 
 def start_worker(device: str, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None) -> None:
-    """Run a worker in this process until it is stopped. SIGTERM and SIGINT stop it within seconds
-    (see ``gradci.worker.shutdown``): the jobs it was running go back to the broker for the next worker."""
+    """Run a worker in this process until it is stopped.
+
+    SIGTERM and SIGINT stop it within seconds (see ``gradci.worker.shutdown``): the jobs it was running
+    go back to the broker for the next worker.
+    """
     forbid_inspection()  # its environment holds the credentials; its pool processes inherit this
     local = parse_worker_device(device)
     if local.index is not None and (concurrency or 1) != 1:

@@ -1,7 +1,9 @@
-"""The Celery tasks: thin shells over ``gradci.services.github.intake``, ``gradci.worker.plan_run``,
-``gradci.worker.job_execution``, ``gradci.services.db.jobs.finish_run`` and ``gradci.services.github.publish``,
-so that each can be run and tested without a broker; and the chores the elected worker does after
-its heartbeats.
+"""The Celery tasks, thin shells over the modules that do the work, and the elected worker's chores.
+
+The modules are ``gradci.services.github.intake``, ``gradci.worker.plan_run``,
+``gradci.worker.job_execution``, ``gradci.services.db.jobs.finish_run`` and
+``gradci.services.github.publish``, so that each can be run and tested without a broker. The chores
+are what the elected worker does after its heartbeats.
 
 Every task is idempotent, as acks_late requires: a delivery acted on is marked so with its runs, a
 redelivered plan re-sends only waiting jobs, a redelivered job rewrites the same result rows,
@@ -73,31 +75,41 @@ def send_delivery(delivery_id: int) -> None:
 
 @shared_task(name=HANDLE_DELIVERY, **DATABASE_RETRY)
 def handle_delivery(delivery_id: int) -> None:
-    """Act on a stored GitHub delivery exactly once (a second message of it does nothing): its runs
-    stored with the delivery marked processed, then their plans and reports sent."""
+    """Act on a stored GitHub delivery exactly once (a second message of it does nothing).
+
+    Its runs are stored with the delivery marked processed, then their plans and reports sent.
+    """
     act_on_delivery(current().settings, delivery_id, plan=send_plan, publish=send_publish)
 
 
 @shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
 def plan_run(self, run_id: int) -> None:
-    """Check out the run's commit, list its scenarios, store its jobs and queue them (or, sent again,
-    end the wait of jobs that waited for a device too long)."""
+    """Check out the run's commit, list its scenarios, store its jobs and queue them.
+
+    Sent again, it ends the wait of jobs that waited for a device too long.
+    """
     plan_jobs(run_id, current(), send_job, send_finalize)
 
 
 @shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)
 def run_job(self, job_id: int) -> None:
-    """Check one job's cells in this worker's warm runner. The task id names the delivery: a retry or
-    a redelivery keeps it, a second message of the same job has its own (``claim_job``)."""
+    """Check one job's cells in this worker's warm runner.
+
+    The task id names the delivery: a retry or a redelivery keeps it, a second message of the same job
+    has its own (``claim_job``).
+    """
     context = current()
     JobExecution(job_id, context, self.request.hostname or context.name, self.request.id, send_finalize)()
 
 
 @shared_task(name=FINALIZE_RUN, **DATABASE_RETRY)
 def finalize_run(run_id: int) -> None:
-    """Counts, coverage and the run's final status once its last job finished; then its GitHub
-    report, and those of the pull requests whose base commit it checked (they were waiting for it).
-    The reports are marked owed in the same transaction: should a message be lost, the sweeper sends them."""
+    """Finish a run once its last job finished: counts, coverage, final status, then GitHub reports.
+
+    The reports are its own GitHub report, and those of the pull requests whose base commit it checked
+    (they were waiting for it). The reports are marked owed in the same transaction: should a message
+    be lost, the sweeper sends them.
+    """
     with session_scope(current().settings.database_url) as session:
         run = job_store.finish_run(session, run_id)
         if run is None:
@@ -112,9 +124,11 @@ def finalize_run(run_id: int) -> None:
 
 
 def keep_report(run_id: int) -> None:
-    """Store a finished run's report (against its base, which may just have finished), so that no
-    request has to compute it from a million cells. A report that cannot be computed stays unstored:
-    the API computes it on request and says why."""
+    """Store a finished run's report (against its base, which may just have finished).
+
+    So no request has to compute it from a million cells. A report that cannot be computed stays
+    unstored: the API computes it on request and says why.
+    """
     with session_scope(current().settings.database_url) as session:
         run = session.get(Run, run_id)
         try:
@@ -126,8 +140,10 @@ def keep_report(run_id: int) -> None:
 
 @shared_task(name=PUBLISH_GITHUB, **DATABASE_RETRY)
 def publish_github(run_id: int) -> None:
-    """Commit statuses and the pull-request comment of a run (nothing for runs not from GitHub).
-    GitHub being down leaves the report pending, with its next attempt set: the sweeper sends it then."""
+    """Publish a run's commit statuses and pull-request comment (nothing for runs not from GitHub).
+
+    GitHub being down leaves the report pending, with its next attempt set: the sweeper sends it then.
+    """
     from gradci.services.github.publish import publish_run
 
     publish_run(run_id, current().settings)
@@ -143,9 +159,12 @@ def reconciler() -> Reconciler:
 
 
 def periodic_chores(worker_name: str, healthy_for_s: float) -> None:
-    """After each heartbeat, on the one elected worker of the control queue: send again what the
-    broker lost, finish the upload runs whose wait for shards is over (GRADCI_UPLOAD_WAIT), then the
-    GitHub reports whose backoff has expired — one message per report per step."""
+    """The elected worker's chores after each heartbeat.
+
+    They run on the one elected worker of the control queue: send again what the broker lost, finish
+    the upload runs whose wait for shards is over (GRADCI_UPLOAD_WAIT), then the GitHub reports whose
+    backoff has expired — one message per report per step.
+    """
     context = current()
     settings = context.settings
     if CONTROL_QUEUE not in context.device.queues:

@@ -1,6 +1,8 @@
-"""What gradci's own tests and benchmarks share to drive the real thing (private: no user imports it):
-processes started through the production entry points (``gradci api``, ``gradci worker``), the
-databases of a test session, git repositories, planted derivative rules, and big synthetic runs.
+"""What gradci's own tests and benchmarks share to drive the real thing.
+
+Private: no user imports it. It holds processes started through the production entry points
+(``gradci api``, ``gradci worker``), the databases of a test session, git repositories, planted
+derivative rules, and big synthetic runs.
 
 It ships in the package because the scenario projects the tests check import its planted rules
 inside the runner's box, which sees the installed gradci and never the repository's ``tests/``. It

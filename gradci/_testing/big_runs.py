@@ -1,6 +1,8 @@
-"""A big pull-request run and its base run, written by PostgreSQL itself (``INSERT … SELECT`` over
-``generate_series``): a million results land in seconds, where the batched upsert would take
-minutes. gradci's big-run tests and ``bench/big_run.py`` share it.
+"""A big pull-request run and its base run, written by PostgreSQL itself.
+
+PostgreSQL writes them with ``INSERT … SELECT`` over ``generate_series``: a million results land in
+seconds, where the batched upsert would take minutes. gradci's big-run tests and ``bench/big_run.py``
+share it.
 
 Cell ``i`` of a run: backend ``i % 7``, device ``(i // 7) % 2``, dtype ``(i // 14) % 2`` and scenario
 ``i // 28`` — every key unique, as the upsert key requires. Statuses come from a multiplicative hash
@@ -75,8 +77,11 @@ def _fill(session: Session, run_id: int, count: int, *, base: bool) -> None:
 
 
 def create_big_run(session: Session, cells: int) -> BigRun:
-    """A finished base run at ``BASE_SHA`` and a finished pull-request run of ``cells`` results each
-    (a multiple of ``MATRIX_SIZE``). PostgreSQL only. The caller commits (then ANALYZE helps the planner)."""
+    """A finished base run and a finished pull-request run of ``cells`` results each.
+
+    The base run is at ``BASE_SHA``; ``cells`` is a multiple of ``MATRIX_SIZE``. PostgreSQL only. The
+    caller commits (then ANALYZE helps the planner).
+    """
     repository = get_or_create_repository(session, "https://github.com/big/run.git", "big/run")
     base = create_run(session, repository=repository, head_sha=BASE_SHA)
     head = create_run(session, repository=repository, head_sha=HEAD_SHA, base_sha=BASE_SHA, pr_number=1)

@@ -1,5 +1,7 @@
-"""The databases tests and benchmarks use: scratch PostgreSQL databases (made, migrated to head,
-dropped) on the cluster an admin URL names, and the test session's own.
+"""The databases that tests and benchmarks use.
+
+Scratch PostgreSQL databases (made, migrated to head, dropped) on the cluster an admin URL names,
+and the test session's own.
 
 The test session has one uniquely named database in the cluster behind ``GRADCI_TEST_POSTGRES_URL``,
 and one Redis database number among 1..12 of the server behind ``GRADCI_TEST_REDIS_URL`` (its
@@ -61,9 +63,11 @@ class RedisUnavailable(Exception):
 
 
 def emptied(database_url: str) -> str:
-    """The PostgreSQL database with every table emptied. A service started over it must begin so: its
-    reconciler would otherwise plan the runs an earlier test left queued, and its jobs would wait
-    behind theirs."""
+    """The PostgreSQL database with every table emptied.
+
+    A service started over it must begin so: its reconciler would otherwise plan the runs an earlier
+    test left queued, and its jobs would wait behind theirs.
+    """
     with engine_for(database_url).begin() as connection:
         connection.exec_driver_sql(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
     return database_url

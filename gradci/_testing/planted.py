@@ -1,6 +1,9 @@
-"""Planted custom derivative rules shared by gradci's tests and the scenario projects they check
-(a checkout's runner imports the installed gradci, never the repository's ``tests/``), and the plain
-scenario functions checked beside them: smooth ones that pass and one that crashes its runner."""
+"""Planted custom derivative rules, and plain scenario functions to check beside them.
+
+The rules are shared by gradci's tests and the scenario projects they check (a checkout's runner
+imports the installed gradci, never the repository's ``tests/``). The plain scenario functions are
+smooth ones that pass and one that crashes its runner.
+"""
 from __future__ import annotations
 
 import os
@@ -13,9 +16,11 @@ from gradci.scenarios.authoring.namespace import namespace
 
 
 def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float = 1.0, jvp_rule: bool = True):
-    """An elementwise torch.autograd.Function (setup_context style, so torch.func can use it) whose
-    backward and jvp rules are scaled: 1.0 is correct. Either scale may be a callable of x, to plant an
-    error in some elements only."""
+    """An elementwise torch.autograd.Function whose backward and jvp rules are scaled.
+
+    It is written in setup_context style, so torch.func can use it. A scale of 1.0 is correct. Either
+    scale may be a callable of x, to plant an error in some elements only.
+    """
     import torch
 
     class Elementwise(torch.autograd.Function):
@@ -47,9 +52,12 @@ def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float 
 
 
 def one_element_wrong(x):
-    """A scale for ``torch_elementwise``'s rules: 1 (correct) but 1.01 in element 7. In float32 an
-    error that small in one element of thousands hides below random probes; only the elementwise
-    comparison of forward mode with reverse mode finds it."""
+    """A scale for ``torch_elementwise``'s rules that is wrong in one element only.
+
+    It is 1 (correct) but 1.01 in element 7. In float32 an error that small in one element of
+    thousands hides below random probes; only the elementwise comparison of forward mode with reverse
+    mode finds it.
+    """
     import torch
 
     scale = torch.ones_like(x)
@@ -66,11 +74,14 @@ def torch_tanh(backward_scale=1.0, jvp_scale=1.0):
 
 def torch_old_style_power(power: float, backward_scale: float = 1.0, jvp_scale: float | None = None,
                           differentiable_backward: bool = True):
-    """x ** power through an autograd.Function written the old way, ``forward(ctx, x)`` (as entmax,
-    torchdiffeq and gpytorch write them; torch.func refuses them), whose backward is scaled by
-    ``backward_scale`` (1.0 is correct). It has a jvp rule only given a ``jvp_scale``, so scaled. A
-    backward that is not ``differentiable_backward`` is cut from the graph: the second derivative is
-    silently lost, as in a backward written with .detach() or numpy."""
+    """x ** power through an autograd.Function written the old way, with a scaled backward.
+
+    The old way is ``forward(ctx, x)`` (as entmax, torchdiffeq and gpytorch write them; torch.func
+    refuses them). Its backward is scaled by ``backward_scale`` (1.0 is correct). It has a jvp rule
+    only given a ``jvp_scale``, so scaled. A backward that is not ``differentiable_backward`` is cut
+    from the graph: the second derivative is silently lost, as in a backward written with .detach() or
+    numpy.
+    """
     import torch
 
     def derivative(x):
@@ -175,8 +186,10 @@ def scenario(name: str, framework: str, sin_fn, operator: str = "gradient", x=X)
 
 
 def wrong_by(f, eps: float):
-    """A torch function with the same value as ``f`` and a gradient off by ``eps`` in every element:
-    a planted wrong derivative on code nobody here wrote."""
+    """A torch function with the same value as ``f`` and a gradient off by ``eps`` in every element.
+
+    A planted wrong derivative on code nobody here wrote.
+    """
     def planted(x, *contexts):
         return f(x, *contexts) + eps * (x - x.detach()).sum()
 

@@ -32,9 +32,11 @@ def free_port() -> int:
 
 
 def service_env(**gradci: str) -> dict[str, str]:
-    """This process's environment without any GRADCI_* variable, plus ``GRADCI_<KEY>=value`` for each
-    keyword. Nothing is added to PYTHONPATH: the children import the installed ``gradci``, as a
-    deployment does."""
+    """This process's environment with gradci's variables replaced by the keywords.
+
+    Any GRADCI_* variable is removed, then ``GRADCI_<KEY>=value`` is added for each keyword. Nothing is
+    added to PYTHONPATH: the children import the installed ``gradci``, as a deployment does.
+    """
     env = {key: value for key, value in os.environ.items() if not key.startswith("GRADCI_")}
     env.update({f"GRADCI_{key.upper()}": value for key, value in gradci.items()})
     return env
@@ -42,9 +44,12 @@ def service_env(**gradci: str) -> dict[str, str]:
 
 def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None,
           ignoring: tuple[signal.Signals, ...] = ()) -> subprocess.Popen[bytes]:
-    """``argv`` in a session of its own (so ``stop`` reaches its whole tree), output appended to ``log``.
+    """Start ``argv`` in a session of its own, its output appended to ``log``.
+
+    The session of its own lets ``stop`` reach its whole tree.
     ``cwd`` defaults to the log's folder: never a folder whose own packages could shadow gradci's.
-    ``ignoring``: signals it starts with ignored, as a shell's background job starts with SIGINT."""
+    ``ignoring``: signals it starts with ignored, as a shell's background job starts with SIGINT.
+    """
     def ignore() -> None:
         for signum in ignoring:
             signal.signal(signum, signal.SIG_IGN)

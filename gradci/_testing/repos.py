@@ -41,8 +41,10 @@ def make_repository(root: Path, files: Mapping[str, str], branch: str = "main") 
 
 def copy_repository(source: Path, root: Path, extra_files: Mapping[str, str] | None = None,
                     branch: str = "main") -> str:
-    """A new git repository at ``root`` holding a copy of the folder ``source`` (caches left out) and
-    ``extra_files``; its head sha."""
+    """A new git repository at ``root`` holding a copy of the folder ``source``; its head sha.
+
+    The copy leaves caches out and adds ``extra_files``.
+    """
     shutil.copytree(source, root, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     git(root, "init", "-q", "-b", branch)

@@ -1,6 +1,9 @@
-"""The whole HTTP service (API and dashboard) in one real ``gradci api`` process, and the memory one
-request costs it: Linux's peak resident set (VmHWM), reset before the request through
-``/proc/<pid>/clear_refs`` so that each request is measured on its own."""
+"""The whole HTTP service in one real ``gradci api`` process, and the memory one request costs it.
+
+The process serves both the API and the dashboard. The memory is Linux's peak resident set
+(VmHWM), reset before the request through ``/proc/<pid>/clear_refs`` so that each request is
+measured on its own.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +43,10 @@ class ServedApp:
 
 @contextmanager
 def served_app(database_url: str, logs: Path, **settings: str) -> Iterator[ServedApp]:
-    """``gradci api`` on ``database_url`` (no worker), stopped on exit. ``gradci api`` runs uvicorn in
-    its own process, so the process measured is the one that serves."""
+    """``gradci api`` on ``database_url`` (no worker), stopped on exit.
+
+    ``gradci api`` runs uvicorn in its own process, so the process measured is the one that serves.
+    """
     port = free_port()
     logs.mkdir(parents=True, exist_ok=True)
     # What is measured is reading: no token (--no-auth, on loopback), read as gradci up's local user.

@@ -1,7 +1,10 @@
-"""A gradci service as real processes, started through the production entry points: ``gradci api``
-(the REST API and the dashboard under uvicorn) and ``gradci worker --device ...``, configured only
-through GRADCI_* variables, on the database and broker the caller gives (PostgreSQL and Redis, or
-private servers a fault test restarts); and what tests read back of a run: its results and jobs."""
+"""A gradci service as real processes, started through the production entry points.
+
+The processes are ``gradci api`` (the REST API and the dashboard under uvicorn) and ``gradci worker
+--device ...``, configured only through GRADCI_* variables, on the database and broker the caller
+gives (PostgreSQL and Redis, or private servers a fault test restarts). Also what tests read back of
+a run: its results and jobs.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +34,11 @@ def start_api(env: dict[str, str], logs: Path, port: int, *options: str) -> subp
 
 def start_worker(env: dict[str, str], logs: Path, device: str = "cpu", concurrency: int | None = 1, *,
                  log: str = "gradci.worker.log", options: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-    """``gradci worker --device DEVICE [--concurrency N] [options]``, output appended to ``logs/<log>``.
-    ``concurrency=None``: the worker's default (CPU cores up to 4; 1 per GPU)."""
+    """Start ``gradci worker --device DEVICE [--concurrency N] [options]``.
+
+    Its output is appended to ``logs/<log>``.
+    ``concurrency=None``: the worker's default (CPU cores up to 4; 1 per GPU).
+    """
     argv = [*GRADCI, "worker", "--device", device]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
@@ -115,11 +121,14 @@ def running_service(database_url: str, broker_url: str, workdir: Path, logs: Pat
                     sha: str | None = None, concurrency: int | None = 1, worker: bool = True,
                     token: str = TOKEN, service_class: type[Service] = Service,
                     **settings: str) -> Iterator[Service]:
-    """``gradci api`` and (unless ``worker=False``) one ``gradci worker --device cpu --concurrency N`` on
+    """``gradci api`` and one ``gradci worker``, running until the block exits.
+
+    The worker (unless ``worker=False``) is ``gradci worker --device cpu --concurrency N``. Both run on
     ``database_url`` and ``broker_url``, with ``GRADCI_<KEY>`` set from ``settings`` (``read_access``
     "local" unless given: the service's own reads are open to requests on loopback); ready once the
     API sees the worker (or, with no worker, answers). Both are stopped on exit (the worker the
-    ``Service`` names then: a test may have replaced it). ``service_class``: a subclass to yield."""
+    ``Service`` names then: a test may have replaced it). ``service_class``: a subclass to yield.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     # Read as gradci up's local user reads (everything, on loopback) unless a test says who reads.

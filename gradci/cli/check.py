@@ -1,5 +1,8 @@
-"""``gradci check``: check a repository's scenarios (or the built-in library) in the sandboxed
-runner (``gradci.cli.sandboxed``) and report, with a progress bar on a terminal's stderr."""
+"""``gradci check``: check a repository's scenarios in the sandboxed runner and report.
+
+It checks a repository's scenarios (or the built-in library) in the sandboxed runner
+(``gradci.cli.sandboxed``), with a progress bar on a terminal's stderr.
+"""
 from __future__ import annotations
 
 import os
@@ -45,8 +48,11 @@ class UsageError(Exception):
 
 def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
            family: str | None) -> tuple[Target, float]:
-    """What to check and the per-cell timeout: flags over the repository's gradci.toml (read as
-    data: its scenario modules are imported in the runner only)."""
+    """What to check and the per-cell timeout, from the flags over the repository's gradci.toml.
+
+    The flags win over gradci.toml, which is read as data: its scenario modules are imported in the
+    runner only.
+    """
     if cell_timeout_s is not None and cell_timeout_s <= 0:
         raise UsageError(f"--cell-timeout must be a positive number of seconds, not {cell_timeout_s:g}")
     if family is not None:
@@ -64,8 +70,11 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
               parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None) -> int:
-    """``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
-    times over repeated calls (None: gradci.toml's ``[check] timings``, else one call)."""
+    """Run ``gradci check`` and return its exit code.
+
+    ``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
+    times over repeated calls (None: gradci.toml's ``[check] timings``, else one call).
+    """
     err = Console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
     try:
@@ -120,11 +129,14 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
 
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
                          parallel: int = 1, catalog: list[dict] | None = None) -> tuple[list[Cell], int, int]:
-    """(the cells, the number of runners that checked them, the cells not made), with a bar on stderr when it is a
-    terminal (whatever the report's format and destination: the bar never reaches stdout, nor a log
-    that is not a terminal). ``options``: the engine's (``check_scenario``'s keyword arguments);
+    """Check the target's cells, with a progress bar on stderr when it is a terminal.
+
+    Returns (the cells, the number of runners that checked them, the cells not made). The bar shows
+    whatever the report's format and destination: it never reaches stdout, nor a log that is not a
+    terminal. ``options``: the engine's (``check_scenario``'s keyword arguments);
     ``parallel``: at most this many sandboxed runners at once; ``catalog`` gets each planned
-    scenario's name, operator and fingerprint (an upload's patch coverage compares them)."""
+    scenario's name, operator and fingerprint (an upload's patch coverage compares them).
+    """
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
@@ -157,9 +169,12 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
 
 def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
-    """A scenario's cells plus, where they run on the cpu and a cuda device, the CPU–GPU agreement
-    cells of each cuda cell (``gradci.scenarios.verdict.device_agreement``): the engine adds them for such a matrix, and
-    the runner answers the cells it is asked for."""
+    """A scenario's cells plus their CPU–GPU agreement cells.
+
+    Where the cells run on the cpu and a cuda device, each cuda cell gets its agreement cell
+    (``gradci.scenarios.verdict.device_agreement``): the engine adds them for such a matrix, and
+    the runner answers the cells it is asked for.
+    """
     if not any(spec.device == CPU for spec in specs):
         return specs
     return specs + [agreement_spec(spec) for spec in specs if spec.device.startswith(CUDA)]

@@ -1,5 +1,7 @@
-"""A small REST client of a gradci server, for ``gradci submit``, ``gradci status``, ``gradci up --demo``
-and ``gradci check --upload``."""
+"""A small REST client of a gradci server.
+
+It serves ``gradci submit``, ``gradci status``, ``gradci up --demo`` and ``gradci check --upload``.
+"""
 from __future__ import annotations
 
 import time

@@ -1,6 +1,9 @@
-"""The ``gradci`` command line: the one place that wires the engine, the server side, the worker
-and the dashboard together. Each command imports what it needs when it runs, so that
-``gradci submit`` and ``gradci status`` load no numpy or framework."""
+"""The ``gradci`` command line.
+
+It is the one place that wires the engine, the server side, the worker and the dashboard together.
+Each command imports what it needs when it runs, so that ``gradci submit`` and ``gradci status``
+load no numpy or framework.
+"""
 from __future__ import annotations
 
 import os
@@ -91,10 +94,12 @@ def check(
     base_sha: str | None = typer.Option(None, "--base-sha", rich_help_panel=UPLOAD_PANEL,
                                         help="The commit to compare with (default: the pull request's base)."),
 ) -> None:
-    """Check derivatives locally, each scenario in a sandboxed runner: exit 0 iff no cell is fail,
-    error or xpass and some cell was checked (not every one skipped). With cpu and cuda devices,
-    CPU–GPU agreement cells (cuda:N-vs-cpu) come too. With --upload, the cells also go to a gradci
-    server (exit 2 when it refuses them)."""
+    """Check derivatives locally, each scenario in a sandboxed runner.
+
+    Exit 0 iff no cell is fail, error or xpass and some cell was checked (not every one skipped).
+    With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too.
+    With --upload, the cells also go to a gradci server (exit 2 when it refuses them).
+    """
     from gradci.cli.check import run_check
     from gradci.cli.upload import UploadOptions
 
@@ -142,8 +147,11 @@ def worker(
 
 @app.command()
 def devices(as_json: bool = typer.Option(False, "--json", help="JSON instead of a table.")) -> None:
-    """This machine's devices (CPU and GPUs: model, capability, memory, driver, CUDA) and the devices
-    torch and jax see. GRADCI_DEVICE_INVENTORY=file.json replaces the GPUs with simulated ones."""
+    """Show this machine's devices and the devices torch and jax see.
+
+    For the CPU and each GPU: model, capability, memory, driver, CUDA.
+    GRADCI_DEVICE_INVENTORY=file.json replaces the GPUs with simulated ones.
+    """
     from gradci.cli.device_listing import show_devices
 
     raise typer.Exit(show_devices(as_json))
@@ -158,8 +166,10 @@ def api(
     no_auth: bool = typer.Option(False, "--no-auth", help="Serve without GRADCI_API_TOKEN: every write open to "
                                                           "whoever reaches it, so on a loopback address only."),
 ) -> None:
-    """Serve the REST API (and the dashboard) with uvicorn. Refuses to start without an API token
-    unless --no-auth is given."""
+    """Serve the REST API (and the dashboard) with uvicorn.
+
+    Refuses to start without an API token unless --no-auth is given.
+    """
     from gradci.cli.serve import serve_api
 
     raise typer.Exit(serve_api(host, port, workers, no_auth))
@@ -176,8 +186,10 @@ def up(
     public_read: bool = typer.Option(False, "--public-read", help="On an address other than loopback "
                                      "(GRADCI_API_HOST): show every run to anyone who reaches it, without sign-in."),
 ) -> None:
-    """Everything on this machine: migrations, the API and one supervised worker per device. On
-    loopback its user sees everything; elsewhere it needs sign-in configured, or --public-read."""
+    """Run everything on this machine: migrations, the API and one supervised worker per device.
+
+    On loopback its user sees everything; elsewhere it needs sign-in configured, or --public-read.
+    """
     from gradci.cli.serve import up as serve_up
 
     matrix = matrix_of(backends=backends, dtypes=dtypes, scenarios=scenarios)
@@ -227,8 +239,11 @@ ReadFlag = Annotated[bool, typer.Option("--read", help="Read tokens (what a prog
 def tokens_create(repositories: Annotated[list[str], typer.Argument(
                       metavar="OWNER/NAME...", help="The GitHub repository (with --read: one or more).")],
                   read: ReadFlag = False) -> None:
-    """Make an upload token for one repository (with --read: a read token of the repositories) and
-    print it, once, alone on the last line (only its hash is stored)."""
+    """Make an upload token for one repository, or a read token (--read), and print it once.
+
+    With --read it is a read token of the repositories.
+    It is printed alone on the last line (only its hash is stored).
+    """
     from gradci.cli.tokens import create
 
     if not read and len(repositories) != 1:
@@ -238,8 +253,10 @@ def tokens_create(repositories: Annotated[list[str], typer.Argument(
 
 @tokens_app.command("list")
 def tokens_list(read: ReadFlag = False) -> None:
-    """The upload tokens (with --read: the read tokens): id, repository, first characters, when made,
-    last used and revoked."""
+    """List the upload tokens (with --read: the read tokens).
+
+    For each: id, repository, first characters, when made, last used and revoked.
+    """
     from gradci.cli.tokens import show
 
     raise typer.Exit(show(read=read))

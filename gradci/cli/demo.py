@@ -30,8 +30,10 @@ def demo_matrices(matrix: Matrix) -> list[Matrix]:
 
 def run_demo(client: GradciClient, supervisor: Supervisor, console: Console,
              parts: list[Matrix]) -> list[dict[str, Any]]:
-    """Submit a run of each part (``demo_matrices``) once the one before it has finished; print each
-    one's summary and time as it finishes; return their last states."""
+    """Submit each part (``demo_matrices``) as a run once the one before it has finished.
+
+    Prints each one's summary and time as it finishes; returns their last states.
+    """
     finished: list[dict[str, Any]] = []
     started = time.monotonic()
     with console.status("checking") as status:

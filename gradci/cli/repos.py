@@ -1,5 +1,8 @@
-"""``gradci repos``: the repositories registered with the server whose settings this process has — those
-whose App installation may run pull requests and whose CI may upload with an OIDC id token."""
+"""``gradci repos``: the repositories registered with the server whose settings this process has.
+
+They are those whose App installation may run pull requests and whose CI may upload with an OIDC id
+token.
+"""
 from __future__ import annotations
 
 from rich.console import Console

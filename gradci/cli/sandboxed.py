@@ -29,8 +29,10 @@ DEFAULT_CELL_TIMEOUT_S = 300.0
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What to check: a repository's root (None: the built-in library), the matrix, and a family of
-    the built-in library (None: every family)."""
+    """What to check: a repository's root, the matrix, and a family of the built-in library.
+
+    A root of None is the built-in library; a family of None is every family.
+    """
 
     source: str | None
     matrix: Matrix
@@ -44,9 +46,11 @@ def cache_folder() -> Path:
 
 
 def memory_limit_mb(matrix: Matrix) -> int | None:
-    """The worker's address-space limit (GRADCI_RUNNER_MEMORY_LIMIT_MB), on the CPU only: CUDA
-    reserves address space far beyond the memory it uses. Without --devices a machine with an
-    NVIDIA driver may check on its GPUs, so no limit there."""
+    """The worker's address-space limit (GRADCI_RUNNER_MEMORY_LIMIT_MB), on the CPU only.
+
+    CUDA reserves address space far beyond the memory it uses. Without --devices a machine with an
+    NVIDIA driver may check on its GPUs, so no limit there.
+    """
     on_cpu_only = (all(device == CPU for device in matrix.devices) if matrix.devices is not None
                    else not os.path.exists("/dev/nvidiactl"))
     return (get_settings().runner_memory_limit_mb or None) if on_cpu_only else None
@@ -54,9 +58,11 @@ def memory_limit_mb(matrix: Matrix) -> int | None:
 
 def local_runner_for(cell_timeout_s: float, matrix: Matrix | None = None,
                      readable: tuple[Path, ...] = ()) -> WarmRunner:
-    """A runner as the worker's, in the same box where bubblewrap works here (the developer's own
-    code: without it, it says so once and runs unboxed), reading ``readable`` besides the checked
-    folder; started on first use."""
+    """A runner like the worker's, in the same box where bubblewrap works here, started on first use.
+
+    The code is the developer's own: without bubblewrap, it says so once and runs unboxed. It reads
+    ``readable`` besides the checked folder.
+    """
     workdir = cache_folder()
     workdir.mkdir(parents=True, exist_ok=True)
     settings = get_settings()
@@ -89,9 +95,11 @@ class LocalPlan:
 
 
 def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
-    """The cells of each chosen scenario, in the engine's order (device, dtype, backend); raises
-    ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a device
-    that is not there."""
+    """The cells of each chosen scenario, in the engine's order (device, dtype, backend).
+
+    Raises ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a
+    device that is not there.
+    """
     listing = runner.list_source(target.source, availability=True, family=target.family, trusted=True)
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
     backends = {backend["name"]: backend for backend in listing.backends}
@@ -120,8 +128,10 @@ class CellRunner(Protocol):
 
 def check_planned(runner: CellRunner, planned: list[list[CellSpec]],
                   on_scenario: Callable[[int, str], None] = lambda done, name: None) -> list[Cell]:
-    """Every planned scenario's cells, one request each; ``on_scenario`` hears each one start
-    (with how many were checked before it)."""
+    """Every planned scenario's cells, one request each.
+
+    ``on_scenario`` hears each one start (with how many were checked before it).
+    """
     cells: list[Cell] = []
     for done, specs in enumerate(planned):
         if specs:
@@ -132,9 +142,12 @@ def check_planned(runner: CellRunner, planned: list[list[CellSpec]],
 
 def check_in_parallel(runners: Sequence[CellRunner], planned: list[list[CellSpec]], functions: dict[str, str],
                       on_scenario: Callable[[int, str], None] = lambda done, name: None) -> list[Cell]:
-    """``check_planned`` over several runners at once: the scenarios of one function go to one
-    runner together (its references and f's evaluations are shared there, as in one runner), the
-    largest groups first; the cells come back in ``planned``'s order, whichever runner checked them."""
+    """``check_planned`` over several runners at once.
+
+    The scenarios of one function go to one runner together (its references and f's evaluations are
+    shared there, as in one runner), the largest groups first; the cells come back in ``planned``'s
+    order, whichever runner checked them.
+    """
     groups: dict[str, list[int]] = {}
     for index, specs in enumerate(planned):
         if specs:
@@ -168,9 +181,11 @@ def check_in_parallel(runners: Sequence[CellRunner], planned: list[list[CellSpec
 
 
 def default_parallelism(matrix: Matrix) -> int:
-    """How many runners ``gradci check`` starts by default: the usable cores, bounded by memory so
-    that that many runners fit under their memory ceiling (GRADCI_RUNNER_MAX_RSS_MB, else the
-    address-space limit)."""
+    """How many runners ``gradci check`` starts by default.
+
+    The usable cores, bounded by memory so that that many runners fit under their memory ceiling
+    (GRADCI_RUNNER_MAX_RSS_MB, else the address-space limit).
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     settings = get_settings()
     ceiling_mb = settings.runner_max_rss_mb or memory_limit_mb(matrix) or 8192
@@ -178,9 +193,11 @@ def default_parallelism(matrix: Matrix) -> int:
 
 
 def thread_limits(runners: int) -> dict[str, str]:
-    """Each runner's share of the cores for the frameworks' own thread pools, when several runners
-    check at once: torch's and BLAS's threads and XLA's intra-op pool would otherwise each claim
-    every core and contend (nothing set with one runner: the frameworks' defaults)."""
+    """Each runner's share of the cores for the frameworks' own thread pools.
+
+    Set when several runners check at once: torch's and BLAS's threads and XLA's intra-op pool would
+    otherwise each claim every core and contend (nothing set with one runner: the frameworks' defaults).
+    """
     if runners <= 1:
         return {}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

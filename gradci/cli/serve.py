@@ -33,9 +33,11 @@ READY_TIMEOUT_S = 180.0
 
 
 def api_refusal(settings: Settings, host: str, no_auth: bool) -> str | None:
-    """Why ``gradci api`` must not start as asked (None: it may). Without a token every write is
-    open — runs of any path on the workers' disk, cancels — so that is said out loud (``--no-auth``),
-    and then only on loopback."""
+    """Why ``gradci api`` must not start as asked (None: it may).
+
+    Without a token every write is open — runs of any path on the workers' disk, cancels — so that is
+    said out loud (``--no-auth``), and then only on loopback.
+    """
     if settings.api_token is None and not no_auth:
         return ("no API token: set GRADCI_API_TOKEN (or the secret file gradci_api_token); without one anyone who "
                 "reaches the API may start and cancel runs. --no-auth serves without one, on loopback only")
@@ -45,9 +47,12 @@ def api_refusal(settings: Settings, host: str, no_auth: bool) -> str | None:
 
 
 def read_access_for_up(settings: Settings, public_read: bool) -> tuple[str | None, str | None]:
-    """(read_access of ``gradci up``'s API, why it must not start): on loopback it is one person's
-    tool, whose user sees everything without signing in; reachable from elsewhere it needs sign-in
-    configured or ``--public-read`` said explicitly. A GRADCI_READ_ACCESS set by hand is kept."""
+    """The read access of ``gradci up``'s API, and why it must not start.
+
+    Returns (read_access, why it must not start). On loopback it is one person's tool, whose user sees
+    everything without signing in; reachable from elsewhere it needs sign-in configured or
+    ``--public-read`` said explicitly. A GRADCI_READ_ACCESS set by hand is kept.
+    """
     if "read_access" in settings.model_fields_set:
         return settings.read_access, None
     if is_loopback_host(settings.api_host):
@@ -62,8 +67,11 @@ def read_access_for_up(settings: Settings, public_read: bool) -> tuple[str | Non
 
 
 def serve_api(host: str, port: int, workers: int = 1, no_auth: bool = False) -> int:
-    """``gradci api``: the FastAPI app under uvicorn, in this process, or in ``workers`` processes
-    that uvicorn starts and restarts (this one then only watches them). 2 when it must not start."""
+    """Serve the FastAPI app under uvicorn, as ``gradci api`` does, and return the exit code.
+
+    It serves in this process, or in ``workers`` processes that uvicorn starts and restarts (this one
+    then only watches them). Returns 2 when it must not start.
+    """
     import uvicorn
 
     refusal = api_refusal(get_settings(), host, no_auth)
@@ -77,9 +85,12 @@ def serve_api(host: str, port: int, workers: int = 1, no_auth: bool = False) -> 
 
 
 def api_app() -> FastAPI:
-    """The app, made in the process that serves it. uvicorn's worker processes are started afresh
-    (``exec``), which makes them inspectable again: each hides its settings' secrets as its parent
-    does. web.app adds the dashboard pages (where commit statuses link) to the REST API."""
+    """The app, made in the process that serves it.
+
+    uvicorn's worker processes are started afresh (``exec``), which makes them inspectable again: each
+    hides its settings' secrets as its parent does. web.app adds the dashboard pages (where commit
+    statuses link) to the REST API.
+    """
     from gradci.web.app import create_app
 
     forbid_inspection()
@@ -111,9 +122,12 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def child_environment(settings: Settings, port: int, token: str, read_access: str) -> dict[str, str]:
-    """The children's environment: the same settings, with the absolute workdir, and every secret
-    (the token made here included) in a folder only this user reads, never in their environment —
-    /proc keeps a process's initial environment for as long as it lives."""
+    """The children's environment: the same settings, with every secret kept out of it.
+
+    The workdir is made absolute, and every secret (the token made here included) goes in a folder only
+    this user reads, never in their environment — /proc keeps a process's initial environment for as
+    long as it lives.
+    """
     secrets_dir = Path(settings.workdir) / "secrets"
     values = {field: getattr(settings, field) for field in SECRET_SETTINGS}
     values = {field: value.get_secret_value() if hasattr(value, "get_secret_value") else value

@@ -92,8 +92,11 @@ class Supervisor:
             time.sleep(interval_s)
 
     def stop(self) -> None:
-        """SIGTERM every child (a Celery worker then stops its pool and finishes its current task),
-        SIGKILL whatever is left of its process group after the grace."""
+        """Stop every child, and kill what is left of it after the grace.
+
+        SIGTERM every child (a Celery worker then stops its pool and finishes its current task),
+        SIGKILL whatever is left of its process group after the grace.
+        """
         for child in self.children:
             if child.process is not None and child.process.poll() is None:
                 child.process.terminate()

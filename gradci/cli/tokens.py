@@ -1,5 +1,8 @@
-"""``gradci tokens``: the upload tokens and read tokens (``--read``) of the server whose settings this
-process has (the database of ``gradci up`` or ``gradci api`` run in the same folder, or GRADCI_DATABASE_URL)."""
+"""``gradci tokens``: the upload tokens and read tokens of the server whose settings this process has.
+
+Read tokens are shown with ``--read``. The server is the database of ``gradci up`` or ``gradci api``
+run in the same folder, or GRADCI_DATABASE_URL.
+"""
 from __future__ import annotations
 
 from datetime import datetime

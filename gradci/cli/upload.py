@@ -1,5 +1,6 @@
-"""``gradci check --upload URL``: the checked cells sent to a gradci server (``POST URL/api/uploads``)
-with the commit they belong to.
+"""``gradci check --upload URL``: send the checked cells to a gradci server.
+
+The cells go to ``POST URL/api/uploads`` with the commit they belong to.
 
 The repository, commit, branch, pull request and base commit come from the CI's variables (GitHub
 Actions: ``GITHUB_REPOSITORY``, ``GITHUB_SHA``, ``GITHUB_REF`` and the event file at
@@ -48,8 +49,11 @@ class UploadOptions:
 
 
 def github_actions_commit(env: Mapping[str, str]) -> dict[str, Any]:
-    """What GitHub Actions says about the commit checked: on a pull request, its head commit (not the
-    merge commit GITHUB_SHA names there), its base commit, number and branch."""
+    """What GitHub Actions says about the commit checked.
+
+    On a pull request: its head commit (not the merge commit GITHUB_SHA names there), its base commit,
+    number and branch.
+    """
     ref = env.get("GITHUB_REF") or ""
     fields: dict[str, Any] = {"repository": env.get("GITHUB_REPOSITORY"), "sha": env.get("GITHUB_SHA"),
                               "branch": ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None}

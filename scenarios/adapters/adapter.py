@@ -1,5 +1,8 @@
-"""What every framework adapter shares: its name and its table of dtypes; how non-float arrays and
-Python values among the arguments are told apart."""
+"""What every framework adapter shares.
+
+Its name and its table of dtypes, and how non-float arrays and Python values among the arguments are
+told apart.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -24,9 +27,11 @@ class FrameworkAdapter:
         raise NotImplementedError
 
     def adopt(self, tree: Any) -> Any:
-        """Float64 numpy arrays made for one call and held by nobody else, as the framework's arrays
-        on the CPU: without a copy where the framework can share their memory (by default, copied as
-        ``to_framework`` does)."""
+        """Adopt float64 numpy arrays as the framework's arrays on the CPU.
+
+        The arrays are made for one call and held by nobody else, so they are taken without a copy where
+        the framework can share their memory (by default, copied as ``to_framework`` does).
+        """
         return self.to_framework(tree, "float64", "cpu")
 
     def dtype_unavailable(self, device: str, dtype: str) -> str | None:

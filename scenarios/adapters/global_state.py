@@ -1,5 +1,7 @@
-"""Framework state that lives in the process, not in a scenario: default dtypes, TF32 and matmul
-precision switches, ``jax.config`` flags, numpy's error state, global random generators.
+"""Framework state that lives in the process, not in a scenario.
+
+Default dtypes, TF32 and matmul precision switches, ``jax.config`` flags, numpy's error state, global
+random generators.
 
 A scenario module that sets ``torch.set_default_dtype(torch.float64)`` at import, or a function that
 turns TF32 on while it runs, would otherwise change the cells of every module checked after it.
@@ -28,9 +30,12 @@ JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_p
 
 
 class RandomState:
-    """A global generator's state, as its ``set_state`` takes it, with ``identity``: a value equal
-    between two reads exactly when the states are (compared directly: hashing kilobytes of generator
-    state at every read cost more than the rest of a capture). Shown by a digest of it."""
+    """A global random generator's state, as its ``set_state`` takes it.
+
+    ``identity`` is a value equal between two reads exactly when the states are (compared directly:
+    hashing kilobytes of generator state at every read cost more than the rest of a capture). Shown by
+    a digest of it.
+    """
 
     __slots__ = ("state", "identity")
 
@@ -123,9 +128,11 @@ State = dict[str, Any]
 
 
 def capture() -> State:
-    """The state of every framework imported so far, configured as the engine runs it first (jax's
-    x64 on): a framework a user imported before the engine did must not make that configuration a
-    change to undo."""
+    """The state of every framework imported so far.
+
+    Each framework is first configured as the engine runs it (jax's x64 on): a framework a user imported
+    before the engine did must not make that configuration a change to undo.
+    """
     _configure_imported()
     state = {}
     for name, (read, _, _) in _settings().items():
@@ -148,8 +155,10 @@ def _configure_imported() -> None:
 
 
 def changes(before: State, after: State) -> list[str]:
-    """One line per setting that differs: what it was and what it became. A framework imported in
-    between is no change (its settings were not there to compare)."""
+    """One line per setting that differs, saying what it was and what it became.
+
+    A framework imported in between is no change (its settings were not there to compare).
+    """
     shown = _settings()
     lines = []
     for name, value in after.items():
@@ -164,8 +173,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def restore(state: State, current: State | None = None) -> None:
-    """Every setting of ``state`` back as it was (those that differ now; ``current``: the state now,
-    where the caller has just captured it)."""
+    """Put every setting of ``state`` back as it was.
+
+    Only those that differ now are set. ``current`` is the state now, where the caller has just captured
+    it.
+    """
     current = capture() if current is None else current
     for name, (_, write, _) in _settings().items():
         # A setting that cannot be read now (torch refuses to read its precision once the switches

@@ -16,10 +16,12 @@ apply_fast_compile_flags()  # before any array exists, as x64
 
 
 def _persistent_compilation_cache() -> None:
-    """Keep XLA's compiled executables on disk: a check compiles hundreds of small programs (and,
-    op by op, every primitive for every shape), and the next run of the same scenarios then skips
-    most of that (measured here: op-by-op cells 2.6×, jitted cells 5× faster warm than cold).
-    GRADCI_JAX_CACHE_DIR chooses the folder; "off" disables it."""
+    """Keep XLA's compiled executables on disk.
+
+    A check compiles hundreds of small programs (and, op by op, every primitive for every shape), and the
+    next run of the same scenarios then skips most of that (measured here: op-by-op cells 2.6×, jitted
+    cells 5× faster warm than cold). GRADCI_JAX_CACHE_DIR chooses the folder; "off" disables it.
+    """
     where = os.environ.get("GRADCI_JAX_CACHE_DIR", str(Path.home() / ".cache" / "gradci" / "jax"))
     if where.lower() in ("", "off", "none", "0"):
         return
@@ -99,8 +101,11 @@ class JaxAdapter(FrameworkAdapter):
         return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), tree, none_is_leaf=True)
 
     def value_dtypes(self, fn, x: Any) -> tuple[set[str], set[str]]:
-        """(the dtypes f returns, the floating dtypes of every value an operation inside f made), by
-        tracing: nothing runs or compiles."""
+        """The dtypes f returns and those of the values made inside it, found by tracing.
+
+        As a pair: the dtypes f returns, and the floating dtypes of every value an operation inside f
+        made. Nothing runs or compiles.
+        """
         closed = jax.make_jaxpr(fn)(x)
         returned = {str(var.aval.dtype) for var in closed.jaxpr.outvars}
         return returned, set(_floating_dtypes(closed.jaxpr))

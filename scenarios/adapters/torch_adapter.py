@@ -18,8 +18,11 @@ _DTYPES = {"float64": torch.float64, "float32": torch.float32,
 
 
 def _matmul_tf32() -> bool:
-    """cuBLAS's TF32 switch. torch's unannotated ``cuBLASModule.__getattr__`` reads to type checkers as
-    returning bool | str (other attributes it serves are strings); ``allow_tf32`` is always a bool."""
+    """cuBLAS's TF32 switch.
+
+    torch's unannotated ``cuBLASModule.__getattr__`` reads to type checkers as returning bool | str
+    (other attributes it serves are strings); ``allow_tf32`` is always a bool.
+    """
     return cast(bool, torch.backends.cuda.matmul.allow_tf32)
 
 
@@ -42,8 +45,11 @@ class TorchAdapter(FrameworkAdapter):
         return None
 
     def to_framework(self, tree: Any, dtype: str, device: str, requires_grad: bool = False) -> Any:
-        """Contiguous tensors of their own, never sharing the caller's memory (``torch.as_tensor``
-        would, and keep a view's strides): what the function writes or reads stays its own."""
+        """Contiguous tensors of their own, never sharing the caller's memory.
+
+        What the function writes or reads stays its own (``torch.as_tensor`` would share the memory, and
+        keep a view's strides).
+        """
         torch_dtype = _DTYPES[dtype]
         device = execution_device(device)
 

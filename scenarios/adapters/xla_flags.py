@@ -32,9 +32,12 @@ def fast_compile_flags(gpu_present: bool) -> tuple[str, ...]:
 
 
 def known_to_xla(flags: tuple[str, ...]) -> tuple[str, ...]:
-    """The flags the installed jaxlib has: XLA aborts the process on an unknown one, and flags come
-    and go between versions. Their names are looked up in jaxlib's library (mapped already by the
-    import; a few tenths of a second); where that library is not found, none is assumed known."""
+    """The flags the installed jaxlib has.
+
+    XLA aborts the process on an unknown one, and flags come and go between versions. Their names are
+    looked up in jaxlib's library (mapped already by the import; a few tenths of a second); where that
+    library is not found, none is assumed known.
+    """
     import jaxlib
 
     for library in sorted(Path(jaxlib.__file__).parent.glob("libjax_common*.so*")):
@@ -44,8 +47,11 @@ def known_to_xla(flags: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def apply_fast_compile_flags(environ=os.environ) -> None:
-    """Prepend the flags this jaxlib knows to XLA_FLAGS. XLA reads them when jax first compiles or
-    creates its CPU client, so this runs before any jax array exists (where x64 is switched on)."""
+    """Prepend the flags this jaxlib knows to XLA_FLAGS.
+
+    XLA reads them when jax first compiles or creates its CPU client, so this runs before any jax array
+    exists (where x64 is switched on).
+    """
     ours = " ".join(known_to_xla(fast_compile_flags(nvidia_gpu_present())))
     if not ours:
         return

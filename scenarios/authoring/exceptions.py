@@ -1,5 +1,7 @@
-"""What a cell says about an exception from the user's code: its first line and where in the
-user's code it was raised, so that the message alone leads to the line to fix.
+"""What a cell says about an exception from the user's code.
+
+Its first line and where in the user's code it was raised, so that the message alone leads to the
+line to fix.
 
 The user's frame is the innermost frame outside gradci, the standard library and installed
 packages (the frameworks): where the scenario's own function, or a module of theirs it calls, was
@@ -45,8 +47,10 @@ def add_import_root(root: Path | str) -> None:
 
 @cache
 def _not_users() -> tuple[str, ...]:
-    """Folders whose code is not the user's: gradci's own (every layer), the standard library,
-    installed packages."""
+    """Folders whose code is not the user's.
+
+    gradci's own (every layer), the standard library, installed packages.
+    """
     from gradci._layout import code_folders
 
     folders = {str(folder) for folder in code_folders()}

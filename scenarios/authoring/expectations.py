@@ -1,5 +1,7 @@
-"""What a scenario declares about its own cells before they run: ``skip`` (not run) and ``xfail``
-(known to fail), each for the cells whose backend, device and dtype match glob patterns.
+"""What a scenario declares about its own cells before they run.
+
+``skip`` (not run) and ``xfail`` (known to fail), each for the cells whose backend, device and dtype
+match glob patterns.
 
 A scenario gives either a mapping or a sequence of ``Expect``::
 
@@ -42,9 +44,12 @@ class Expect:
                    for value, pattern in zip((backend, device, dtype), (self.backend, self.device, self.dtype)))
 
     def met_by(self, exception: BaseException | None, message: str = "") -> bool:
-        """Whether a failing cell (with the exception it raised, if any, and its message) is the
-        failure declared. ``raises`` given by name (gradci.toml's [[expect]]) matches any class of
-        that name, or dotted path, in the exception's hierarchy."""
+        """Whether a failing cell is the failure declared.
+
+        The cell is given by the exception it raised, if any, and its message. ``raises`` given by name
+        (gradci.toml's [[expect]]) matches any class of that name, or dotted path, in the exception's
+        hierarchy.
+        """
         if self.match is not None and not re.search(self.match, str(exception) if exception else message):
             return False
         if self.raises is None:
@@ -65,8 +70,11 @@ class Expect:
 
 
 def expectations(given: Any, kind: str, scenario: str) -> tuple[Expect, ...]:
-    """``given`` (a mapping, a sequence of Expect, or None) as Expect records; anything else is a
-    one-line error naming what was given and what is accepted."""
+    """``given`` as Expect records.
+
+    ``given`` is a mapping, a sequence of Expect, or None; anything else is a one-line error naming what
+    was given and what is accepted.
+    """
     if not given:
         return ()
     if isinstance(given, Mapping):

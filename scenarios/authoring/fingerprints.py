@@ -36,8 +36,10 @@ _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # type: ignore[at
 
 
 class Hasher:
-    """One fingerprint being computed: the digest, the objects already hashed, and whether
-    everything read could be hashed."""
+    """One fingerprint being computed.
+
+    The digest, the objects already hashed, and whether everything read could be hashed.
+    """
 
     def __init__(self, digest: Any | None = None) -> None:
         self.digest = digest if digest is not None else hashlib.sha256()
@@ -83,8 +85,11 @@ def fingerprint_of(*objects: Any) -> tuple[str, bool]:
 
 @functools.singledispatch
 def _hash(obj: Any, h: Hasher) -> None:
-    """Objects of any other type: framework arrays and modules by content, then any object by its
-    type and its attributes (``__dict__`` and ``__slots__``), which may hold weights or settings."""
+    """Hash an object of any other type.
+
+    Framework arrays and modules by content, then any object by its type and its attributes
+    (``__dict__`` and ``__slots__``), which may hold weights or settings.
+    """
     kind = type(obj)
     module = kind.__module__ or ""
     framework = module.split(".")[0] in _FRAMEWORKS
@@ -261,8 +266,10 @@ def _(obj: np.random.Generator, h: Hasher) -> None:
 
 
 def _hash_code_object(code: types.CodeType, h: Hasher) -> None:
-    """The compiled code and its constants: what the source misses (a function made by exec, or
-    code whose file changed after import)."""
+    """Hash the compiled code and its constants.
+
+    They hold what the source misses (a function made by exec, or code whose file changed after import).
+    """
     h.digest.update(code.co_code)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):

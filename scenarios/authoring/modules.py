@@ -1,5 +1,6 @@
-"""Models as scenarios: a ``torch.nn.Module`` or an equinox module given as x, and modules captured
-by f, in the cell's dtype.
+"""Models as scenarios, given as x or captured by f, in the cell's dtype.
+
+A ``torch.nn.Module`` or an equinox module may be given as x, and f may capture modules.
 
 - ``Scenario(..., f=loss, x=model)``, with ``loss(model, *contexts)``: x becomes the model's
   parameters (a dict by parameter name: torch's ``named_parameters``, equinox's leaf paths), and
@@ -75,11 +76,13 @@ class ModuleAsInput:
 
 
 class _TorchBinding:
-    """f(model, *contexts) on a copy of the model per dtype and device whose parameters *are* the
-    given tensors: they are put in the copy's parameter slots and stay there until the next call, so
-    that a rule that runs the model again in its backward (an adjoint ODE solver, a checkpoint) or
-    collects ``model.parameters()`` differentiates with respect to them too. torch.autograd,
-    torch.func and dual numbers all see them as inputs."""
+    """f(model, *contexts) on a copy of the model whose parameters *are* the given tensors.
+
+    There is one copy per dtype and device. The tensors are put in the copy's parameter slots and stay
+    there until the next call, so that a rule that runs the model again in its backward (an adjoint ODE
+    solver, a checkpoint) or collects ``model.parameters()`` differentiates with respect to them too.
+    torch.autograd, torch.func and dual numbers all see them as inputs.
+    """
 
     def __init__(self, module: Any, f: Callable) -> None:
         self.module, self.f = module, f
@@ -107,8 +110,11 @@ class _TorchBinding:
 
 
 class CapturedModules:
-    """f with the torch modules it captures (closure cells, defaults) replaced by copies in a cell's
-    dtype and device, one function per dtype and device, made when asked (outside transforms)."""
+    """f with the torch modules it captures replaced by copies in a cell's dtype and device.
+
+    The modules are those in its closure cells and defaults. There is one function per dtype and
+    device, made when asked (outside transforms).
+    """
 
     def __init__(self, f: types.FunctionType) -> None:
         self.f = f
@@ -151,8 +157,11 @@ def _module_copy(value: Any, dtype: str, device: str) -> Any:
 
 
 def _rebound(f: types.FunctionType, replace: Callable[[Any], Any]) -> Callable:
-    """A new function with f's code, its closure cells, defaults and the globals it names passed
-    through ``replace`` (the globals in an overlay of f's own: the functions it calls still see theirs)."""
+    """A copy of f with its closure cells, defaults and named globals passed through ``replace``.
+
+    The new function has f's code. The globals are replaced in an overlay of f's own: the functions it
+    calls still see theirs.
+    """
     closure = tuple(types.CellType(replace(value)) for value in _closure_values(f)) if f.__closure__ else None
     defaults = tuple(replace(value) for value in f.__defaults__) if f.__defaults__ else None
     replaced = {name: replace(value) for name, value in _named_globals(f).items()}

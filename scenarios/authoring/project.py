@@ -65,8 +65,11 @@ class Project:
 
 
 def config_path(root: str | Path) -> Path:
-    """The repository's gradci.toml; or ``root`` itself where it names a TOML file (the pytest plugin
-    writes one for scenarios beside tests, naming the import root in ``[scenarios] root``)."""
+    """The repository's gradci.toml, or ``root`` itself where it names a TOML file.
+
+    The pytest plugin writes one for scenarios beside tests, naming the import root in
+    ``[scenarios] root``.
+    """
     root = Path(root)
     return root if root.suffix == ".toml" else root / CONFIG_NAME
 
@@ -159,8 +162,11 @@ DEFAULT_FACTORY = "scenarios"
 
 
 def load_scenarios(project: Project) -> list[Scenario]:
-    """Import each module from the repository root and collect its scenarios: a module named
-    "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from ``my_scenarios()``."""
+    """Import each module from the repository root and collect its scenarios.
+
+    A module named "pkg.mod" gives them from its ``scenarios()``, "pkg.mod:my_scenarios" from
+    ``my_scenarios()``.
+    """
     root = str(project.root)
     add_import_root(root)  # the user's files are named relative to it in cells' messages
     # The frameworks imported so far (a runner imports its cells' frameworks before their source):

@@ -29,8 +29,11 @@ _UNSHARED = itertools.count()
 
 
 def _caller_outside(this_file: str) -> tuple[str, int] | None:
-    """The first frame above the constructor that is neither this module, nor generated code (the
-    dataclass's ``__init__``), nor ``dataclasses.replace``: where ``Scenario(...)`` was called."""
+    """The frame where ``Scenario(...)`` was called.
+
+    It is the first frame above the constructor that is neither this module, nor generated code (the
+    dataclass's ``__init__``), nor ``dataclasses.replace``.
+    """
     frame: types.FrameType | None = sys._getframe(1)
     passed_over = (this_file, dataclasses.__file__)  # dataclasses.replace makes variants of a scenario
     while frame is not None and (frame.f_code.co_filename in passed_over or frame.f_code.co_filename.startswith("<")):
@@ -163,8 +166,10 @@ class Scenario:
             self._read_code()
 
     def _take_models(self) -> dict[str, CapturedModules]:
-        """A module given as x becomes its parameters (``gradci.scenarios.authoring.modules``); the
-        torch modules f captures are noted, to be copied per cell dtype."""
+        """Turn a module given as x into its parameters, and note the torch modules f captures.
+
+        See ``gradci.scenarios.authoring.modules``. The captured modules are copied per cell dtype.
+        """
         if is_module(self.x):
             try:
                 given = ModuleAsInput(self.x)
@@ -180,8 +185,10 @@ class Scenario:
                 if isinstance(fn, types.FunctionType) and CapturedModules.found_in(fn)}
 
     def _hint_wrt(self) -> None:
-        """A tuple x handed to a function of several positional arguments, without ``wrt``: f would
-        get the tuple as its first argument and too few others, deep inside a cell. Say so here."""
+        """Refuse a tuple x handed to a function of several positional arguments without ``wrt``.
+
+        f would get the tuple as its first argument and too few others, deep inside a cell. Say so here.
+        """
         if not isinstance(self.x, tuple) or len(self.x) < 2:
             return
         implementations = self.f.values() if isinstance(self.f, Mapping) else [self.f]
@@ -206,8 +213,11 @@ class Scenario:
                                 f"by framework); got {describe(fn)}")
 
     def _hold_fixed_all_but(self, wrt: int | tuple[int, ...]) -> None:
-        """Apply ``wrt`` (see ``gradci.scenarios.authoring.wrt``): x becomes the differentiated arguments, the held ones
-        follow the contexts, f and a callable reference take them back in their places."""
+        """Apply ``wrt`` (see ``gradci.scenarios.authoring.wrt``).
+
+        x becomes the differentiated arguments, the held ones follow the contexts, and f and a callable
+        reference take them back in their places.
+        """
         positions = positional.chosen_positions(wrt, self.x, self.name)
         count = len(self.x)
         self.x, held = positional.split(wrt, self.x, positions)
@@ -226,13 +236,18 @@ class Scenario:
         return isinstance(self.f, Mapping) and self.f.get(framework) is None
 
     def lacked_frameworks(self) -> tuple[str, ...]:
-        """The differentiating frameworks f is not given for: their backends get no cells of this
-        scenario (not listed as skipped, only counted), as a torch-only rule has nothing to say to jax."""
+        """The differentiating frameworks f is not given for.
+
+        Their backends get no cells of this scenario (not listed as skipped, only counted), as a
+        torch-only rule has nothing to say to jax.
+        """
         return tuple(framework for framework in DIFFERENTIATING if self.implementation_missing(framework))
 
     def defined_at(self) -> tuple[str, int] | None:
-        """The file and line of the ``Scenario(...)`` call that made it (a check run's annotation
-        points there); None where no Python frame made it."""
+        """The file and line of the ``Scenario(...)`` call that made it.
+
+        A check run's annotation points there. None where no Python frame made it.
+        """
         return self.__dict__.get("_defined_at")
 
     def import_ms(self) -> float | None:
@@ -240,13 +255,19 @@ class Scenario:
         return self.__dict__.get("_import_ms")
 
     def module_state(self) -> tuple[dict[str, Any] | None, list[str]]:
-        """The framework state the scenario's module left at import (None: not loaded from a
-        module), and the changes it made then (``gradci.scenarios.adapters.global_state``)."""
+        """The framework state the scenario's module left at import, and the changes it made then.
+
+        The state is None where the scenario was not loaded from a module. See
+        ``gradci.scenarios.adapters.global_state``.
+        """
         return self.__dict__.get("_module_state", (None, []))
 
     def implementation(self, framework: str, dtype: str = "float64", device: str = "cpu") -> Callable | None:
-        """The callable for ``framework`` (None when the scenario gives none), with the models it
-        holds in ``dtype`` on ``device`` (the execution device): made now, outside any transform."""
+        """The callable for ``framework``, with the models it holds in ``dtype`` on ``device``.
+
+        None when the scenario gives none. ``device`` is the execution device. The callable is made now,
+        outside any transform.
+        """
         key = framework if isinstance(self.f, Mapping) else "any"
         fn = self.f.get(framework) if isinstance(self.f, Mapping) else self.f
         if fn is None:
@@ -275,8 +296,11 @@ class Scenario:
         return digest.hexdigest()[:20]
 
     def cache_key(self) -> str:
-        """The key under which this scenario's reference is shared: its fingerprint, or, where the
-        fingerprint could not read everything its function reads, a key of its own."""
+        """The key under which this scenario's reference is shared.
+
+        Its fingerprint, or, where the fingerprint could not read everything its function reads, a key
+        of its own.
+        """
         shared = self._code_fully_read() and self._inputs_fully_read()
         return self.fingerprint() if shared else f"{self.fingerprint()}/{self._unshared_token()}"
 
@@ -302,14 +326,20 @@ class Scenario:
         return self._once("_token", lambda: f"unshared-{next(_UNSHARED)}")
 
     def function_fingerprint(self) -> str:
-        """A hash of what decides f's value at a given point: its code, contexts, state and x's
-        structure, not the operator, the point or the name. Scenarios sharing it (one function under
-        several operators) can share f's evaluations. Computed once, as ``fingerprint``."""
+        """A hash of what decides f's value at a given point.
+
+        Its code, contexts, state and x's structure, not the operator, the point or the name. Scenarios
+        sharing it (one function under several operators) can share f's evaluations. Computed once, as
+        ``fingerprint``.
+        """
         return self._once("_function_fingerprint", self._compute_function_fingerprint)
 
     def point_fingerprint(self) -> str:
-        """A hash of x alone, its structure and values: with ``function_fingerprint``, which point of
-        which function. Computed once, as ``fingerprint``."""
+        """A hash of x alone, its structure and values.
+
+        With ``function_fingerprint``, it tells which point of which function. Computed once, as
+        ``fingerprint``.
+        """
         return self._once("_point_fingerprint", self._compute_point_fingerprint)
 
     def _compute_point_fingerprint(self) -> str:
@@ -340,8 +370,11 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
 
 def _hash_tree(digest, tree: Any) -> bool:
-    """Hash a pytree's structure and its leaves (arrays by shape and content, plain values by repr,
-    any other object by everything it holds: ``fingerprints``); whether every leaf was read whole."""
+    """Hash a pytree's structure and its leaves, and say whether every leaf was read whole.
+
+    Arrays are hashed by shape and content, plain values by repr, any other object by everything it
+    holds (``fingerprints``).
+    """
     leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
     digest.update(str(spec).encode())
     whole = True
@@ -361,8 +394,10 @@ def _hash_tree(digest, tree: Any) -> bool:
 
 
 def _required_positional(fn: Callable) -> int | None:
-    """How many positional arguments ``fn`` requires (None where its signature cannot be read or it
-    takes ``*args``)."""
+    """How many positional arguments ``fn`` requires.
+
+    None where its signature cannot be read or it takes ``*args``.
+    """
     try:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

@@ -39,19 +39,25 @@ def _is_index(value: Any) -> bool:
 
 
 def split(wrt: Any, args: tuple | list, positions: tuple[int, ...]) -> tuple[Any, tuple]:
-    """(the differentiated arguments — a tuple, or the single one where ``wrt`` is an int —, the held
-    ones in order)."""
+    """Split ``args`` into the differentiated arguments and the held ones.
+
+    The differentiated arguments are a tuple, or the single one where ``wrt`` is an int; the held ones
+    keep their order.
+    """
     chosen = tuple(args[i] for i in positions)
     held = tuple(arg for i, arg in enumerate(args) if i not in positions)
     return (chosen[0] if _is_index(wrt) else chosen), held
 
 
 def regrouped(fn: Callable, wrt: Any, positions: tuple[int, ...], count: int) -> Callable:
-    """``fn(*args, *rest)`` as the engine calls it, ``g(chosen, *rest, *held)``: the held arguments
-    come last, after the contexts (and a reference's tangent), so the contexts keep their positions.
+    """``fn`` called the engine's way, with the differentiated arguments first and the held ones last.
+
+    The engine calls ``g(chosen, *rest, *held)`` for ``fn(*args, *rest)``: the held arguments come
+    last, after the contexts (and a reference's tangent), so the contexts keep their positions.
 
     The closure holds ``fn`` and the positions, so the scenario's fingerprint (which hashes what a
-    function captures) changes with either."""
+    function captures) changes with either.
+    """
     held_count = count - len(positions)
     single = _is_index(wrt)
 

@@ -1,5 +1,8 @@
-"""The backend registry: built-ins plus third-party backends from the ``gradci.backends`` entry-point
-group (each entry point names a callable returning a Backend or a list of them)."""
+"""The backend registry.
+
+Built-ins plus third-party backends from the ``gradci.backends`` entry-point group (each entry point
+names a callable returning a Backend or a list of them).
+"""
 from __future__ import annotations
 
 import functools

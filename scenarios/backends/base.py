@@ -60,8 +60,10 @@ class Backend:
         raise NotImplementedError
 
     def vocabulary_error(self) -> str | None:
-        """Why this backend's cells could never be stored (a framework or mode outside the cell
-        contract's vocabularies), or None."""
+        """Why this backend's cells could never be stored, or None.
+
+        They could not be for a framework or mode outside the cell contract's vocabularies.
+        """
         if self.framework not in FRAMEWORKS:
             return f"backend {self.name!r}: framework {self.framework!r} is not one of {', '.join(FRAMEWORKS)}"
         if self.mode not in MODES:

@@ -158,10 +158,13 @@ _LITERALS = (bool, int, float, complex, str, bytes, type(None), np.generic)
 
 
 def _function_key(fn: Callable, state: tuple[int, ...], contexts: Any) -> Hashable | None:
-    """What a cell's computation holds besides its arrays' shapes and dtypes (which the compiler's
-    own cache tells apart): the function, by identity, the state positions, and the contexts'
-    structure with their non-array leaves. None where a non-array leaf is not a literal (an object,
-    a numpy array of strings): the computation is then never reused."""
+    """The key a cell's computation is reused under, besides its arrays' shapes and dtypes.
+
+    The compiler's own cache tells shapes and dtypes apart. The key holds the function, by identity,
+    the state positions, and the contexts' structure with their non-array leaves. None where a
+    non-array leaf is not a literal (an object, a numpy array of strings): the computation is then
+    never reused.
+    """
     leaves, spec = optree.tree_flatten(contexts, none_is_leaf=True)
     constants = []
     for leaf in leaves:

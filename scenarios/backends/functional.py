@@ -1,4 +1,6 @@
-"""jax and torch.func share one functional vocabulary (grad, jvp, vjp, jacrev, jacfwd), so each
+"""Operators through the functional transforms that jax and torch.func share.
+
+jax and torch.func share one functional vocabulary (grad, jvp, vjp, jacrev, jacfwd), so each
 operator record's ``reverse`` and ``forward`` definitions (``gradci.scenarios.operators.records``) serve five
 backends: jax-rev, jax-rev-jit, jax-fwd, torch-func-rev, torch-func-fwd.
 """

@@ -1,5 +1,7 @@
-"""torch-rev (torch.autograd), torch-func-rev and torch-func-fwd (torch.func); torch-fwd (dual numbers)
-is ``torch_dual``."""
+"""The torch backends: torch-rev (torch.autograd), torch-func-rev and torch-func-fwd (torch.func).
+
+torch-fwd (dual numbers) is ``torch_dual``.
+"""
 from __future__ import annotations
 
 import functools
@@ -94,8 +96,10 @@ class _OfLeaves:
 
 
 class Autograd:
-    """torch.autograd as the operator records' ``autograd`` functions use it, on pytrees: results come
-    back detached, with x's structure (or f(x)'s, for a jvp)."""
+    """torch.autograd as the operator records' ``autograd`` functions use it, on pytrees.
+
+    Results come back detached, with x's structure (or f(x)'s, for a jvp).
+    """
 
     def __init__(self):
         from torch.autograd import functional
@@ -103,16 +107,22 @@ class Autograd:
         self._functional = functional
 
     def jacobian(self, f: Callable, x: Any, create_graph: bool = False) -> Any:
-        """jax.jacrev's blocks (``gradci.scenarios.operators.blocks``): torch answers a tuple per output leaf of a
-        tuple per input leaf, or one of the two tuples where the output is a lone tensor."""
+        """The Jacobian in jax.jacrev's blocks (``gradci.scenarios.operators.blocks``).
+
+        torch answers a tuple per output leaf of a tuple per input leaf, or one of the two tuples where
+        the output is a lone tensor.
+        """
         g = _OfLeaves(f, x)
         rows = self._functional.jacobian(g, g.leaves, create_graph=create_graph)
         assert g.out_spec is not None  # set as the jacobian called g
         return _blocks(g.out_spec, g.in_spec, (rows,) if g.out_spec.is_leaf() else rows)
 
     def hessian(self, f: Callable, x: Any) -> Any:
-        """Row by row, grad of grad: the gradient with ``create_graph=True``, then one backward pass
-        through it per element of x — what a Newton step or a gradient penalty runs."""
+        """The Hessian row by row, as grad of grad.
+
+        The gradient with ``create_graph=True``, then one backward pass through it per element of x —
+        what a Newton step or a gradient penalty runs.
+        """
         import torch
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
@@ -146,9 +156,12 @@ class Autograd:
         return _detached_tree(g.in_spec, self._functional.vjp(g, g.leaves, _tensor_or_tuple(ct))[1])
 
     def hvp(self, f: Callable, x: Any, t: Any) -> Any:
-        """H·t as grad of grad: the gradient with ``create_graph=True``, then the gradient of its dot
-        product with t. (``torch.autograd.functional.hvp`` takes another path, a double-backward
-        trick through a vector-Hessian product, which can hide a NaN this one shows.)"""
+        """H·t as grad of grad.
+
+        The gradient with ``create_graph=True``, then the gradient of its dot product with t.
+        (``torch.autograd.functional.hvp`` takes another path, a double-backward trick through a
+        vector-Hessian product, which can hide a NaN this one shows.)
+        """
         import torch
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
@@ -169,8 +182,11 @@ def torch_autograd() -> Autograd:
 
 
 class TorchAutogradBackend(FrameworkBackend):
-    """torch.autograd as most training code uses it: leaves with requires_grad and ``.grad``-style
-    reverse passes. Pytrees go through torch.autograd.functional as flat tuples of tensors."""
+    """torch.autograd as most training code uses it.
+
+    Leaves with requires_grad and ``.grad``-style reverse passes. Pytrees go through
+    torch.autograd.functional as flat tuples of tensors.
+    """
 
     name, framework, mode = "torch-rev", "torch", "reverse"
     requires_grad = True

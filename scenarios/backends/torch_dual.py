@@ -53,8 +53,11 @@ def _leaves(tree: Any) -> tuple[list[Any], Any]:
 
 
 def dual_jvp(f: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
-    """(f(*primals), J·tangents) from one evaluation of f on dual numbers. A tangent torch drops (an
-    output with no forward gradient) is zero: where it should not be, the comparison says so."""
+    """(f(*primals), J·tangents) from one evaluation of f on dual numbers.
+
+    A tangent torch drops (an output with no forward gradient) is zero: where it should not be, the
+    comparison says so.
+    """
     if _nested():
         warnings.warn(NESTED_NOTE, stacklevel=2)
         return _reverse_jvp(f, primals, tangents)
@@ -73,8 +76,10 @@ def dual_jvp(f: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
 
 
 def dual_jacfwd(f: Callable, has_aux: bool = False) -> Callable[[Any], Any]:
-    """The Jacobian of f, column by column: one dual-number JVP per element of x, in ``jax.jacfwd``'s
-    blocks (a pytree like f(x) whose leaves are pytrees like x)."""
+    """The Jacobian of f, column by column, one dual-number JVP per element of x.
+
+    In ``jax.jacfwd``'s blocks (a pytree like f(x) whose leaves are pytrees like x).
+    """
 
     def jacobian(x: Any) -> Any:
         if _nested():

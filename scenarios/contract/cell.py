@@ -16,8 +16,11 @@ from typing import Any
 
 
 class Vocabulary(enum.StrEnum):
-    """A closed set of stored words. Members are ``str``: stored values, JSON and comparisons with
-    plain strings are those of the words themselves (``Status.PASS == "pass"``)."""
+    """A closed set of stored words.
+
+    Members are ``str``: stored values, JSON and comparisons with plain strings are those of the words
+    themselves (``Status.PASS == "pass"``).
+    """
 
     @classmethod
     def values(cls) -> tuple[str, ...]:
@@ -80,14 +83,19 @@ UNKNOWN_WHEN_ERRORED = ("operator", "framework", "mode")
 
 
 def status_attribute(status: str) -> str:
-    """The Python name of a status where one is needed (an enum member, a model field): ``pass``
-    is a keyword, so it becomes ``pass_``."""
+    """The Python name of a status, where one is needed (an enum member, a model field).
+
+    ``pass`` is a keyword, so it becomes ``pass_``.
+    """
     return f"{status}_" if keyword.iskeyword(status) else status
 
 
 def stored_values(field: str) -> tuple[str, ...]:
-    """The values a stored cell may hold in a vocabulary field (the database's check constraints
-    and the API schema's enumerations): an errored cell may leave some of them empty."""
+    """The values a stored cell may hold in a vocabulary field.
+
+    They make the database's check constraints and the API schema's enumerations. An errored cell may
+    leave some of them empty.
+    """
     values = VOCABULARIES[field]
     return (*values, "") if field in UNKNOWN_WHEN_ERRORED else values
 

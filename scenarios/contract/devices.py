@@ -23,8 +23,11 @@ def validate_device(device: str) -> str:
 
 
 def expand_devices(requested: Iterable[str], available: Sequence[str]) -> list[str]:
-    """``cuda`` means every CUDA device of ``available`` (``cuda:0``, ``cuda:1``, …); where there is
-    none it stays ``cuda``, so that its cells say why they did not run instead of vanishing."""
+    """Expand ``cuda`` to every CUDA device of ``available`` (``cuda:0``, ``cuda:1``, …).
+
+    Where there is none it stays ``cuda``, so that its cells say why they did not run instead of
+    vanishing.
+    """
     out: list[str] = []
     for device in requested:
         if device == CUDA:
@@ -42,8 +45,11 @@ AGREEMENT_SUFFIX = "-vs-cpu"
 
 
 def current_device() -> str:
-    """The device the cell now computing is checked on ("cuda:0" in a cuda cell, simulated or not;
-    "cpu" outside cells, where the reference is computed): scenario code may choose a kernel by it."""
+    """The device the cell now computing is checked on.
+
+    "cuda:0" in a cuda cell, simulated or not; "cpu" outside cells, where the reference is computed.
+    Scenario code may choose a kernel by it.
+    """
     return _current.get()
 
 
@@ -88,7 +94,9 @@ def compared_device(name: str) -> str | None:
 
 
 def checked_devices(name: str) -> list[str]:
-    """The devices a cell's device stands for when it is checked again: an agreement device needs
-    both sides ("cuda-vs-cpu" → cuda and cpu), any other device itself."""
+    """The devices a cell's device stands for when it is checked again.
+
+    An agreement device needs both sides ("cuda-vs-cpu" → cuda and cpu), any other device itself.
+    """
     compared = compared_device(name)
     return [name] if compared is None else [compared, CPU]

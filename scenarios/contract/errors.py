@@ -1,6 +1,8 @@
-"""The error a scenario's own declaration raises, at construction: one line, what was given and what
-was expected. Standard library only, so that the contract's records (requirements, precision) raise
-it without loading numpy."""
+"""The error a scenario's own declaration raises, at construction.
+
+One line, what was given and what was expected. Standard library only, so that the contract's records
+(requirements, precision) raise it without loading numpy.
+"""
 from __future__ import annotations
 
 

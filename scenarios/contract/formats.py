@@ -47,8 +47,11 @@ def xml_text(value: str) -> str:
 
 
 def cell_ms(result: Any) -> float:
-    """A cell's time for a test report: its steady state where it was timed, else its one call
-    (compiling included; a cell is timed only where timings are asked for or cost nothing)."""
+    """A cell's time for a test report.
+
+    Its steady state where it was timed, else its one call (compiling included; a cell is timed only
+    where timings are asked for or cost nothing).
+    """
     for value in (result.time_ms, getattr(result, "first_call_ms", None)):
         if value is not None:
             return float(value)
@@ -75,8 +78,11 @@ def junit_testcase(suite: ET.Element, suite_name: str, result: Any) -> str | Non
 
 
 def junit_xml(name: str, results: Iterable[Any]) -> bytes:
-    """``results`` (Cells, or anything with their attributes) must arrive grouped by (backend, device,
-    dtype). A stored run's document is streamed by ``gradci.services.reports.junit`` instead."""
+    """The JUnit XML document, named ``name``, of the cells in ``results``.
+
+    ``results`` (Cells, or anything with their attributes) must arrive grouped by (backend, device,
+    dtype). A stored run's document is streamed by ``gradci.services.reports.junit`` instead.
+    """
     root = ET.Element("testsuites", name=name)
     totals: dict[str, int] = dict.fromkeys(JUNIT_COUNTERS, 0)  # keyed by any counter junit_testcase names
     total_time = 0.0

@@ -28,9 +28,11 @@ class MatrixError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Matrix:
-    """Backends × devices × dtypes, and the scenario patterns. None on a field means "whatever the
-    configuration enables" (every available backend, the default devices, each scenario's own
-    dtypes, every scenario)."""
+    """Backends × devices × dtypes, and the scenario patterns.
+
+    None on a field means "whatever the configuration enables" (every available backend, the default
+    devices, each scenario's own dtypes, every scenario).
+    """
 
     backends: tuple[str, ...] | None = None
     devices: tuple[str, ...] | None = None
@@ -93,7 +95,10 @@ def select_scenarios(items: Sequence[T], patterns: str | Sequence[str] | None,
 
 
 def exact_pattern(name: str) -> str:
-    """A pattern that selects exactly the scenario ``name``: its glob characters escaped, and the
-    last character bracketed so that the pattern counts as a glob (a plain word is a substring)."""
+    """A pattern that selects exactly the scenario ``name``.
+
+    Its glob characters are escaped, and its last character bracketed so that the pattern counts as a
+    glob (a plain word is a substring).
+    """
     escaped = "".join(f"[{ch}]" if ch in WILDCARDS else ch for ch in name[:-1])
     return escaped + f"[{name[-1]}]" if name else name

@@ -94,9 +94,11 @@ def memory_text(size: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DeviceOffer:
-    """What one device offers: ``kind`` "cpu" or "cuda", a GPU's compute capability and its memory.
-    None means unknown (a run's ``cuda.sm80`` names a capability, not a memory size): an unknown
-    value never counts against a requirement."""
+    """What one device offers: its kind, and a GPU's compute capability and memory.
+
+    ``kind`` is "cpu" or "cuda". None means unknown (a run's ``cuda.sm80`` names a capability, not a
+    memory size): an unknown value never counts against a requirement.
+    """
 
     kind: str
     capability: str | None = None
@@ -120,17 +122,21 @@ class DeviceOffer:
 
 
 def needs(requirements: Requirements, dtypes: Iterable[str] = ()) -> Requirements:
-    """What a GPU must offer to run a scenario's cells in ``dtypes``: its own requirements and the
-    highest compute capability one of the dtypes needs."""
+    """What a GPU must offer to run a scenario's cells in ``dtypes``.
+
+    The scenario's own requirements, and the highest compute capability one of the dtypes needs.
+    """
     capabilities = [c for c in [requirements.min_capability, *(DTYPE_MIN_CAPABILITY.get(d) for d in dtypes)] if c]
     capability = max(capabilities, key=capability_number) if capabilities else None
     return dataclasses.replace(requirements, min_capability=capability)
 
 
 def unmet(requirements: Requirements, offer: DeviceOffer, dtype: str | None = None) -> str | None:
-    """Why ``offer`` cannot run a cell of a scenario with ``requirements`` in ``dtype`` (None: it can,
-    as far as it is known). A scenario's requirements describe a GPU: the CPU meets none of them,
-    and runs every dtype."""
+    """Why ``offer`` cannot run a cell of a scenario with ``requirements`` in ``dtype``.
+
+    None where it can, as far as is known. A scenario's requirements describe a GPU: the CPU meets none
+    of them, and runs every dtype.
+    """
     if offer.kind == "cpu":
         return f"requires a GPU ({describe(requirements)}); {offer.name or 'cpu'} is not one" if requirements else None
     need = needs(requirements, [dtype] if dtype else [])

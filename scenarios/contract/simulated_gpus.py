@@ -1,8 +1,10 @@
-"""A simulated GPU inventory: ``GRADCI_DEVICE_INVENTORY=/path/file.json`` names a JSON list of GPUs
-(or holds the list itself, as the workers hand it to their sandboxed runners, which cannot read the
-file) that device discovery reports instead of the machine's own (NVML or torch), so that routing,
-per-device workers and the engine's GPU path can be tested without a GPU. The list is the GPUs as
-CUDA would number them for this process (``cuda:0`` first); CUDA_VISIBLE_DEVICES does not filter it.
+"""A simulated GPU inventory, for testing GPU paths without a GPU.
+
+``GRADCI_DEVICE_INVENTORY=/path/file.json`` names a JSON list of GPUs (or holds the list itself, as the
+workers hand it to their sandboxed runners, which cannot read the file) that device discovery reports
+instead of the machine's own (NVML or torch), so that routing, per-device workers and the engine's GPU
+path can be tested without a GPU. The list is the GPUs as CUDA would number them for this process
+(``cuda:0`` first); CUDA_VISIBLE_DEVICES does not filter it.
 
 The engine runs a simulated ``cuda:N`` cell's computation on the CPU through the same code
 (``gradci.scenarios.contract.devices.execution_device``): CPU–GPU agreement, precision records, repeats and routing
@@ -42,8 +44,11 @@ def simulated_gpus() -> list[dict[str, Any]] | None:
 
 
 def inline_inventory() -> dict[str, str]:
-    """The environment a sandboxed runner needs to see this process's simulated GPUs: the list itself
-    (the runner's filesystem view may not hold the file); empty where no inventory is set."""
+    """The environment a sandboxed runner needs to see this process's simulated GPUs.
+
+    It holds the list itself (the runner's filesystem view may not hold the file); it is empty where no
+    inventory is set.
+    """
     gpus = simulated_gpus()
     return {} if gpus is None else {INVENTORY_VARIABLE: json.dumps(gpus)}
 
@@ -54,9 +59,11 @@ def _read_cached(value: str, changed: int | None) -> list[dict[str, Any]]:
 
 
 def read_simulated_gpus(path: str) -> list[dict[str, Any]]:
-    """The GPUs of the file (or of the inline JSON list ``path`` holds), each with every key of
-    REQUIRED and OPTIONAL (memory_free defaults to memory_total, driver and cuda to None). A malformed
-    inventory raises InventoryError, one line."""
+    """The GPUs of the file, or of the inline JSON list ``path`` holds.
+
+    Each has every key of REQUIRED and OPTIONAL (memory_free defaults to memory_total, driver and cuda
+    to None). A malformed inventory raises InventoryError, one line.
+    """
     inline = path.lstrip().startswith("[")
 
     def refuse(problem: str) -> InventoryError:

@@ -51,8 +51,11 @@ def default() -> list[Scenario]:
 
 
 def demo_runs() -> list[tuple[str, ...]]:
-    """default() as the scenario patterns of two runs: the neural-network family's first (a finished
-    run to look at within two minutes on 2 cores, cold), then every other family's."""
+    """default() as the scenario patterns of two runs.
+
+    The neural-network family's first (a finished run to look at within two minutes on 2 cores, cold),
+    then every other family's.
+    """
     rest = [name for name in FAMILIES if name not in OWN_SUITES and name != nn.FAMILY]
     return [(f"{nn.FAMILY}/*",), tuple(f"{name}/*" for name in rest)]
 

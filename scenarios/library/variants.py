@@ -49,8 +49,10 @@ def with_batched_tangents(scenario: Scenario, count: int = BATCH) -> Scenario:
 
 
 def derive(base: Iterable[Scenario]) -> list[Scenario]:
-    """Every variant that applies to each base scenario: closures where there are contexts,
-    batched tangents where the operator takes one."""
+    """Every variant that applies to each base scenario.
+
+    Closures where there are contexts, batched tangents where the operator takes one.
+    """
     out = []
     for scenario in base:
         if scenario.contexts:

@@ -22,8 +22,10 @@ from gradci.scenarios.contract.errors import ScenarioInputError
 
 
 def on_host(leaf: Any) -> Any:
-    """A torch tensor or jax array as a numpy array of its own (floating point ones as float64, which
-    also covers bfloat16, which numpy has no native type for); anything else as it is."""
+    """A torch tensor or jax array as a numpy array of its own, anything else as it is.
+
+    Floating point ones become float64, which also covers bfloat16, which numpy has no native type for.
+    """
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
     if torch is not None and isinstance(leaf, torch.Tensor):
         tensor = leaf.detach().to("cpu")
@@ -44,8 +46,10 @@ def _is_float(leaf: Any) -> bool:
 
 
 def differentiable(tree: Any, what: str, needs: str, name: str) -> Any:
-    """``tree`` (x or a tangent) with every leaf a float64 array; ``needs`` says what the operator
-    expects, for the error naming a leaf that is not floating point."""
+    """``tree`` (x or a tangent) with every leaf a float64 array.
+
+    ``needs`` says what the operator expects, for the error naming a leaf that is not floating point.
+    """
     paths, leaves, spec = optree.tree_flatten_with_path(tree, none_is_leaf=True)
     converted = []
     for path, leaf in zip(paths, leaves):
@@ -62,8 +66,10 @@ def differentiable(tree: Any, what: str, needs: str, name: str) -> Any:
 
 
 def held_fixed(tree: Any) -> Any:
-    """A context with its floating-point leaves as float64 arrays and every other leaf as given
-    (framework arrays on the host)."""
+    """A context with its floating-point leaves as float64 arrays.
+
+    Every other leaf stays as given (framework arrays on the host).
+    """
     def convert(leaf):
         leaf = on_host(leaf)
         return np.asarray(leaf, dtype=np.float64) if _is_float(leaf) else leaf

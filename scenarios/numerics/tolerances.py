@@ -106,8 +106,10 @@ def strictest(tolerances: list[Tolerance]) -> Tolerance:
 
 
 def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None, tf32: bool = False) -> Tolerance:
-    """The dtype's tolerance (TF32's where ``tf32``: float32 products ran in TF32), with a scenario's
-    own rtol and atol where it gives them."""
+    """The dtype's tolerance, with a scenario's own rtol and atol where it gives them.
+
+    TF32's where ``tf32``: float32 products ran in TF32.
+    """
     return _row(DEFAULT_TOLERANCES, TF32_TOLERANCE, dtype, tf32).widened(rtol=rtol, atol=atol)
 
 

@@ -39,8 +39,11 @@ def matrix_blocks(matrix: np.ndarray, rows_like: Any, columns_like: Any) -> Any:
 
 
 def block_matrix(blocks: Any, columns_like: Any) -> np.ndarray:
-    """The blocks as one float64 (rows, columns) matrix; the rows' shapes are read off the blocks,
-    whose trailing dimensions are x's. A ValueError says where the blocks do not fit x."""
+    """The blocks as one float64 (rows, columns) matrix.
+
+    The rows' shapes are read off the blocks, whose trailing dimensions are x's. A ValueError says where
+    the blocks do not fit x.
+    """
     columns = [np.shape(leaf) for leaf in _leaves(columns_like)]
     leaves = [np.asarray(leaf, dtype=np.float64) for leaf in _leaves(blocks)]
     if len(leaves) % len(columns):

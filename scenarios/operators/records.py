@@ -244,8 +244,10 @@ _INPUT_KINDS = {
 
 
 def operator_input(operator: str, x: Any, name: str) -> Any:
-    """x as float64 arrays, or a one-line error where the operator is not defined for it: at
-    construction time rather than mid-run."""
+    """x as float64 arrays, or a one-line error where the operator is not defined for it.
+
+    The error comes at construction time rather than mid-run.
+    """
     kind = OPERATOR_RECORDS[operator].input
     needs = f"{operator} needs x to be {_INPUT_KINDS[kind]}"
     x = differentiable(x, "x", needs, name)

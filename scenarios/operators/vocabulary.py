@@ -1,5 +1,6 @@
-"""The vocabularies the operator records are written against, so that a record names no framework
-and no consumer's internals:
+"""The vocabularies the operator records are written against.
+
+With them a record names no framework and no consumer's internals:
 
 - ``Transforms``: the functional transforms of jax or torch.func (the records' ``reverse`` and
   ``forward`` definitions);
@@ -44,8 +45,10 @@ class Autograd(Protocol):
 
 
 class FiniteDifferences(Protocol):
-    """The float64 finite-difference reference of one scenario at one (co)tangent, over f flattened:
-    x is a vector of ``input_size`` elements, f(x) one of ``output_size``."""
+    """The float64 finite-difference reference of one scenario at one (co)tangent, over f flattened.
+
+    x is a vector of ``input_size`` elements, f(x) one of ``output_size``.
+    """
 
     @property
     def input_size(self) -> int: ...

@@ -1,3 +1,5 @@
-"""Float64 references: finite differences with Richardson extrapolation and error estimates
-(scipy.differentiate), their stencils and shared evaluations, analytic references, the cache.
+"""Float64 references.
+
+Finite differences with Richardson extrapolation and error estimates (scipy.differentiate), their
+stencils and shared evaluations, analytic references, the cache.
 """

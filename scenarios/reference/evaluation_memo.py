@@ -48,10 +48,13 @@ class EvaluationMemo:
         return g
 
     def line_number(self, function: str, origin: int, scale: float, direction: np.ndarray) -> int:
-        """A number for the line origin + s·scale·direction of ``function`` (``origin``: the token of
-        the flat function at x), the same for an equal line: its points' keys. Found by comparing
-        directions (only those of lines with the same function, origin and scale), so that no point
-        of a line is ever copied or hashed, and two lines share points only where they are equal."""
+        """A number for the line origin + s·scale·direction, the same for an equal line.
+
+        ``function`` is the line's function and ``origin`` the token of the flat function at x. The
+        number keys the line's points. It is found by comparing directions (only those of lines with the
+        same function, origin and scale), so that no point of a line is ever copied or hashed, and two
+        lines share points only where they are equal.
+        """
         key = (function, origin, scale)
         for number, (other, known) in self._lines.items():
             if other == key and known.shape == direction.shape and np.array_equal(known, direction):

@@ -1,5 +1,6 @@
-"""Float64 references: Richardson-extrapolated finite differences (scipy.differentiate) with their
-error estimates, or the scenario's analytic reference.
+"""Float64 references, from finite differences or the scenario's own analytic reference.
+
+The finite differences are Richardson-extrapolated (scipy.differentiate), with their error estimates.
 
 Small inputs get the full operator result. Large ones (a network's parameters) get random
 directional probes: u·R (or w·R·u for matrices) against the finite difference of f along u, so a
@@ -96,11 +97,14 @@ STEP_DIRECTIONS = (0, 1, -1)
 
 def _richardson(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSettings, size: int,
                 directions=STEP_DIRECTIONS):
-    """Run a scipy.differentiate routine as ``compute(initial_steps, step_directions)``, one of each
-    per element of its ``size`` input elements, retrying smaller initial steps, then one-sided
-    stencils, for the elements whose derivatives were not finite (a domain edge within the step),
-    while the others keep their central stencils. A non-finite result is never a reference: a NaN
-    there would let a NaN derivative pass."""
+    """Run a scipy.differentiate routine, retrying the elements whose derivatives were not finite.
+
+    The routine runs as ``compute(initial_steps, step_directions)``, one of each per element of its
+    ``size`` input elements. Smaller initial steps, then one-sided stencils, are tried for the elements
+    whose derivatives were not finite (a domain edge within the step), while the others keep their
+    central stencils. A non-finite result is never a reference: a NaN there would let a NaN derivative
+    pass.
+    """
     directions = settings.step_directions or directions
     attempts = [(direction, step) for direction in directions for step in settings.initial_steps]
     attempt = np.zeros(size, dtype=int)
@@ -131,8 +135,10 @@ _scipy_jacobian = cast(Callable[..., Any], differentiate.jacobian)
 
 
 def _jacobian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
-    """Full Jacobian (n, m) at ``point`` of a function of many points (rows (k, m) → (k, n)), and its
-    error estimate."""
+    """Full Jacobian (n, m) at ``point`` of a function of many points, and its error estimate.
+
+    The function maps rows (k, m) → (k, n).
+    """
     res = _richardson(lambda steps, directions: _scipy_jacobian(
         _Composed(rows_fn), point, initial_step=steps, step_direction=directions, **_scipy_options(settings)),
         settings, point.size)
@@ -140,8 +146,11 @@ def _jacobian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, se
 
 
 class _Composed:
-    """A function of many points, rows (k, d) → values (k, p) or (k,) for a scalar, in scipy's
-    calling convention: points (d, ...) → values (p, ...) or (...)."""
+    """A function of many points, called in scipy's convention.
+
+    It wraps a function of rows (k, d) → values (k, p), or (k,) for a scalar, in scipy's calling
+    convention: points (d, ...) → values (p, ...) or (...).
+    """
 
     def __init__(self, rows_fn: Callable[[np.ndarray], np.ndarray]):
         self._rows_fn = rows_fn
@@ -154,10 +163,13 @@ class _Composed:
 
 def _along_a_line(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FDSettings,
                   prefetch: Callable[[np.ndarray], None] | None):
-    """``_richardson`` of a scipy.differentiate call at s = 0 of a function of one number s. ``prefetch(s)``,
-    where given, is told the steps of a central stencil's first two iterations before they are asked
-    for, to evaluate them in one call: scipy asks for its first iteration's ``order`` points, then for
-    two more each iteration, and never stops before the second (its error estimate compares two)."""
+    """``_richardson`` of a scipy.differentiate call at s = 0 of a function of one number s.
+
+    ``prefetch(s)``, where given, is told the steps of a central stencil's first two iterations before
+    they are asked for, to evaluate them in one call: scipy asks for its first iteration's ``order``
+    points, then for two more each iteration, and never stops before the second (its error estimate
+    compares two).
+    """
     def prefetched(steps, directions):
         if prefetch is not None and directions[0] == 0 and settings.maxiter > 1:
             prefetch(_central_steps(float(steps[0]), settings.order))
@@ -168,8 +180,10 @@ def _along_a_line(compute: Callable[[np.ndarray, np.ndarray], Any], settings: FD
 
 def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettings,
                  prefetch: Callable[[np.ndarray], None] | None = None):
-    """d/ds at 0 of a vector-valued function of a scalar s, given on a column of them (k, 1) → (k, n):
-    (value (n,), error (n,))."""
+    """d/ds at 0 of a vector-valued function of a scalar s, as (value (n,), error (n,)).
+
+    The function is given on a column of s values: (k, 1) → (k, n).
+    """
     res = _along_a_line(lambda steps, directions: _scipy_jacobian(
         _Composed(rows_fn), np.zeros(1), initial_step=steps, step_direction=directions, step_factor=STEP_FACTOR,
         **_scipy_options(settings)), settings, prefetch)
@@ -178,9 +192,12 @@ def _directional(rows_fn: Callable[[np.ndarray], np.ndarray], settings: FDSettin
 
 def _line_derivative(along: Callable[[np.ndarray], np.ndarray], settings: FDSettings,
                      prefetch: Callable[[np.ndarray], None] | None = None) -> tuple[float, float]:
-    """d/ds at 0 of a scalar function of s, given elementwise on arrays of s: (value, error), as
-    ``_directional`` computes them for a vector, through scipy.differentiate.derivative itself (its
-    jacobian wraps the same iterations in reshapes that cost as much again as a probe's arithmetic)."""
+    """d/ds at 0 of a scalar function of s, given elementwise on arrays of s, as (value, error).
+
+    They are what ``_directional`` computes for a vector, here through scipy.differentiate.derivative
+    itself (its jacobian wraps the same iterations in reshapes that cost as much again as a probe's
+    arithmetic).
+    """
     res = _along_a_line(lambda steps, directions: differentiate.derivative(
         along, 0.0, initial_step=float(steps[0]), step_direction=int(directions[0]), step_factor=STEP_FACTOR,
         **_scipy_options(settings)), settings, prefetch)
@@ -193,9 +210,11 @@ STEP_FACTOR = 2.0
 
 
 def _central_steps(initial_step: float, order: int) -> np.ndarray:
-    """The steps at which scipy.differentiate's central stencil of ``order``, from ``initial_step``
-    at 0, evaluates a function in its first two iterations (its ``pre_func_eval``, computed the same
-    way: with a factor of 2 every step is exact)."""
+    """The steps at which scipy.differentiate's central stencil evaluates in its first two iterations.
+
+    The stencil is of ``order``, from ``initial_step`` at 0. The steps are computed the same way as its
+    ``pre_func_eval``: with a factor of 2 every step is exact.
+    """
     terms = (order + 1) // 2
     h = np.float64(initial_step)
     first = h / STEP_FACTOR ** np.arange(terms, dtype=np.float64)
@@ -204,8 +223,11 @@ def _central_steps(initial_step: float, order: int) -> np.ndarray:
 
 
 def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, settings: FDSettings):
-    """Hessian (m, m) at ``point`` of a scalar function of many points (rows (k, m) → (k,)), and its
-    error estimate (central stencils only, one step for all: scipy's hessian takes no step direction)."""
+    """Hessian (m, m) at ``point`` of a scalar function of many points, and its error estimate.
+
+    The function maps rows (k, m) → (k,). Central stencils only, one step for all: scipy's hessian
+    takes no step direction.
+    """
     res = _richardson(lambda steps, directions: differentiate.hessian(
         _Composed(rows_fn), point, initial_step=float(steps[0]), **_scipy_options(settings)),
         settings, 1, directions=(0,))
@@ -213,9 +235,12 @@ def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, set
 
 
 def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np.ndarray]:
-    """``count`` random unit vectors. Any continuous distribution finds a wrong derivative with
-    probability 1 (no nonzero error is orthogonal to them but on a set of measure zero); uniform
-    draws cost a third of Gaussian ones, which took a tenth of a 100k-parameter MLP's check."""
+    """``count`` random unit vectors.
+
+    Any continuous distribution finds a wrong derivative with probability 1 (no nonzero error is
+    orthogonal to them but on a set of measure zero); uniform draws cost a third of Gaussian ones,
+    which took a tenth of a 100k-parameter MLP's check.
+    """
     directions = rng.random((count, size))
     directions -= 0.5
     directions /= np.sqrt(np.einsum("ij,ij->i", directions, directions))[:, None]
@@ -223,15 +248,21 @@ def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np
 
 
 class ReferenceBuilder:
-    """Computes the reference of one scenario, for one (co)tangent: the finite-difference vocabulary
-    the operator records' ``finite_differences`` functions are written in."""
+    """Computes the reference of one scenario, for one (co)tangent.
+
+    It is the finite-difference vocabulary the operator records' ``finite_differences`` functions are
+    written in.
+    """
 
     def __init__(self, scenario: Scenario, settings: FDSettings,
                  along: list[tuple[np.ndarray, np.ndarray | None]] | None = None,
                  memo: EvaluationMemo | None = None):
-        """``along``: probe these directions (u, and w for matrix results or None) instead of random
+        """Set up the reference of ``scenario``, with given probe directions or f's shared evaluations.
+
+        ``along``: probe these directions (u, and w for matrix results or None) instead of random
         ones, whatever the input's size: how a disagreement between two modes is decided. ``memo``:
-        f's evaluations shared with the other scenarios of the same function."""
+        f's evaluations shared with the other scenarios of the same function.
+        """
         self.scenario = scenario
         self.settings = settings
         self.along = along
@@ -282,9 +313,12 @@ class ReferenceBuilder:
 
     def full_or_probes(self, order: int, weights: Callable[[], np.ndarray], matrix: bool,
                        full: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]]) -> Reference:
-        """A result made from the order's full matrix (J, or the Hessian of a scalar f) and its error
-        by ``full(matrix, error) -> (result, error)``; past the order's size limit, probes of it with
-        ``weights`` and ``matrix`` as the probe methods take them."""
+        """A result from the order's full matrix, or probes of it past the order's size limit.
+
+        The full matrix is J, or the Hessian of a scalar f; ``full(matrix, error) -> (result, error)``
+        makes the result and its error from it. Past the size limit, the probes are made with
+        ``weights`` and ``matrix`` as the probe methods take them.
+        """
         if self.probes_needed(order):
             probe = self.first_order_probes if order == 1 else self.second_order_probes
             return Reference(self.g.value, probes=probe(weights, matrix))
@@ -328,8 +362,11 @@ class ReferenceBuilder:
 
     # -- probes ---------------------------------------------------------------------------------
     def first_order_probes(self, weights: Callable[[], np.ndarray], matrix: bool) -> list[Probe]:
-        """w·J·u for random unit u by directional differences; w is random for a Jacobian (kept in
-        the probe), the cotangent for a vjp, 1 for a gradient (results like x: compared as u·R)."""
+        """w·J·u for random unit u, by directional differences.
+
+        w is random for a Jacobian (kept in the probe), the cotangent for a vjp, 1 for a gradient
+        (results like x: compared as u·R).
+        """
         probes = []
         for u, given_w in self._directions():
             w = given_w if given_w is not None else weights()
@@ -358,9 +395,11 @@ class ReferenceBuilder:
 
 
 def _analytic(scenario: Scenario, value: Any, tangent: Any) -> list[Reference]:
-    """The scenario's own reference: its result, a list of them (one per batched tangent), or a
-    function of the point (and the tangent, for operators that take one) giving it, which also
-    serves every tangent a variant draws."""
+    """The scenario's own reference.
+
+    Its result, a list of them (one per batched tangent), or a function of the point (and the tangent,
+    for operators that take one) giving it, which also serves every tangent a variant draws.
+    """
     def one(expected: Any) -> Reference:
         expected = optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), expected)
         if OPERATOR_RECORDS[scenario.operator].returns_value:
@@ -395,8 +434,11 @@ def default_tangent(scenario: Scenario, value: Any) -> Any:
 
 def compute_references(scenario: Scenario, settings: FDSettings | None = None,
                        memo: EvaluationMemo | None = None) -> tuple[Any, list[Reference]]:
-    """(the tangent used, one Reference per tangent), each refined where its error estimate cannot
-    decide the scenario's strictest tolerance; f's evaluations shared through ``memo`` if given."""
+    """The tangent used, and one Reference per tangent.
+
+    Each is refined where its error estimate cannot decide the scenario's strictest tolerance. f's
+    evaluations are shared through ``memo`` if given.
+    """
     builder = ReferenceBuilder(scenario, settings or FDSettings(), memo=memo)
     tangent = default_tangent(scenario, builder.g.value)
     if scenario.reference is not None:
@@ -434,8 +476,10 @@ def _flat_leaves(tree: Any) -> np.ndarray:
 
 
 def decides(reference: Reference, tol: Tolerance) -> bool:
-    """Whether the reference's error estimate is small enough, everywhere, to decide a result at ``tol``
-    (the comparison's own test, ``gradci.scenarios.numerics.tolerances.undecided``)."""
+    """Whether the reference's error estimate is small enough everywhere to decide a result at ``tol``.
+
+    The test is the comparison's own, ``gradci.scenarios.numerics.tolerances.undecided``.
+    """
     if reference.is_full:
         values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
         scale = reliable_scale(values, errors, tol)
@@ -445,8 +489,11 @@ def decides(reference: Reference, tol: Tolerance) -> bool:
 
 
 def describe(references: list[Reference]) -> tuple[str, float | None]:
-    """How a cell's references were made, for people ("finite differences, full"; "finite
-    differences, 12 probes"; "analytic"), and their largest error estimate (None: none was given)."""
+    """How a cell's references were made, for people, and their largest error estimate.
+
+    The description reads "finite differences, full", "finite differences, 12 probes" or "analytic".
+    The estimate is None where none was given.
+    """
     if not references:
         return "", None
     first = references[0]
@@ -471,8 +518,10 @@ def most_accurate(a: Reference, b: Reference) -> Reference:
 
 
 class ReferenceCache:
-    """References by scenario fingerprint: computed once however many backends, devices and dtypes;
-    f's evaluations shared by the scenarios of one function (``share_evaluations``)."""
+    """References by scenario fingerprint, computed once however many backends, devices and dtypes.
+
+    f's evaluations are shared by the scenarios of one function (``share_evaluations``).
+    """
 
     def __init__(self, maxsize: int = 4096, share_evaluations: bool = True):
         self._entries: OrderedDict[str, tuple[Any, list[Reference]]] = OrderedDict()

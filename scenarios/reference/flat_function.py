@@ -39,8 +39,9 @@ def owned_copy(tree: Any) -> Any:
 
 
 def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
-    """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU;
-    every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
+    """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU.
+
+    Every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
     ``adopting``: x's arrays are the call's own already (made for it, held by nobody else), handed
     over without another copy where the framework can share their memory.
 
@@ -66,8 +67,10 @@ def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
 
 
 def reference_framework(scenario: Scenario) -> str:
-    """The framework whose implementation computes references: numpy (or a framework-neutral f)
-    first, then torch, then jax."""
+    """The framework whose implementation computes references.
+
+    numpy (or a framework-neutral f) first, then torch, then jax.
+    """
     for framework in ("numpy", "torch", "jax"):
         if scenario.implementation(framework) is not None:
             return framework
@@ -102,8 +105,10 @@ class FlatFunction:
         self.failure: Exception | None = None  # the last exception at a stencil point, for the message
 
     def check_output(self, operator: str) -> None:
-        """Raise ScenarioOutputError when f(x) is not what ``operator`` differentiates (one
-        FlatFunction may serve the scenarios of several operators)."""
+        """Raise ScenarioOutputError when f(x) is not what ``operator`` differentiates.
+
+        One FlatFunction may serve the scenarios of several operators.
+        """
         _check_output(operator, self.value, self.y0)
 
     def _call_tree(self, x: Any, adopting: bool = False) -> Any:
@@ -114,10 +119,13 @@ class FlatFunction:
         return self._outside_domain_as_nan(lambda: self._call_tree(self.unravel_input(v)))
 
     def along(self, direction: np.ndarray, coefficient: float) -> np.ndarray:
-        """g(v0 + coefficient·direction), the point built leaf by leaf in arrays of its own with
-        ``line_rows``' arithmetic (a product, then a sum: the same roundings) and handed to f without
-        another copy: each of a network's parameter arrays is made just before f reads it, while it is
-        in cache, where building every point first and copying each into the framework cost 1.5×."""
+        """g(v0 + coefficient·direction), with the point built just before f reads it.
+
+        The point is built leaf by leaf in arrays of its own with ``line_rows``' arithmetic (a product,
+        then a sum: the same roundings) and handed to f without another copy: each of a network's
+        parameter arrays is made just before f reads it, while it is in cache, where building every
+        point first and copying each into the framework cost 1.5×.
+        """
         leaves = []
         for (start, stop), shape in self._spans:
             leaf = np.multiply(coefficient, direction[start:stop])

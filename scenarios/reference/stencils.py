@@ -39,7 +39,9 @@ def batching_enabled() -> bool:
 
 class BatchedFunction:
     """f at a batch of flat points, rows (k, m) → rows (k, n), once validated against the loop.
-    ``call`` may hand f the rows themselves (torch, without a copy): f may write into them."""
+
+    ``call`` may hand f the rows themselves (torch, without a copy): f may write into them.
+    """
 
     def __init__(self, call: Callable[[np.ndarray], np.ndarray]):
         self._call = call
@@ -48,21 +50,27 @@ class BatchedFunction:
 
     def evaluate(self, rows: np.ndarray, g: FlatFunction) -> np.ndarray | None:
         """f at every row, or None (and refused from now on) where the batched call cannot be used.
-        f gets a copy: the loop takes over from ``rows`` where the batched call is refused."""
+
+        f gets a copy: the loop takes over from ``rows`` where the batched call is refused.
+        """
         return self._checked(lambda: self._call(rows.copy()), len(rows), lambda i: rows[(0, -1)[i]], g)
 
     def evaluate_line(self, origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray,
                       g: FlatFunction) -> np.ndarray | None:
-        """f at origin + c·direction for each coefficient c, as ``evaluate`` at ``line_rows``: f gets
-        the points themselves, made for this call (the loop, if it takes over, makes its own)."""
+        """f at origin + c·direction for each coefficient c, as ``evaluate`` at ``line_rows``.
+
+        f gets the points themselves, made for this call (the loop, if it takes over, makes its own).
+        """
         ends = coefficients[[0, -1]]
         return self._checked(lambda: self._call(line_rows(origin, direction, coefficients)), len(coefficients),
                              lambda i: line_rows(origin, direction, ends[i:i + 1])[0], g)
 
     def _checked(self, compute: Callable[[], np.ndarray], count: int, end_row: Callable[[int], np.ndarray],
                  g: FlatFunction) -> np.ndarray | None:
-        """``compute()``'s values, checked once against the loop at the first and last rows
-        (``end_row(0)``, ``end_row(1)``)."""
+        """``compute()``'s values, checked once against the loop at the first and last rows.
+
+        Those rows are ``end_row(0)`` and ``end_row(1)``.
+        """
         try:
             # vmap's own notices (torch: "not yet implemented the batching rule for ...") are ours to
             # keep quiet; what f itself warns about, its cells report when the backends run it.
@@ -85,9 +93,12 @@ class BatchedFunction:
 
 
 def line_rows(origin: np.ndarray, direction: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
-    """The points origin + c·direction (k, m), in one array of their own, filled in place: a second
-    temporary of k 100k-element points doubles the memory traffic, and each fresh one is page-faulted
-    in (numpy asks for huge pages for large arrays; torch, measured building them, took 4× as long)."""
+    """The points origin + c·direction (k, m), in one array of their own, filled in place.
+
+    A second temporary of k 100k-element points doubles the memory traffic, and each fresh one is
+    page-faulted in (numpy asks for huge pages for large arrays; torch, measured building them, took
+    4× as long).
+    """
     rows = np.multiply(np.asarray(coefficients, dtype=np.float64)[:, None], direction)
     rows += origin
     return rows
@@ -102,8 +113,11 @@ _BATCHED: OrderedDict[str, BatchedFunction | None] = OrderedDict()
 
 
 def batched_function(scenario: Scenario) -> BatchedFunction | None:
-    """The scenario's f over batches, built (and compiled) once per function; None where its
-    reference implementation has no batching (numpy, framework-neutral) or it was refused."""
+    """The scenario's f over batches, built (and compiled) once per function.
+
+    None where its reference implementation has no batching (numpy, framework-neutral) or it was
+    refused.
+    """
     key = scenario.function_fingerprint()
     if key not in _BATCHED:
         builder = _BUILDERS.get(reference_framework(scenario))
@@ -161,8 +175,10 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
-    """f over a batch of flat points, numpy rows (k, m) → numpy values (k, n); the rows are f's to
-    keep (a tensor sharing their memory)."""
+    """f over a batch of flat points, numpy rows (k, m) → numpy values (k, n).
+
+    The rows are f's to keep (a tensor sharing their memory).
+    """
     import torch
 
     from gradci.scenarios.adapters import get_framework
@@ -191,8 +207,11 @@ _BUILDERS = {"jax": _jax_batched, "torch": _torch_batched}
 
 
 class StencilEvaluator:
-    """g at many points (rows (k, m) → values (k, n)): each distinct point once, from the memo
-    where another scenario of the same function evaluated it, else batched where f allows."""
+    """g at many points, rows (k, m) → values (k, n).
+
+    Each distinct point is evaluated once: from the memo where another scenario of the same function
+    evaluated it, else batched where f allows.
+    """
 
     def __init__(self, g: FlatFunction, scenario: Scenario, memo: EvaluationMemo | None = None):
         self.g = g
@@ -261,15 +280,17 @@ class StencilEvaluator:
 
 
 class LineEvaluator:
-    """g along the line x + s·scale·direction, for a column of s (k, 1) → values (k, n): what a
-    directional difference (a probe, a jvp) takes.
+    """g along the line x + s·scale·direction, for a column of s (k, 1) → values (k, n).
+
+    This is what a directional difference (a probe, a jvp) takes.
 
     At s = 0 it is f(x), which the flat function already has. Every other point is evaluated once
     per line (a ``prefetch``'s points in one batched call) and shared through the memo under the
     line's number and s (``EvaluationMemo.line_number``): keying each point by its bytes, as
     ``StencilEvaluator`` does, would copy and hash every 100k-element point of a network's
     parameters and keep it in the memo, which cost more than evaluating f there. The points are the
-    ones ``StencilEvaluator`` would be given, x + (s·scale)·direction, bit for bit."""
+    ones ``StencilEvaluator`` would be given, x + (s·scale)·direction, bit for bit.
+    """
 
     def __init__(self, evaluator: StencilEvaluator, direction: np.ndarray, scale: float):
         self._evaluator = evaluator

@@ -31,9 +31,11 @@ _RECENT = 64  # spreads kept, by scenario: the cells of one scenario that fail s
 
 @dataclasses.dataclass
 class StepSpread:
-    """Per tangent, the reference's spread over ``STEPS`` (a pytree like the full result, or one
-    number per probe), the estimates at each step of its most wandering element, and whether two
-    evaluations of f at x agreed."""
+    """Per tangent, the reference's spread over ``STEPS``.
+
+    The spread is a pytree like the full result, or one number per probe. With it come the estimates at
+    each step of its most wandering element, and whether two evaluations of f at x agreed.
+    """
 
     spreads: list[Any]
     coarse: list[Any]        # the estimates at the two largest steps, and how far apart they are
@@ -59,8 +61,11 @@ class StepSpread:
         return out
 
     def coarse_references(self, references: list[Reference]) -> list[Reference]:
-        """The references as the two largest steps give them: their mean, uncertain by their gap plus
-        the original's error estimate. Noise below those steps does not reach them."""
+        """The references as the two largest steps give them.
+
+        Their mean, uncertain by their gap plus the original's error estimate. Noise below those steps
+        does not reach them.
+        """
         out = []
         for reference, value, gap in zip(references, self.coarse, self.coarse_gap):
             if reference.is_full:

@@ -56,8 +56,10 @@ def _flat(tree: Any) -> np.ndarray:
 
 
 def element_name(tree: Any, flat_index: int) -> str:
-    """The element at ``flat_index`` of a pytree's flattened leaves, as a user finds it: its block
-    (dict key, tuple or list position) and its index within that leaf."""
+    """The element at ``flat_index`` of a pytree's flattened leaves, as a user finds it.
+
+    Its block (dict key, tuple or list position) and its index within that leaf.
+    """
     paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=True)
     start = 0
     for path, leaf in zip(paths, leaves):
@@ -85,10 +87,13 @@ def structure_mismatch(result: Any, expected: Any) -> str | None:
 
 
 def compare_arrays(result: Any, expected: Any, error: Any, tol: Tolerance, backend_error: Any = None) -> Comparison:
-    """Elementwise |a - r| <= atol·scale + rtol·|r| + k·err, non-finite values where the reference
+    """Compare a result with the reference elementwise, within tolerance and the reference's error.
+
+    Elementwise |a - r| <= atol·scale + rtol·|r| + k·err, non-finite values where the reference
     has the same ones and nowhere else; no verdict where the reference's error is too large to
     decide (``unreliable``), unless the result is wrong even so. ``backend_error``, a backend's own
-    error estimate (fd), only widens."""
+    error estimate (fd), only widens.
+    """
     mismatch = structure_mismatch(result, expected)
     if mismatch:
         return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"), message=mismatch)
@@ -136,8 +141,10 @@ def _worst(diff, threshold, a, r, name: Callable[[int], str]) -> str:
 
 
 def probe_projection(flat: np.ndarray, probe: Probe) -> tuple[float, float]:
-    """(u·R, or w·R·u for matrix results, of the flattened result R; and its rounding-noise scale,
-    the norm of the terms)."""
+    """The flattened result R projected on a probe, and the rounding-noise scale of that projection.
+
+    As a pair: u·R (or w·R·u for matrix results), and the norm of the terms.
+    """
     if probe.w is None:
         terms = flat * probe.u
     else:
@@ -175,9 +182,11 @@ def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expect
 
 def compare_to_reference(result: Any, reference: Reference, tol: Tolerance, operator: str,
                          custom: Callable | None = None, *, x: Any) -> Comparison:
-    """The whole comparison of one (co)tangent's result; an operator that returns the value
-    (value_and_gradient) has it checked too. ``x``, the scenario's point, lays out a matrix result's
-    blocks for probes."""
+    """The whole comparison of one (co)tangent's result.
+
+    An operator that returns the value (value_and_gradient) has it checked too. ``x``, the scenario's
+    point, lays out a matrix result's blocks for probes.
+    """
     if OPERATOR_RECORDS[operator].returns_value:
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             return Comparison(ok=False, message=f"{operator} must return (value, gradient)")
@@ -204,9 +213,11 @@ def _compare_derivative(result: Any, reference: Reference, tol: Tolerance, custo
 
 
 def probed_layout(result: Any, operator: str, x: Any) -> np.ndarray:
-    """The result as one float64 vector in the layout of the reference's flattened function: a matrix
-    result's blocks (``gradci.scenarios.operators.blocks``) as the row-major (rows, columns) matrix, anything else its
-    leaves in order."""
+    """The result as one float64 vector in the layout of the reference's flattened function.
+
+    A matrix result's blocks (``gradci.scenarios.operators.blocks``) become the row-major (rows,
+    columns) matrix; anything else, its leaves in order.
+    """
     if OPERATOR_RECORDS[operator].matrix_result:
         return block_matrix(result, x).reshape(-1)
     return _flat(result)

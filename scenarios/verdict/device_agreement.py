@@ -26,8 +26,11 @@ class Agreement:
 
 
 def compare_with_cpu(gpu: Any, cpu: Any, tol: Tolerance) -> Agreement:
-    """Elementwise ``|gpu - cpu| <= atol * max(1, max|cpu|) + rtol * |cpu|``; NaN and infinities
-    agree only where both sides have the same one."""
+    """Compare a GPU result with the CPU's, elementwise.
+
+    ``|gpu - cpu| <= atol * max(1, max|cpu|) + rtol * |cpu|``; NaN and infinities agree only where both
+    sides have the same one.
+    """
     gpu_spec, cpu_spec = (optree.tree_structure(tree, none_is_leaf=True) for tree in (gpu, cpu))
     if gpu_spec != cpu_spec:
         return Agreement(False, message=f"the GPU result is shaped {gpu_spec}, the CPU's {cpu_spec}")

@@ -23,8 +23,10 @@ from gradci.scenarios.verdict.against_reference import Comparison, compare_array
 
 
 def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tangent: Any) -> None:
-    """Fail the mode the reference finds wrong wherever a passing forward and reverse cell of one
-    framework, device and dtype disagree."""
+    """Fail the mode the reference finds wrong wherever passing forward and reverse cells disagree.
+
+    Cells are compared within one framework, device and dtype.
+    """
     groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
         if cell.status == Status.PASS and cell.mode in ("forward", "reverse"):
@@ -72,8 +74,10 @@ def _per_tangent(tree: Any, tangent: Any) -> list:
 
 
 def _decide(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple[Comparison | None, ...]:
-    """Each result compared with a reference along the direction they disagree in; None for both
-    where that reference cannot be computed or cannot decide."""
+    """Each result compared with a reference along the direction they disagree in.
+
+    None for both where that reference cannot be computed or cannot decide.
+    """
     record = OPERATOR_RECORDS[scenario.operator]
     derivative = (lambda r: r[1]) if record.returns_value else (lambda r: r)
     def layout(result):  # a matrix result's blocks as its (rows, columns) matrix, row-major

@@ -23,8 +23,11 @@ _DECLARE_STATE = "declare it with state=({index}) so that every evaluation start
 
 
 def snapshot(inputs: tuple[Any, Any, tuple], copy: bool = True) -> list[list[tuple[str, Any]]]:
-    """Bitwise host copies of (x, tangent, contexts), each leaf with its name; without ``copy``, their
-    values as they are now, read in place where they live on the host (to compare, not to keep)."""
+    """Bitwise host copies of (x, tangent, contexts), each leaf with its name.
+
+    Without ``copy``, their values as they are now, read in place where they live on the host (to
+    compare, not to keep).
+    """
     x, tangent, contexts = inputs
     parts = [("x", x), ("the tangent", tangent)] + [(f"context {i}", c) for i, c in enumerate(contexts)]
     return [[(name + leaf_path(path), _to_host(leaf, copy)) for path, leaf in _leaves_with_paths(tree)]
@@ -54,8 +57,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def mutation(before: list, inputs: tuple[Any, Any, tuple]) -> tuple[Status, str] | None:
-    """(status, message) for the first argument of ``inputs`` that changed in place since its
-    ``snapshot`` ``before``, or None."""
+    """The first argument of ``inputs`` that changed in place since ``before``, as (status, message).
+
+    ``before`` is its ``snapshot``. None where none changed.
+    """
     after = snapshot(inputs, copy=False)
     for part_before, part_after in zip(before, after):
         for (name, old), (_, new) in zip(part_before, part_after):

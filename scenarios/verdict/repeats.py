@@ -1,5 +1,6 @@
-"""Nondeterminism: the same derivative computed several times (``Scenario(repeats=N)``, the
-``repeats`` option of a check or a run) and whether the results are bitwise identical.
+"""Nondeterminism: the same derivative computed several times, bitwise identical or not.
+
+Repeats come from ``Scenario(repeats=N)`` or the ``repeats`` option of a check or a run.
 
 GPU kernels that accumulate with atomics (the backward of scatter, index_add, embedding bags) add in
 whatever order threads finish: the last bits change from call to call. That is not a wrong
@@ -17,8 +18,10 @@ BITS_ONLY = float(np.nextafter(0.0, 1.0))
 
 
 def repeat_spread(first: Any, others: list[Any]) -> float:
-    """The largest elementwise difference between ``first`` and each of ``others`` (numpy pytrees);
-    0.0 only where all are bitwise identical, infinite where NaN or infinities move."""
+    """The largest elementwise difference between ``first`` and each of ``others`` (numpy pytrees).
+
+    0.0 only where all are bitwise identical, infinite where NaN or infinities move.
+    """
     spread = 0.0
     reference = optree.tree_leaves(first, none_is_leaf=True)
     for other in others:

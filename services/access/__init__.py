@@ -1,2 +1,4 @@
-"""Who may read what: the asker of a request, what GitHub lets them see, and the one decision every
-read of runs, cells, reports and history goes through."""
+"""Read access: who asks, what GitHub lets them see, and the one decision every read goes through.
+
+Every read of runs, cells, reports and history goes through that decision.
+"""

@@ -22,8 +22,11 @@ from gradci.services.db.queries import EVERYTHING, Visible
 
 @dataclasses.dataclass(frozen=True)
 class Asker:
-    """Who asks. ``github_token`` is the signed-in user's own OAuth token (kept out of reprs and logs);
-    ``token_repositories`` the owner/names a read token may read, lower-cased as GitHub compares them."""
+    """Who asks: an operator, a signed-in user, a read token's holder, or nobody.
+
+    ``github_token`` is the signed-in user's own OAuth token (kept out of reprs and logs);
+    ``token_repositories`` the owner/names a read token may read, lower-cased as GitHub compares them.
+    """
 
     operator: bool = False
     login: str | None = None
@@ -39,8 +42,11 @@ ANONYMOUS = Asker()
 
 
 class ReadDecision:
-    """What ``asker`` may read under the server's ``read_access``; GitHub is asked through ``views``
-    (the service's own ``service_token`` says whether a repository is public, where there is one)."""
+    """What ``asker`` may read under the server's ``read_access``.
+
+    GitHub is asked through ``views`` (the service's own ``service_token`` says whether a repository is
+    public, where there is one).
+    """
 
     def __init__(self, asker: Asker, read_access: str, views: GitHubViews, service_token: str | None = None) -> None:
         self.asker, self.read_access = asker, read_access
@@ -54,7 +60,7 @@ class ReadDecision:
         return self.sees_everything or self.read_access != "login" or not self.asker.anonymous
 
     def may_read(self, repository: Repository | None) -> bool:
-        """May the asker read the runs of ``repository`` (None: the built-in library)?"""
+        """Whether the asker may read the runs of ``repository`` (None: the built-in library)."""
         if self.sees_everything:
             return True
         if repository is None:
@@ -62,7 +68,7 @@ class ReadDecision:
         return repository.full_name is not None and self.may_read_github(repository.full_name)
 
     def may_read_github(self, full_name: str) -> bool:
-        """May the asker read the runs of the GitHub repository ``full_name`` (owner/name)?"""
+        """Whether the asker may read the runs of the GitHub repository ``full_name`` (owner/name)."""
         if self.sees_everything or full_name.lower() in self.asker.token_repositories:
             return True
         if self.asker.github_token and self._views.view(full_name, self.asker.github_token).readable:

@@ -1,10 +1,10 @@
-"""What GitHub lets a credential see of a repository: ``GET /repos/{owner}/{repo}``, asked with that
-credential and kept for minutes.
+"""What GitHub lets a credential see of a repository, asked with that credential and kept for minutes.
 
-A user's OAuth token is answered 200 for a repository they may read (with their ``permissions``) and
-404 for one they may not; no token is answered 200 for public repositories only. Answers are kept
-``ttl_s`` seconds, never longer: someone removed from a repository stops seeing it within that time.
-An answer that says nothing (GitHub unreachable, a 5xx, a rate limit) denies and is not kept.
+The question is ``GET /repos/{owner}/{repo}``. A user's OAuth token is answered 200 for a repository
+they may read (with their ``permissions``) and 404 for one they may not; no token is answered 200
+for public repositories only. Answers are kept ``ttl_s`` seconds, never longer: someone removed from
+a repository stops seeing it within that time. An answer that says nothing (GitHub unreachable, a
+5xx, a rate limit) denies and is not kept.
 """
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ MAX_ENTRIES = 10_000  # (credential, repository) answers kept; the oldest go fir
 
 @dataclasses.dataclass(frozen=True)
 class RepoView:
-    """GitHub's answer: whether the credential reads the repository, whether it is private, and
-    whether the credential may push to it (a user who may push may cancel its runs)."""
+    """GitHub's answer about one repository for one credential.
+
+    Whether the credential reads the repository, whether it is private, and whether the credential may
+    push to it (a user who may push may cancel its runs).
+    """
 
     readable: bool
     private: bool | None = None

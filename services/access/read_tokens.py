@@ -1,5 +1,6 @@
-"""Read tokens: bearer tokens that may read the runs of some repositories (programs, and the badge
-of a private repository, which a README can only name in its URL).
+"""Read tokens: bearer tokens that may read the runs of some repositories.
+
+They serve programs, and the badge of a private repository, which a README can only name in its URL.
 
 Made and kept as every bearer token is (``services/db/bearer_tokens.py``: hashed, shown once), behind
 a marker of their own.

@@ -43,8 +43,11 @@ def is_loopback_host(host: str | None) -> bool:
 
 
 def bearer_asker(session: Session, settings: Settings, token: str) -> Asker:
-    """The admin token is an operator; a read token reads its repositories; any other is refused
-    (a program that sent a wrong token wants to be told, not to be served as nobody)."""
+    """The asker a bearer token stands for: an operator, a read token's holder, or a refusal.
+
+    The admin token is an operator; a read token reads its repositories; any other is refused (a program
+    that sent a wrong token wants to be told, not to be served as nobody).
+    """
     if is_admin_token(settings, token):
         return Asker(operator=True)
     row = find_read_token(session, token)

@@ -18,8 +18,11 @@ def _detail(status_code: int, detail: str) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Bad input is the client's to fix (4xx); an unreachable database is temporary (503). Neither
-    is a 500, which would mean a bug here."""
+    """Answer bad input with a 4xx and an unreachable database with a 503, never a 500.
+
+    Bad input is the client's to fix (4xx); an unreachable database is temporary (503). Neither is a
+    500, which would mean a bug here.
+    """
 
     @app.exception_handler(InvalidCursor)
     async def invalid_cursor(_: Request, exc: InvalidCursor) -> JSONResponse:

@@ -50,9 +50,12 @@ def is_admin_token(settings: Settings, given: str) -> bool:
 
 
 def require_write_token(request: Request, settings: SettingsDep, credentials: BearerCredentials) -> None:
-    """Writes need ``Authorization: Bearer <GRADCI_API_TOKEN>`` when a token is configured. Without one
+    """Refuse a write that lacks the API token, or that a browser sends from another site.
+
+    Writes need ``Authorization: Bearer <GRADCI_API_TOKEN>`` when a token is configured. Without one
     (``gradci api --no-auth``, on loopback), a write a browser sends from another site is refused: a
-    page anywhere could otherwise post a form that cancels a run."""
+    page anywhere could otherwise post a form that cancels a run.
+    """
     if settings.api_token is None:
         if cross_site(request):
             raise HTTPException(status.HTTP_403_FORBIDDEN, detail="a write from another site's page is refused")

@@ -1,6 +1,8 @@
-"""The API's error answers, described once: every route lists the error statuses it can give
-with ``responses=errors(...)``, so that its OpenAPI description matches what it answers (the
-schemathesis conformance test holds the two together)."""
+"""The API's error answers, described once.
+
+Every route lists the error statuses it can give with ``responses=errors(...)``, so that its OpenAPI
+description matches what it answers (the schemathesis conformance test holds the two together).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -24,6 +26,8 @@ class ErrorOut(BaseModel):
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses`` of a route that answers these error statuses with ``{"detail": "..."}``;
-    503 is always among them (a database or broker outage can reach any route)."""
+    """The ``responses`` of a route that answers these error statuses with ``{"detail": "..."}``.
+
+    503 is always among them (a database or broker outage can reach any route).
+    """
     return {code: {"model": ErrorOut, "description": DESCRIPTIONS[code]} for code in sorted({*codes, 503})}

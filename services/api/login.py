@@ -1,7 +1,9 @@
-"""Sign in with GitHub: ``/login`` sends the browser to GitHub's authorize page, ``/login/callback``
-takes the code back, exchanges it for the user's token and asks GitHub who they are, ``/logout``
-ends the session. The OAuth web flow itself (state, code exchange, errors) is Authlib's Starlette
-client; an OAuth App's credentials, or in App mode the GitHub App's own client id and secret.
+"""Sign in with GitHub, and sign out.
+
+``/login`` sends the browser to GitHub's authorize page, ``/login/callback`` takes the code back,
+exchanges it for the user's token and asks GitHub who they are, ``/logout`` ends the session. The
+OAuth web flow itself (state, code exchange, errors) is Authlib's Starlette client; an OAuth App's
+credentials, or in App mode the GitHub App's own client id and secret.
 
 What the user may read is then asked of GitHub with their token (``services/access``), never
 decided here.

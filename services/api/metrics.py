@@ -1,5 +1,8 @@
-"""/metrics: Prometheus gauges read from the database at scrape time (runs and results by status,
-workers online by device), so every API replica reports the same numbers."""
+"""/metrics: Prometheus gauges read from the database at scrape time.
+
+The gauges count runs and results by status, and workers online by device, so every API replica
+reports the same numbers.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterator

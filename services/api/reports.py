@@ -1,5 +1,8 @@
-"""GET /api/runs/{id}/report: the coverage report (JSON), or the PR comment (?format=markdown);
-GET /api/runs/{id}/jobs/{job_id}: a job with the device record of the worker that produced its cells."""
+"""The routes of a run's report and of its jobs.
+
+GET /api/runs/{id}/report: the coverage report (JSON), or the PR comment (?format=markdown);
+GET /api/runs/{id}/jobs/{job_id}: a job with the device record of the worker that produced its cells.
+"""
 from __future__ import annotations
 
 from datetime import datetime
@@ -30,8 +33,11 @@ router = APIRouter(prefix="/api/runs", tags=["reports"])
 }, openapi_extra=OPTIONAL_CREDENTIAL)
 def get_report(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep, access: ReadAccess,
                format: Literal["json", "markdown"] = Query("json")) -> RunReport | Response:
-    """The run's report against its base run; 422 (as for an invalid field, ``loc`` naming it) when
-    the repository's gradci.toml has an invalid ``[report]`` table."""
+    """The run's report against its base run.
+
+    422 (as for an invalid field, ``loc`` naming it) when the repository's gradci.toml has an invalid
+    ``[report]`` table.
+    """
     run = access.run(run_id)
     try:
         report = report_for_run(session, run)

@@ -61,8 +61,10 @@ def run_url(settings: Settings, request: Request, run_id: int) -> str:
 
 
 def runs_out(session: Session, runs: list[Run], settings: Settings, request: Request) -> list[RunOut]:
-    """Runs with their cell and job counts, grouped queries for the whole list (a finished run's cells
-    are counted once: they never change)."""
+    """Runs with their cell and job counts, from grouped queries for the whole list.
+
+    A finished run's cells are counted once: they never change.
+    """
     cells, jobs = finished_counts.cell_counts(session, runs), queries.job_counts(session, [run.id for run in runs])
     waiting = waiting_by_run(session, [run.id for run in runs if jobs[run.id]["queued"]],
                              within_s=settings.worker_online_s)
@@ -88,8 +90,10 @@ def find_run(session: Session, run_id: int) -> Run:
 
 
 def queue_run(session: Session, run: Run, settings: Settings) -> None:
-    """Commit the run, then queue its planning (the worker must find the row). If the broker is
-    down the run is marked error, not left queued forever, and the client gets a 503."""
+    """Commit the run, then queue its planning (the worker must find the row).
+
+    If the broker is down the run is marked error, not left queued forever, and the client gets a 503.
+    """
     session.commit()
     try:
         dispatch.submit_plan(run.id, settings)
@@ -178,9 +182,11 @@ def list_results(
 def get_junit(run_id: RunId, request: Request, session: ReadSession, settings: SettingsDep,
               access: ReadAccess) -> Response:
     """JUnit XML for CI systems that display test reports: one testsuite per backend × device × dtype.
-    A finished run's document was rendered once and stored gzipped: it is sent as it is to clients
-    that accept gzip (``Content-Encoding: gzip``), inflated piece by piece for the others. A run still
-    in progress is streamed as the database returns its cells."""
+
+    A finished run's document was rendered once and stored gzipped: it is sent as it is to clients that
+    accept gzip (``Content-Encoding: gzip``), inflated piece by piece for the others. A run still in
+    progress is streamed as the database returns its cells.
+    """
     access.run(run_id)
     stored = session.get(StoredReport, run_id)
     blob = stored.junit_gz if stored is not None else None

@@ -1,5 +1,7 @@
-"""The dashboard's session: Starlette's signed cookie, holding who signed in (their GitHub login and
-their OAuth token, encrypted) and the CSRF token of the dashboard's forms.
+"""The dashboard's session, in Starlette's signed cookie.
+
+The cookie holds who signed in (their GitHub login and their OAuth token, encrypted) and the CSRF
+token of the dashboard's forms.
 
 The cookie is signed (itsdangerous), not secret: its content is base64 the browser can read. The
 user's token is therefore encrypted (Fernet) with a key derived from the session secret, so that
@@ -26,8 +28,11 @@ _PROCESS_KEY = secrets.token_hex(32)
 
 
 def session_key(settings: Settings) -> str:
-    """GRADCI_SESSION_SECRET; else one derived from the API token, so that every API process of a
-    deployment signs alike with no setting more."""
+    """The key that signs the session cookie.
+
+    GRADCI_SESSION_SECRET; else one derived from the API token, so that every API process of a
+    deployment signs alike with no setting more.
+    """
     if settings.session_secret is not None:
         return settings.session_secret.get_secret_value()
     if settings.api_token is not None:
@@ -95,8 +100,11 @@ def csrf_matches(request: Request, given: str | None) -> bool:
 
 
 def cross_site(request: Request) -> bool:
-    """The browser says the request comes from another site: ``Sec-Fetch-Site`` (cross-site or
-    same-site: another origin), or an ``Origin`` that is not this server's. Programs send neither."""
+    """Whether the browser says the request comes from another site.
+
+    It says so with ``Sec-Fetch-Site`` (cross-site or same-site: another origin), or with an ``Origin``
+    that is not this server's. Programs send neither.
+    """
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return True
     origin = request.headers.get("origin")

@@ -41,8 +41,10 @@ class InvalidUpload(BaseModel):
 
 
 def inlined_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s JSON schema with its definitions written in place: an OpenAPI requestBody given by
-    hand cannot point into the schema's own ``$defs``."""
+    """``model``'s JSON schema with its definitions written in place.
+
+    An OpenAPI requestBody given by hand cannot point into the schema's own ``$defs``.
+    """
     schema = model.model_json_schema()
     definitions = schema.pop("$defs", {})
 
@@ -69,8 +71,11 @@ def _error(status: int, detail: str, **headers: str) -> JSONResponse:
 }, openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
     "schema": inlined_schema(UploadIn)}}}})
 async def upload(request: Request, settings: SettingsDep) -> JSONResponse:
-    """One shard of a commit's cells, from ``gradci check --upload``. Needs ``Authorization: Bearer``
-    with an upload token of the repository, or a GitHub Actions OIDC id token of it."""
+    """One shard of a commit's cells, from ``gradci check --upload``.
+
+    Needs ``Authorization: Bearer`` with an upload token of the repository, or a GitHub Actions OIDC id
+    token of it.
+    """
     limit = settings.upload_max_bytes
     if declared_too_large(request, limit):
         return _error(413, f"payload larger than {limit} bytes")

@@ -1,5 +1,7 @@
-"""POST /webhooks/github: verify while the body streams in, decide, store what is to be acted on —
-and answer; the worker is told after the answer (``gradci.services.github.intake``).
+"""POST /webhooks/github: verify the delivery while its body streams in, decide, store, and answer.
+
+What is to be acted on is stored before the answer; the worker is told after it
+(``gradci.services.github.intake``).
 
 Until the signature matches, a request is anyone's: what can be refused from the headers alone
 (no or a malformed signature, a declared size over the cap) is refused before a byte of the body

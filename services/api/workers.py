@@ -15,8 +15,11 @@ router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 @router.get("", responses=errors(401, 403))
 def get_workers(session: ReadSession, settings: SettingsDep, _: OperatorAccess) -> list[WorkerOut]:
-    """Every worker that ever sent a heartbeat; ``online``: one arrived within GRADCI_WORKER_ONLINE_S.
-    Operators only: host names, versions and devices are the operator's."""
+    """Every worker that ever sent a heartbeat, for operators only.
+
+    ``online``: one arrived within GRADCI_WORKER_ONLINE_S. Host names, versions and devices are the
+    operator's.
+    """
     now = utcnow()
     return [
         from_row(WorkerOut, worker, online=is_online(worker, within_s=settings.worker_online_s, now=now))

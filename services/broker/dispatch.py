@@ -1,7 +1,10 @@
-"""The one place the API touches the queue: sending ``handle_delivery`` (a stored webhook delivery),
-``plan_run``, ``finalize_run`` (an upload run whose shards are in) and ``publish_github`` by name,
-and probing the broker. The producer app comes from ``gradci.services.broker.queues``: the API never
-imports the worker's tasks (nor the frameworks they load)."""
+"""The one place the API touches the queue: sending tasks by name, and probing the broker.
+
+The tasks are ``handle_delivery`` (a stored webhook delivery), ``plan_run``, ``finalize_run`` (an
+upload run whose shards are in) and ``publish_github``. The producer app comes from
+``gradci.services.broker.queues``: the API never imports the worker's tasks (nor the frameworks they
+load).
+"""
 from __future__ import annotations
 
 import threading
@@ -66,8 +69,11 @@ def submit_delivery(delivery_id: int, settings: Settings) -> None:
 
 
 def submit_plan(run_id: int, settings: Settings) -> None:
-    """Queue ``gradci.plan_run(run_id)``. Call it after the run's row is committed: a fast worker
-    could otherwise look for a run that does not exist yet."""
+    """Queue ``gradci.plan_run(run_id)``.
+
+    Call it after the run's row is committed: a fast worker could otherwise look for a run that does not
+    exist yet.
+    """
     _send(PLAN_RUN, run_id, settings)
 
 

@@ -35,8 +35,11 @@ class UnknownTransport(RuntimeError):
 
 
 def broker_tasks(settings: Settings, queues: Iterable[str]) -> dict[TaskKey, float | None]:
-    """Every task with a message for ``queues`` in the broker: ``WAITING`` when one waits in its
-    queue, else the time (``time.time()``) a worker took the latest one."""
+    """Every task with a message for ``queues`` in the broker, and when it was last taken.
+
+    ``WAITING`` when one waits in its queue, else the time (``time.time()``) a worker took the latest
+    one.
+    """
     with broker_connection(settings) as connection:
         channel = connection.default_channel
         driver = connection.transport.driver_type

@@ -1,5 +1,7 @@
-"""The queue side of the contract between the server and its workers: task names, queue names,
-which queue serves which device, and the Celery configuration both ends share.
+"""The queue side of the contract between the server and its workers.
+
+Task names, queue names, which queue serves which device, and the Celery configuration both ends
+share.
 
 The server sends tasks by *name* through a producer app built here, so it never imports the
 worker's code; ``gradci.worker.celery_app`` builds the consuming app from the same configuration.
@@ -28,9 +30,11 @@ CONTROL_TASKS = (HANDLE_DELIVERY, PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
 
 
 def broker_target(settings: Settings) -> tuple[str, str | None]:
-    """(URL, transport) to open the broker with: an embedded broker's database URL with gradci's
-    transport for it (``gradci.services.broker.embedded``); any other URL as it is, its transport
-    named by its scheme."""
+    """(URL, transport) to open the broker with.
+
+    An embedded broker's database URL with gradci's transport for it
+    (``gradci.services.broker.embedded``); any other URL as it is, its transport named by its scheme.
+    """
     if settings.broker_url.startswith(EMBEDDED_BROKER_SCHEMES):
         return strip_broker_scheme(settings.broker_url), EMBEDDED_TRANSPORT
     return settings.broker_url, None
@@ -47,20 +51,25 @@ def queue_for_device(device: str) -> str:
 
 
 def queues_of_worker(device: str, capability: str | None = None) -> list[str]:
-    """The queues a worker of one local device (``cpu`` or ``cuda:N``) consumes: a GPU worker takes
-    any-GPU jobs and those asking for its own compute capability."""
+    """The queues a worker of one local device (``cpu`` or ``cuda:N``) consumes.
+
+    A GPU worker takes any-GPU jobs and those asking for its own compute capability.
+    """
     if device == CPU:
         return [CPU]
     return [CUDA] + ([f"{CUDA}.sm{capability}"] if capability else [])
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Reliability as Celery's docs advise: acknowledged only when done
-    (``acks_late``), requeued when the process died (``reject_on_worker_lost``), one task reserved
-    at a time, soft and hard time limits, and a broker visibility timeout that outlives the hard
-    limit so that Redis never hands a running job to a second worker. Redelivery is bounded by the
-    attempt counter in the database, not here, and a message the broker lost is sent again by the
-    worker that reconciles the database with the broker. No result backend: the database is the record."""
+    """The Celery configuration both ends share, set for reliability as Celery's docs advise.
+
+    Tasks are acknowledged only when done (``acks_late``), requeued when the process died
+    (``reject_on_worker_lost``), one task reserved at a time, with soft and hard time limits, and a
+    broker visibility timeout that outlives the hard limit so that Redis never hands a running job to a
+    second worker. Redelivery is bounded by the attempt counter in the database, not here, and a message
+    the broker lost is sent again by the worker that reconciles the database with the broker. No result
+    backend: the database is the record.
+    """
     return dict(
         broker_transport_options=settings.broker_transport_options(),
         broker_connection_retry_on_startup=True,

@@ -28,8 +28,11 @@ def token_hash(token: str) -> str:
 
 
 class BearerTokens(Generic[Row]):
-    """The tokens of one kind: rows of ``model`` (with ``id``, ``prefix``, ``token_hash``, ``created_at``
-    and ``revoked_at`` columns), each token starting with ``marker``."""
+    """The bearer tokens of one kind, each starting with ``marker``.
+
+    They are rows of ``model``, with ``id``, ``prefix``, ``token_hash``, ``created_at`` and
+    ``revoked_at`` columns.
+    """
 
     def __init__(self, model: type[Row], marker: str) -> None:
         self._model: Any = model  # its columns build queries; mypy knows them only on the concrete class

@@ -1,5 +1,7 @@
-"""The webhook deliveries table: stored by the API in one statement, acted on once by a worker, and
-found again by the reconciler when no worker acted on it (its message was lost, or never sent).
+"""The webhook deliveries table.
+
+A delivery is stored by the API in one statement, acted on once by a worker, and found again by the
+reconciler when no worker acted on it (its message was lost, or never sent).
 
 Functions never commit: the caller owns the transaction.
 """
@@ -17,9 +19,12 @@ from gradci.services.db.upsert import dialect_insert
 
 def store_delivery(session: Session, *, delivery_id: str, event: str, payload: dict[str, Any],
                    decision: dict[str, Any], subject: str | None) -> int | None:
-    """Insert the delivery, unprocessed: its row id, or None when one with this ``delivery_id`` is
-    stored already (a redelivery or a replay; on PostgreSQL a concurrent insert of the same id waits
-    for the first one's transaction). One statement, however many copies arrive at once."""
+    """Insert the delivery, unprocessed, and return its row id.
+
+    None when one with this ``delivery_id`` is stored already (a redelivery or a replay; on PostgreSQL a
+    concurrent insert of the same id waits for the first one's transaction). One statement, however many
+    copies arrive at once.
+    """
     insert = dialect_insert(session, Delivery.__table__)
     statement = insert.values(delivery_id=delivery_id, event=event, action=payload.get("action"), payload=payload,
                               decision=decision, subject=subject, received_at=utcnow())
@@ -35,11 +40,13 @@ def subject_of(session: Session, delivery_id: int) -> tuple[bool, str | None]:
 
 
 def pending_deliveries(session: Session, delivery_id: int, subject: str | None) -> list[Delivery]:
-    """The delivery and, when it concerns a pull request (``subject``), that pull request's
-    deliveries stored before it: those still unprocessed, oldest first, locked until the transaction
-    ends (a second worker on one of them waits, then finds it processed). The caller serialises a
-    subject's deliveries first (``lock_for_transaction``): this reads what the one before committed.
-    Their payloads are not loaded: acting needs only the decision."""
+    """The still unprocessed deliveries among this one and its pull request's earlier ones, oldest first.
+
+    The earlier ones are those stored before it of the pull request it concerns (``subject``), if any.
+    All are locked until the transaction ends (a second worker on one of them waits, then finds it
+    processed). The caller serialises a subject's deliveries first (``lock_for_transaction``): this
+    reads what the one before committed. Their payloads are not loaded: acting needs only the decision.
+    """
     of_it = (Delivery.id == delivery_id if subject is None
              else (Delivery.subject == subject) & (Delivery.id <= delivery_id))
     statement = (select(Delivery).options(defer(Delivery.payload))

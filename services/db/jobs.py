@@ -1,5 +1,7 @@
-"""The workers' writes: storing a plan, claiming a job, finishing it, finalising the run; and the
-reconciler's questions: which jobs and runs lost their message or their worker.
+"""The workers' writes, and the reconciler's questions about lost jobs and runs.
+
+The writes: storing a plan, claiming a job, finishing it, finalising the run. The questions: which
+jobs and runs lost their message or their worker.
 
 Reliability lives here, in the database, not in the broker: a job's attempts are counted when it
 is claimed (so a job whose worker died is redelivered at most ``max_attempts`` times, then marked
@@ -125,15 +127,19 @@ def claim_job(session: Session, job_id: int, *, worker: str, delivery: str, max_
 
 
 def heartbeat_device_record(session: Session, worker: str) -> dict[str, Any] | None:
-    """The device record ``worker`` last sent with its heartbeat (a worker beats once before it takes
-    its first job): what its cells are computed on. None for a worker that never beat."""
+    """The device record ``worker`` last sent with its heartbeat: what its cells are computed on.
+
+    A worker beats once before it takes its first job. None for a worker that never beat.
+    """
     versions = session.scalar(select(Worker.versions).where(Worker.name == worker))
     return (versions or {}).get("device")
 
 
 def renew_lease(session: Session, job_id: int, delivery: str) -> bool:
-    """Keep ``delivery``'s hold on its running job; False once the job is no longer its own
-    (finished, or sent again after the lease lapsed)."""
+    """Keep ``delivery``'s hold on its running job.
+
+    False once the job is no longer its own (finished, or sent again after the lease lapsed).
+    """
     result = session.execute(update(Job).where(Job.id == job_id, Job.delivery == delivery,
                                                Job.status == JobStatus.running.value)
                              .values(lease_renewed_at=database_now(session))
@@ -167,11 +173,13 @@ def stored_cell_keys(session: Session, run_id: int, scenarios: Sequence[str], ba
 
 def finish_job(session: Session, job_id: int, status: str, message: str | None = None,
                delivery: str | None = None) -> bool:
-    """Mark the job finished; True when no job of its run is left unfinished (the caller then
-    finalises). Under the run's lock, so that of two jobs finishing at once exactly one sees zero;
-    a caller that writes cells in the same transaction locks the run first (one lock order).
+    """Mark the job finished; True when no job of its run is left unfinished.
+
+    The caller then finalises. Under the run's lock, so that of two jobs finishing at once exactly one
+    sees zero; a caller that writes cells in the same transaction locks the run first (one lock order).
     With ``delivery``, only while that delivery still holds the job: one taken over after its lease
-    lapsed is finished by the delivery that took it over."""
+    lapsed is finished by the delivery that took it over.
+    """
     job = session.get(Job, job_id)
     if job is None:
         return False
@@ -193,9 +201,11 @@ def unfinished_jobs(session: Session, run_id: int) -> int:
 
 
 def finish_run(session: Session, run_id: int) -> Run | None:
-    """Counts, coverage and the final status, once no job is left unfinished (and, for an upload
-    run, once it closed); idempotent. Returns the run when it is (now) finished, None when jobs are
-    still running, shards still awaited, or the run is unknown."""
+    """Close a run whose jobs are all done: its counts, coverage and final status.
+
+    Idempotent; for an upload run, only once it closed. Returns the run when it is (now) finished, None
+    when jobs are still running, shards still awaited, or the run is unknown.
+    """
     run = lock_run(session, run_id)
     if run is None or unfinished_jobs(session, run_id) or is_open(session, run_id):
         return None
@@ -210,8 +220,10 @@ def finish_run(session: Session, run_id: int) -> Run | None:
 
 
 def final_status(session: Session, run: Run, counts: dict[str, int]) -> tuple[str, str | None]:
-    """cancelled > error (a job gave up, or an expected upload shard never came: the run is
-    incomplete) > failed > passed."""
+    """The run's final status and its message: cancelled, error, failed or passed, in that precedence.
+
+    Error when a job gave up, or an expected upload shard never came: the run is incomplete.
+    """
     if run.cancel_requested:
         return RunStatus.cancelled.value, None
     missing = missing_at_close(session, run.id)
@@ -255,8 +267,11 @@ def runs_reporting_against(session: Session, run: Run) -> list[int]:
 
 
 def _lost(cutoff: datetime) -> ColumnElement[bool]:
-    """A running job nobody runs any more: its delivery stopped renewing the lease, or the worker
-    that claimed it stopped beating (it died whole, pool and all)."""
+    """A running job nobody runs any more.
+
+    Its delivery stopped renewing the lease, or the worker that claimed it stopped beating (it died
+    whole, pool and all).
+    """
     alive = select(Worker.name).where(Worker.last_heartbeat >= cutoff)
     return and_(Job.status == JobStatus.running.value, or_(
         func.coalesce(Job.lease_renewed_at, Job.started_at) < cutoff,
@@ -265,17 +280,23 @@ def _lost(cutoff: datetime) -> ColumnElement[bool]:
 
 
 def lost_jobs(session: Session, *, lease_s: float, limit: int) -> list[tuple[int, str]]:
-    """(id, queue) of running jobs whose holder is gone: a broker may never redeliver them (the
-    embedded transport keeps no unacknowledged copy; Redis only after the visibility timeout, and
-    nothing at all when it restarted, or when the holder gave the job up after its retries)."""
+    """(id, queue) of running jobs whose holder is gone.
+
+    A broker may never redeliver them (the embedded transport keeps no unacknowledged copy; Redis only
+    after the visibility timeout, and nothing at all when it restarted, or when the holder gave the job
+    up after its retries).
+    """
     cutoff = database_now(session) - timedelta(seconds=lease_s)
     return [(job_id, queue) for job_id, queue in session.execute(
         select(Job.id, Job.queue).where(_lost(cutoff)).order_by(Job.id).limit(limit))]
 
 
 def requeue_lost(session: Session, job_id: int, *, lease_s: float) -> bool:
-    """Put a lost job back in the queue; True for the one caller whose update won (so that only it
-    sends the job again). Its attempt stays counted: the next claim counts the next one."""
+    """Put a lost job back in the queue; True for the one caller whose update won.
+
+    So only that caller sends the job again. Its attempt stays counted: the next claim counts the next
+    one.
+    """
     cutoff = database_now(session) - timedelta(seconds=lease_s)
     result = session.execute(update(Job).where(Job.id == job_id, _lost(cutoff)).values(
         status=JobStatus.queued.value, worker=None, delivery=None, queued_at=utcnow())
@@ -314,8 +335,11 @@ def unplanned_runs(session: Session, *, grace_s: float, limit: int) -> list[int]
 
 
 def unfinalized_runs(session: Session, *, grace_s: float, limit: int) -> list[int]:
-    """Unfinished runs whose every job finished more than ``grace_s`` ago, and upload runs closed
-    that long ago: their finalisation is owed."""
+    """The runs whose finalisation is owed.
+
+    Unfinished runs whose every job finished more than ``grace_s`` ago, and upload runs closed that long
+    ago.
+    """
     cutoff = utcnow() - timedelta(seconds=grace_s)
     unfinished = func.sum(case((Job.status.in_(UNFINISHED_JOB_STATUSES), 1), else_=0))
     of_jobs = session.scalars(

@@ -1,5 +1,8 @@
-"""Run the Alembic migrations from code, with no alembic.ini: ``gradci migrate`` and the test
-fixtures call ``upgrade``; the migration scripts ship inside the package."""
+"""Run the Alembic migrations from code, with no alembic.ini.
+
+``gradci migrate`` and the test fixtures call ``upgrade``; the migration scripts ship inside the
+package.
+"""
 from __future__ import annotations
 
 from pathlib import Path

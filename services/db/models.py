@@ -1,5 +1,7 @@
-"""The database schema as SQLAlchemy 2 typed models. ``migrations/versions`` must build the same
-tables; ``tests/services/test_db.py`` compares the two."""
+"""The database schema as SQLAlchemy 2 typed models.
+
+``migrations/versions`` must build the same tables; ``tests/services/test_db.py`` compares the two.
+"""
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -97,10 +99,12 @@ def utcnow() -> datetime:
 
 
 def database_now(session: Session) -> datetime:
-    """The database server's clock, the one clock every host shares: leases and heartbeats are written
-    and judged by it, so that a worker on a machine whose clock is minutes off neither takes back live
-    jobs nor loses its own. The embedded SQLite database has every process on one machine: its clock
-    is theirs."""
+    """The database server's clock, the one clock every host shares.
+
+    Leases and heartbeats are written and judged by it, so that a worker on a machine whose clock is
+    minutes off neither takes back live jobs nor loses its own. The embedded SQLite database has every
+    process on one machine: its clock is theirs.
+    """
     if session.get_bind().dialect.name == "sqlite":
         return utcnow()
     now = session.scalar(select(func.clock_timestamp()))
@@ -109,8 +113,11 @@ def database_now(session: Session) -> datetime:
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend: SQLite stores naive ones and returns them
-    naive, which would make comparisons with ``utcnow()`` raise."""
+    """Timezone-aware UTC datetimes on every backend.
+
+    SQLite stores naive ones and returns them naive, which would make comparisons with ``utcnow()``
+    raise.
+    """
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -139,9 +146,11 @@ CELL_STRING_WIDTHS = {**KEY_LENGTHS, "status": 16, "operator": 32, "framework": 
 
 
 def cell_vocabulary_checks() -> list[CheckConstraint]:
-    """The results table's constraints, from ``gradci.scenarios.contract.cell.VOCABULARIES``: the database refuses
-    what the engine could never produce (an errored cell may leave some fields empty, as ingestion
-    allows). Changing a vocabulary needs a migration (0003 shows how)."""
+    """The results table's constraints, from ``gradci.scenarios.contract.cell.VOCABULARIES``.
+
+    The database refuses what the engine could never produce (an errored cell may leave some fields
+    empty, as ingestion allows). Changing a vocabulary needs a migration (0003 shows how).
+    """
     return [status_check(field, stored_values(field)) for field in VOCABULARIES]
 
 
@@ -234,8 +243,11 @@ class Job(Base):
 
 
 def cell_column(name: str) -> Any:
-    """The column that stores one ``gradci.scenarios.contract.cell.Cell`` field: its numbers as nullable floats or
-    integers, its key fields as strings of the contract's widths, its message and warnings as text."""
+    """The column that stores one ``gradci.scenarios.contract.cell.Cell`` field.
+
+    Its numbers as nullable floats or integers, its key fields as strings of the contract's widths, its
+    message and warnings as text.
+    """
     if name in FLOAT_FIELDS:
         return mapped_column(Float, nullable=True)
     if name in INT_FIELDS:
@@ -317,9 +329,11 @@ class ScenarioCatalogEntry(Base):
 
 
 class Delivery(Base):
-    """A GitHub webhook delivery to act on, stored (one statement) before it is acknowledged; the
-    unique id deduplicates redeliveries. A worker acts on it once: ``processed_at`` is set in the
-    transaction that stores its runs, and ``outcome`` says what it did."""
+    """A GitHub webhook delivery to act on, stored (one statement) before it is acknowledged.
+
+    The unique id deduplicates redeliveries. A worker acts on it once: ``processed_at`` is set in the
+    transaction that stores its runs, and ``outcome`` says what it did.
+    """
 
     __tablename__ = "deliveries"
     # The reconciler's question (unprocessed ones) and a worker's (the unprocessed ones of a subject).
@@ -384,8 +398,10 @@ class GitHubReport(Base):
 
 
 class StoredReport(Base):
-    """A finished run's report, computed once when the run (or its base run) is finalised: reading
-    it is one row however many cells the run has, on every API process."""
+    """A finished run's report, computed once when the run (or its base run) is finalised.
+
+    Reading it is one row however many cells the run has, on every API process.
+    """
 
     __tablename__ = "run_reports"
 
@@ -402,9 +418,11 @@ class StoredReport(Base):
 
 
 class Upload(Base):
-    """The run of one repository at one commit that the project's own CI uploads cells to, shard by
-    shard. It is open until ``closed_at``: set once, by a conditional update, when the last expected
-    shard arrives or ``deadline`` passes — whoever sets it sends the run's one finalisation."""
+    """The run of one repository at one commit that the project's own CI uploads cells to, shard by shard.
+
+    It is open until ``closed_at``: set once, by a conditional update, when the last expected shard
+    arrives or ``deadline`` passes — whoever sets it sends the run's one finalisation.
+    """
 
     __tablename__ = "uploads"
     __table_args__ = (UniqueConstraint("repository_id", "head_sha"), Index(None, "closed_at", "deadline"))
@@ -434,8 +452,11 @@ class UploadShard(Base):
 
 
 class UploadToken(Base):
-    """A bearer token that may upload cells of one repository. Only its SHA-256 is stored; its first
-    characters (``prefix``) find the row and tell tokens apart in ``gradci tokens list``."""
+    """A bearer token that may upload cells of one repository.
+
+    Only its SHA-256 is stored; its first characters (``prefix``) find the row and tell tokens apart in
+    ``gradci tokens list``.
+    """
 
     __tablename__ = "upload_tokens"
     __table_args__ = (Index(None, "prefix"),)
@@ -450,8 +471,11 @@ class UploadToken(Base):
 
 
 class ReadToken(Base):
-    """A bearer token that may read the runs of some repositories (``repositories``: owner/names), for
-    programs and private badges. Stored as upload tokens are: its SHA-256, and a prefix to find it."""
+    """A bearer token that may read the runs of some repositories, for programs and private badges.
+
+    ``repositories``: their owner/names. Stored as upload tokens are: its SHA-256, and a prefix to find
+    it.
+    """
 
     __tablename__ = "read_tokens"
     __table_args__ = (Index(None, "prefix"),)
@@ -465,9 +489,11 @@ class ReadToken(Base):
 
 
 class RegisteredRepository(Base):
-    """A GitHub repository the operator registered (``gradci repos add``): its App installation's pull
-    requests run and its CI's id tokens upload, as those GRADCI_ALLOWED_REPOS names do. ``full_name`` is
-    lower-cased, as GitHub compares names."""
+    """A GitHub repository the operator registered (``gradci repos add``).
+
+    Its App installation's pull requests run and its CI's id tokens upload, as those
+    GRADCI_ALLOWED_REPOS names do. ``full_name`` is lower-cased, as GitHub compares names.
+    """
 
     __tablename__ = "registered_repositories"
 

@@ -1,6 +1,9 @@
-"""Keyset ("cursor") pagination over an integer id: pages stay stable while rows are inserted,
-and a page costs an index seek however deep it is, unlike OFFSET. A grouped page walks through
-several statements in turn (a run's cells status by status), its cursor naming the group it is in."""
+"""Keyset ("cursor") pagination over an integer id.
+
+Pages stay stable while rows are inserted, and a page costs an index seek however deep it is, unlike
+OFFSET. A grouped page walks through several statements in turn (a run's cells status by status),
+its cursor naming the group it is in.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -82,8 +85,10 @@ def grouped_keyset_page(
     limit: int,
     cursor: str | None,
 ) -> Page[Any]:
-    """One page through the entities of ``groups`` in turn, each group's in ``id_column`` order: at most
-    one index seek per group, however deep the page."""
+    """One page through the entities of ``groups`` in turn, each group's in ``id_column`` order.
+
+    At most one index seek per group, however deep the page.
+    """
     first_group, after = _decode(cursor, 2) if cursor is not None else (0, None)
     found: list[tuple[int, Any]] = []
     for index in range(first_group, len(groups)):

@@ -17,9 +17,12 @@ _LIKE_ESCAPE = "\\"
 
 
 def without_jit(session: Session) -> None:
-    """For the rest of the transaction, no JIT compilation on PostgreSQL: it compiles the plans it
-    expects to be expensive — a join or a sort over a million results — and the compiling took
-    seconds (6 s for a report's join measured here) where the statement itself takes well under one."""
+    """Turn off PostgreSQL's JIT compilation for the rest of the transaction.
+
+    It compiles the plans it expects to be expensive — a join or a sort over a million results — and the
+    compiling took seconds (6 s for a report's join measured here) where the statement itself takes well
+    under one.
+    """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SET LOCAL jit = off"))
 
@@ -30,8 +33,11 @@ def get_run(session: Session, run_id: int) -> Run | None:
 
 @dataclasses.dataclass(frozen=True)
 class Visible:
-    """The runs an asker may list (services/access decides): every run (``everything``), or those of
-    ``repository_ids`` and, with ``library``, the built-in library's."""
+    """The runs an asker may list (services/access decides).
+
+    Every run (``everything``), or those of ``repository_ids`` and, with ``library``, the built-in
+    library's.
+    """
 
     everything: bool = False
     repository_ids: frozenset[int] = frozenset()
@@ -97,10 +103,12 @@ def glob_to_like(pattern: str) -> str:
 
 
 def _run_results(run_id: int) -> Any:
-    """The run's results, bounded below by the run's first id (one seek in (run_id, id)). Without the
-    bound PostgreSQL may take a page "in id order" by walking the primary key from the table's first
-    row, filtering out every older run's rows — 0.35 s for the first page of a run stored after a run
-    of a million; with it, that walk starts at the run's own first row."""
+    """The run's results, bounded below by the run's first id (one seek in (run_id, id)).
+
+    Without the bound PostgreSQL may take a page "in id order" by walking the primary key from the
+    table's first row, filtering out every older run's rows — 0.35 s for the first page of a run stored
+    after a run of a million; with it, that walk starts at the run's own first row.
+    """
     first_id = select(func.min(Result.id)).where(Result.run_id == run_id).scalar_subquery()
     return select(Result).where(Result.run_id == run_id, Result.id >= first_id)
 
@@ -147,8 +155,11 @@ def results_by_status(
     limit: int = 100,
     cursor: str | None = None,
 ) -> Page[Result]:
-    """The run's cells (those ``where`` admits) status by status in ``order``, each status's in stored
-    order: an index seek per status on (run_id, status, id), however many cells the run has."""
+    """The run's cells (those ``where`` admits) status by status in ``order``.
+
+    Each status's cells come in stored order: an index seek per status on (run_id, status, id), however
+    many cells the run has.
+    """
     order = [status for status in order if where.status in (None, status)]
     groups = [filtered_results(run_id, where).where(Result.status == status) for status in order]
     return grouped_keyset_page(session, groups, Result.id, limit=limit, cursor=cursor)

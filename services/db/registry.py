@@ -1,5 +1,7 @@
-"""The repositories the operator registered with ``gradci repos add``: the service's door for what
-anyone can send (an App installation's pull requests, an OIDC id token of any repository).
+"""The repositories the operator registered with ``gradci repos add``.
+
+They are the service's door for what anyone can send (an App installation's pull requests, an OIDC
+id token of any repository).
 
 Functions flush but never commit: the caller owns the transaction.
 """

@@ -33,9 +33,12 @@ def _finite_or_none(value: Any) -> float | None:
 
 
 def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: int | None = None) -> dict[str, Any]:
-    """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields (as a runner
-    streams them). An optional ``fingerprint`` key is kept; unknown keys are ignored. A cell the
-    engine could never produce raises ``gradci.scenarios.contract.cell.InvalidCell`` saying which field is wrong."""
+    """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields.
+
+    A mapping is what a runner streams. An optional ``fingerprint`` key is kept; unknown keys are
+    ignored. A cell the engine could never produce raises ``gradci.scenarios.contract.cell.InvalidCell``
+    saying which field is wrong.
+    """
     fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
     validate_cell(fields)
     row = {name: fields.get(name) for name in CELL_FIELDS}
@@ -52,8 +55,10 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: i
 
 
 def _batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    """Batches with unique keys: PostgreSQL refuses to update the same row twice in one statement,
-    so a later duplicate of a key replaces the earlier one within its batch."""
+    """Batches with unique keys, a later duplicate of a key replacing the earlier one within its batch.
+
+    PostgreSQL refuses to update the same row twice in one statement.
+    """
     batch: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[name] for name in CONFLICT_KEY)
@@ -76,11 +81,13 @@ def upsert_results(
     batch_size: int = DEFAULT_BATCH_SIZE,
     replace_only_if: ColumnElement[bool] | None = None,
 ) -> int:
-    """Insert or replace ``cells`` of ``run_id`` (checked by ``job_id``, or brought by the upload shard
-    ``shard_id``); returns the number of rows written.
-    The caller commits (so a job can store its results and its status in one transaction).
-    ``replace_only_if``: a stored cell is replaced only where this holds when the statement runs
-    (``gradci.services.db.jobs.held_by``: its writer still holds its job)."""
+    """Insert or replace ``cells`` of ``run_id``; returns the number of rows written.
+
+    The cells are checked by ``job_id``, or brought by the upload shard ``shard_id``. The caller commits
+    (so a job can store its results and its status in one transaction). ``replace_only_if``: a stored
+    cell is replaced only where this holds when the statement runs (``gradci.services.db.jobs.held_by``:
+    its writer still holds its job).
+    """
     table = Result.__table__
     insert = dialect_insert(session, table)
     statement = insert.on_conflict_do_update(

@@ -28,9 +28,11 @@ from gradci.services.repo_urls import without_credentials
 
 
 def lock_for_transaction(session: Session, key: str) -> None:
-    """Serialise the transactions that take the same ``key`` until they end, so that a
-    check-then-create (is there a base run? an active run of this pull request?) is not raced by
-    a concurrent one. PostgreSQL: an advisory lock; SQLite already lets one writer in at a time."""
+    """Serialise the transactions that take the same ``key`` until they end.
+
+    So a check-then-create (is there a base run? an active run of this pull request?) is not raced by a
+    concurrent one. PostgreSQL: an advisory lock; SQLite already lets one writer in at a time.
+    """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
 
@@ -43,8 +45,11 @@ def lock_run(session: Session, run_id: int) -> Run | None:
 
 
 def get_or_create_repository(session: Session, url: str, full_name: str | None = None) -> Repository:
-    """Safe under concurrency: two requests for a new repository insert it once. A known repository
-    (nearly every call) costs one query. The URL is stored without credentials, whoever passes it."""
+    """The repository at ``url``, inserted when it is new.
+
+    Safe under concurrency: two requests for a new repository insert it once. A known repository (nearly
+    every call) costs one query. The URL is stored without credentials, whoever passes it.
+    """
     url = without_credentials(url)
     by_url = select(Repository).where(Repository.url == url)
     repository = session.scalars(by_url).one_or_none()
@@ -74,8 +79,11 @@ def create_run(
     parent_run_id: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> Run:
-    """A queued run (``repository=None``: the built-in library). The caller commits, then
-    dispatches ``plan_run`` — never before the commit, or the worker may not see the row."""
+    """A queued run (``repository=None``: the built-in library).
+
+    The caller commits, then dispatches ``plan_run`` — never before the commit, or the worker may not
+    see the row.
+    """
     run = Run(
         repository=repository,
         head_sha=head_sha,
@@ -100,9 +108,12 @@ class RunAlreadyFinished(Exception):
 
 
 def request_cancel(session: Session, run: Run) -> Run:
-    """Cooperative cancellation: queued jobs are dropped now; running jobs see ``cancel_requested``
-    and stop at their next cell, and the last of them to stop finishes the run. Cancelling a
-    cancelled run is a no-op; cancelling one that passed or failed raises ``RunAlreadyFinished``."""
+    """Cancel a run cooperatively.
+
+    Queued jobs are dropped now; running jobs see ``cancel_requested`` and stop at their next cell, and
+    the last of them to stop finishes the run. Cancelling a cancelled run is a no-op; cancelling one
+    that passed or failed raises ``RunAlreadyFinished``.
+    """
     if run.status == RunStatus.cancelled:
         return run
     if run.status in FINISHED_RUN_STATUSES:
@@ -125,9 +136,11 @@ def request_cancel(session: Session, run: Run) -> Run:
 
 
 def rerun_matrix(session: Session, run: Run) -> Matrix | None:
-    """The matrix of a rerun of ``run``'s failed, errored and unexpectedly passing cells, or None
-    when it has none. Axes are independent, so the new run may re-check a few more cells than
-    failed (a scenario that failed only in float32 is run in every failing dtype)."""
+    """The matrix of a rerun of ``run``'s failed, errored and unexpectedly passing cells.
+
+    None when it has none. Axes are independent, so the new run may re-check a few more cells than
+    failed (a scenario that failed only in float32 is run in every failing dtype).
+    """
     cells = unsuccessful_cells(session, run.id, sorted(FAILING))
     if not cells:
         return None
@@ -139,8 +152,10 @@ def rerun_matrix(session: Session, run: Run) -> Matrix | None:
 
 
 def create_rerun(session: Session, run: Run, matrix: Matrix | None = None) -> Run | None:
-    """A new run of the same commit over ``matrix`` (None: ``rerun_matrix(run)``, its failed cells);
-    None when nothing failed."""
+    """A new run of the same commit over ``matrix``, or None when nothing failed.
+
+    ``matrix`` None: ``rerun_matrix(run)``, its failed cells.
+    """
     matrix = matrix if matrix is not None else rerun_matrix(session, run)
     if matrix is None:
         return None

@@ -1,5 +1,7 @@
-"""Upload runs in the database: the run of one repository at one commit that the project's own CI
-uploads cells to, shard by shard, and when it closes.
+"""Upload runs in the database, and when they close.
+
+An upload run is the run of one repository at one commit that the project's own CI uploads cells to,
+shard by shard.
 
 An upload run is open until its ``Upload.closed_at`` is set — by ``close``, a conditional update
 that exactly one caller wins, whether two API processes store the last two shards at once or the
@@ -67,8 +69,10 @@ class ShardStored:
 
 
 def open_upload(session: Session, repository: Repository, commit: Commit, wait_s: float) -> tuple[Upload, bool]:
-    """The commit's upload, locked for the transaction, made with its run on the first upload (True);
-    raises ``UploadRunFinished`` when it no longer takes cells."""
+    """The commit's upload, locked for the transaction, made with its run on the first upload (True).
+
+    Raises ``UploadRunFinished`` when it no longer takes cells.
+    """
     # Two first uploads of one commit at once: the second waits here, then finds the first's run.
     lock_for_transaction(session, f"upload:{repository.id}:{commit.sha}")
     upload = session.scalars(select(Upload).where(Upload.repository_id == repository.id,
@@ -97,10 +101,12 @@ def open_upload(session: Session, repository: Repository, commit: Commit, wait_s
 
 def store_shard(session: Session, repository: Repository, commit: Commit, shard: str, expect: Sequence[str],
                 cells: Iterable[dict[str, Any]], wait_s: float, batch_size: int = 1000) -> ShardStored:
-    """Store one shard's cells in the commit's upload run, replacing what the shard uploaded before;
-    close the run when every expected shard (``expect`` and those earlier uploads named) is in.
+    """Store one shard's cells in the commit's upload run, replacing what the shard uploaded before.
+
+    Close the run when every expected shard (``expect`` and those earlier uploads named) is in.
     ``cells`` may be a stream: they are stored ``batch_size`` at a time, never all held at once (an
-    exception it raises leaves the transaction for the caller to roll back)."""
+    exception it raises leaves the transaction for the caller to roll back).
+    """
     upload, created = open_upload(session, repository, commit, wait_s)
     upload.expected_shards = sorted({*upload.expected_shards, *expect})
     row = session.scalars(select(UploadShard).where(UploadShard.run_id == upload.run_id,
@@ -147,8 +153,10 @@ def missing_at_close(session: Session, run_id: int) -> list[str]:
 
 
 def close_overdue(session: Session, *, limit: int) -> list[int]:
-    """Close the open upload runs whose wait (GRADCI_UPLOAD_WAIT after the first upload) is over;
-    returns those this caller closed, whose finalisation it sends."""
+    """Close the open upload runs whose wait (GRADCI_UPLOAD_WAIT after the first upload) is over.
+
+    Returns those this caller closed, whose finalisation it sends.
+    """
     now = database_now(session)
     overdue = session.scalars(
         select(Upload.run_id).join(Run, Run.id == Upload.run_id)

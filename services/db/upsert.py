@@ -23,7 +23,10 @@ def dialect_insert(session: Session, table: FromClause) -> Any:
 
 
 def rows_matched(result: Result[Any]) -> int:
-    """How many rows an UPDATE or DELETE matched (``Session.execute`` types its answer as a plain
-    ``Result``; for these statements it is a ``CursorResult``)."""
+    """How many rows an UPDATE or DELETE matched.
+
+    ``Session.execute`` types its answer as a plain ``Result``; for these statements it is a
+    ``CursorResult``.
+    """
     assert isinstance(result, CursorResult)
     return result.rowcount

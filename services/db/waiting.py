@@ -1,8 +1,10 @@
-"""Jobs waiting for a device: queued on a queue that no online worker consumes, each with the reason
-in words ("waiting for a cuda worker; none online", "waiting for a cuda.sm90 worker; online:
-cuda.sm80") and since when. ``GET /api/runs/{id}``, ``gradci status`` and the dashboard show them;
-the reconciler (``gradci.worker.recovery``) has the runs of those waiting longer than GRADCI_DEVICE_WAIT
-planned again, and planning (``gradci.worker.plan_run``) then stores their cells as ``skip`` with the reason.
+"""Jobs waiting for a device: queued on a queue that no online worker consumes.
+
+Each comes with the reason in words ("waiting for a cuda worker; none online", "waiting for a
+cuda.sm90 worker; online: cuda.sm80") and since when. ``GET /api/runs/{id}``, ``gradci status`` and
+the dashboard show them; the reconciler (``gradci.worker.recovery``) has the runs of those waiting
+longer than GRADCI_DEVICE_WAIT planned again, and planning (``gradci.worker.plan_run``) then stores
+their cells as ``skip`` with the reason.
 
 A job waits from when it was stored, or last taken by a worker (one whose worker died is queued
 again): re-sending a job that lost its message does not restart its wait.
@@ -58,8 +60,11 @@ def waiting_reason(queue: str, online: Sequence[Worker]) -> str:
 
 def waiting_jobs(session: Session, *, within_s: float, run_ids: Iterable[int] | None = None,
                  waited_s: float | None = None, limit: int | None = None) -> list[WaitingJob]:
-    """Queued jobs of unfinished runs that no online worker (one that beat within ``within_s``) would
-    take, oldest first; of ``run_ids`` only, and those waiting longer than ``waited_s``, when given."""
+    """Queued jobs of unfinished runs that no online worker would take, oldest first.
+
+    An online worker is one that beat within ``within_s``. Of ``run_ids`` only, and those waiting longer
+    than ``waited_s``, when given.
+    """
     online = online_workers(session, within_s=within_s)
     served = sorted({queue for worker in online for queue in worker_queues(worker)})
     since = waiting_since().label("since")
@@ -97,8 +102,11 @@ def overdue_runs(session: Session, *, within_s: float, wait_s: float, limit: int
 
 
 def claim_overdue(session: Session, job_id: int, *, within_s: float, wait_s: float) -> Job | None:
-    """The job, locked (run first, then job, as everywhere), while it still waits for a device longer
-    than ``wait_s``: one a worker claimed, or whose queue a worker now serves, is left alone (None)."""
+    """The job, locked, while it still waits for a device longer than ``wait_s``; else None.
+
+    Locked run first, then job, as everywhere. One a worker claimed, or whose queue a worker now serves,
+    is left alone (None).
+    """
     run_id = session.scalar(select(Job.run_id).where(Job.id == job_id))
     if run_id is None or lock_run(session, run_id) is None:
         return None

@@ -24,9 +24,12 @@ def record_heartbeat(
     versions: dict[str, Any] | None = None,
     started_at: datetime | None = None,
 ) -> None:
-    """Insert or refresh a worker's row. ``started_at`` is kept from the first beat unless given
-    (a restarted worker passes its new start time). The beat is stamped by the database's clock, by
-    which every worker's is judged (``database_now``)."""
+    """Insert or refresh a worker's row.
+
+    ``started_at`` is kept from the first beat unless given (a restarted worker passes its new start
+    time). The beat is stamped by the database's clock, by which every worker's is judged
+    (``database_now``).
+    """
     now = database_now(session)
     insert = dialect_insert(session, Worker.__table__)
     values = {
@@ -61,9 +64,11 @@ def online_counts_by_device(session: Session, *, within_s: float) -> dict[str, i
 
 
 def elected_worker(session: Session, *, queue: str, within_s: float) -> str | None:
-    """The online worker of ``queue`` that does the chores one worker should do (reconciling,
-    sweeping reports): the first by name. Needs no lock: should two workers both believe they are
-    elected for a moment, every chore still claims its items atomically."""
+    """The online worker of ``queue`` that does the chores one worker should do: the first by name.
+
+    The chores are reconciling and sweeping reports. Needs no lock: should two workers both believe they
+    are elected for a moment, every chore still claims its items atomically.
+    """
     cutoff = database_now(session) - timedelta(seconds=within_s)
     names = session.execute(select(Worker.name, Worker.queue).where(Worker.last_heartbeat >= cutoff)
                             .order_by(Worker.name))

@@ -1,7 +1,9 @@
-"""gradci as a GitHub App: a JWT signed with the App's private key (RS256) proves the App itself; it
-is exchanged for an installation's access token (``POST /app/installations/{id}/access_tokens``),
-which every call about that installation's repositories carries, and which is kept until shortly
-before it expires (an hour, as GitHub issues them) instead of being asked for on every report.
+"""gradci as a GitHub App: the App's JWT, and the installation access tokens it is exchanged for.
+
+A JWT signed with the App's private key (RS256) proves the App itself; it is exchanged for an
+installation's access token (``POST /app/installations/{id}/access_tokens``), which every call about
+that installation's repositories carries, and which is kept until shortly before it expires (an
+hour, as GitHub issues them) instead of being asked for on every report.
 """
 from __future__ import annotations
 
@@ -75,9 +77,11 @@ installation_tokens = InstallationTokens()
 
 
 def installation_of(settings: Settings, full_name: str) -> int:
-    """The installation of gradci's App on ``full_name``, asked of GitHub with the App's JWT
-    (``GET /repos/{owner}/{repo}/installation``): for a repository no webhook has named one yet (an
-    upload's, or one installed before gradci was)."""
+    """The installation of gradci's App on ``full_name``, asked of GitHub with the App's JWT.
+
+    The question is ``GET /repos/{owner}/{repo}/installation``: for a repository no webhook has named
+    one yet (an upload's, or one installed before gradci was).
+    """
     assert settings.github_app_id is not None
     with GitHubClient(settings.github_api_url, app_jwt(settings.github_app_id, settings.github_app_key())) as app:
         try:
@@ -90,8 +94,11 @@ def installation_of(settings: Settings, full_name: str) -> int:
 
 
 def client_for(settings: Settings, installation_id: int | None, full_name: str) -> GitHubClient:
-    """The client a report about ``full_name`` is sent with: the installation's token in App mode
-    (the installation looked up when no webhook named it), the configured token otherwise."""
+    """The client a report about ``full_name`` is sent with.
+
+    The installation's token in App mode (the installation looked up when no webhook named it), the
+    configured token otherwise.
+    """
     if settings.github_app_mode:
         installation = installation_id if installation_id is not None else installation_of(settings, full_name)
         return GitHubClient(settings.github_api_url, installation_tokens.token(settings, installation))

@@ -1,7 +1,10 @@
-"""A run as a GitHub check run (App mode): ``in_progress`` from the start, linking to the run page;
-``completed`` with a conclusion, the report as its summary and an annotation per failing scenario.
-GitHub takes at most 50 annotations per request and appends those of each update, so the rest go
-in further updates, each repeating the output's title and summary as GitHub requires."""
+"""A run as a GitHub check run (App mode).
+
+``in_progress`` from the start, linking to the run page; ``completed`` with a conclusion, the report
+as its summary and an annotation per failing scenario. GitHub takes at most 50 annotations per
+request and appends those of each update, so the rest go in further updates, each repeating the
+output's title and summary as GitHub requires.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,15 +43,20 @@ def complete(client: GitHubClient, full_name: str, check_run_id: int, conclusion
 
 
 def update(client: GitHubClient, full_name: str, check_run_id: int, title: str, summary: str) -> None:
-    """A completed check run's output again (its report changed once its base run finished),
-    without annotations: GitHub would add them a second time."""
+    """Send a completed check run's output again, without annotations.
+
+    Its report changed once its base run finished. No annotations: GitHub would add them a second time.
+    """
     client.request("PATCH", f"/repos/{full_name}/check-runs/{check_run_id}",
                    json={"output": {"title": title, "summary": truncate(summary, SUMMARY_LIMIT)}})
 
 
 def refuse(client: GitHubClient, full_name: str, head_sha: str, why: str) -> None:
-    """A completed check run that says why gradci runs nothing of this commit (an unregistered
-    repository): ``action_required``, the one conclusion that asks its owner to act."""
+    """Post a completed check run saying why gradci runs nothing of this commit.
+
+    The repository is not registered. Its conclusion is ``action_required``, the one conclusion that
+    asks its owner to act.
+    """
     client.request("POST", f"/repos/{full_name}/check-runs", json={
         "name": CHECK_NAME, "head_sha": head_sha, "status": "completed", "conclusion": "action_required",
         "output": {"title": "Not run: this repository is not registered", "summary": truncate(why, SUMMARY_LIMIT)}})

@@ -88,8 +88,10 @@ class GitHubClient:
         return self.request("GET", f"/repos/{full_name}/pulls/{pr_number}").json()
 
     def find_comment(self, full_name: str, pr_number: int, marker: str, author: str) -> dict | None:
-        """The first comment ``author`` wrote that carries ``marker``: the marker alone is no proof,
-        anyone can copy it into a comment of theirs."""
+        """The first comment ``author`` wrote that carries ``marker``.
+
+        The marker alone is no proof: anyone can copy it into a comment of theirs.
+        """
         page = 1
         while True:
             comments = self.request("GET", f"/repos/{full_name}/issues/{pr_number}/comments",

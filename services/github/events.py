@@ -96,16 +96,22 @@ def payload_type_error(event: str, payload: dict) -> str | None:
 
 
 def repository_allowed(full_name: str | None, allowed: list[str], registered: Set[str] = frozenset()) -> bool:
-    """Globs over owner/name (the same rule as the REST API's); an empty list allows every repository.
-    ``registered``: the lower-cased owner/names ``gradci repos add`` registered, allowed whatever the globs."""
+    """Whether a repository is allowed: registered, or matching a glob over owner/name.
+
+    The globs follow the same rule as the REST API's; an empty list allows every repository.
+    ``registered``: the lower-cased owner/names ``gradci repos add`` registered, allowed whatever the
+    globs.
+    """
     return (full_name or "").lower() in registered or is_allowed(RepoRef(url=full_name or "", full_name=full_name),
                                                                  allowed)
 
 
 def repository_registered(full_name: str | None, allowed: list[str], registered: Set[str] = frozenset()) -> bool:
-    """The operator named this repository (``gradci repos add``, or ``GRADCI_ALLOWED_REPOS``): closed by
-    default, for what anyone can send — an App installation's webhooks, an OIDC id token of any
-    repository the issuer signs for. An empty list registers nothing (``*`` opens it on purpose)."""
+    """Whether the operator named this repository (``gradci repos add``, or ``GRADCI_ALLOWED_REPOS``).
+
+    Closed by default, for what anyone can send — an App installation's webhooks, an OIDC id token of
+    any repository the issuer signs for. An empty list registers nothing (``*`` opens it on purpose).
+    """
     return (full_name or "").lower() in registered or (bool(allowed) and repository_allowed(full_name, allowed))
 
 
@@ -132,9 +138,12 @@ def clone_url(full_name: str | None, payload_url: str | None, template: str | No
 def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
            approval_label: str = DEFAULT_APPROVAL_LABEL, app_mode: bool = False,
            registered: Set[str] = frozenset()) -> Decision:
-    """What ``payload`` asks for. In App mode (``app_mode``) every webhook of a repository comes
-    from an installation of gradci's App, which it names: one that names none is refused, and the
-    App's own events (installations, re-run requests) are acted on; in token mode they are ignored."""
+    """What ``payload`` asks for.
+
+    In App mode (``app_mode``) every webhook of a repository comes from an installation of gradci's App,
+    which it names: one that names none is refused, and the App's own events (installations, re-run
+    requests) are acted on; in token mode they are ignored.
+    """
     if event == "ping":
         return Decision(DecisionKind.ping, "pong")
     full_name = _get(payload, "repository", "full_name")
@@ -161,9 +170,12 @@ def decide(event: str, payload: dict, allowed: list[str], clone_url_template: st
 
 
 def _unregistered(event: str, payload: dict, full_name: str | None, app_mode: bool) -> Decision:
-    """A repository the operator did not allow. In App mode its owner installed the App without the
-    operator: a commit it pushes gets a refusal on its check run (the installation's token may write
-    one), so the owner learns why nothing runs; token mode answers the webhook 403."""
+    """The decision for a repository the operator did not allow.
+
+    In App mode its owner installed the App without the operator: a commit it pushes gets a refusal on
+    its check run (the installation's token may write one), so the owner learns why nothing runs; token
+    mode answers the webhook 403.
+    """
     reason = (f"repository {full_name!r} is not registered with this gradci server (gradci repos add, or "
               "GRADCI_ALLOWED_REPOS)")
     installation = _get(payload, "installation", "id")
@@ -182,8 +194,11 @@ def _names(repositories: Any, allowed: list[str], registered: Set[str] = frozens
 
 
 def _installation(event: str, payload: dict, allowed: list[str], registered: Set[str]) -> Decision:
-    """The repositories an installation covers now: all of them when it is created (or comes back),
-    none when it is deleted or suspended; ``installation_repositories`` adds and removes some."""
+    """The repositories an installation covers now.
+
+    All of them when it is created (or comes back), none when it is deleted or suspended;
+    ``installation_repositories`` adds and removes some.
+    """
     action = payload.get("action")
     if event == "installation_repositories":
         added, removed = (_names(payload.get("repositories_added"), allowed, registered),
@@ -198,8 +213,11 @@ def _installation(event: str, payload: dict, allowed: list[str], registered: Set
 
 
 def _rerequested(event: str, payload: dict, full_name: str | None, template: str | None) -> Decision:
-    """GitHub's "Re-run": of one check run (ours carries its run's id as ``external_id``), or of the
-    whole suite of a commit (its latest run is run again)."""
+    """GitHub's "Re-run", of one check run or of the whole suite of a commit.
+
+    Our check run carries its run's id as ``external_id``; of a suite, the commit's latest run is run
+    again.
+    """
     action = payload.get("action")
     if action != "rerequested":
         return Decision(DecisionKind.ignore, f"{event} action {action!r} is not handled", full_name)

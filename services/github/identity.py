@@ -1,5 +1,7 @@
-"""Who gradci is on GitHub: the login its comments carry, so that it finds its own comment by its
-author as well as its hidden marker (anyone can copy the marker into a comment of theirs).
+"""Who gradci is on GitHub: the login its comments carry.
+
+With it gradci finds its own comment by its author as well as its hidden marker (anyone can copy the
+marker into a comment of theirs).
 
 In App mode that is the App's bot account, ``<slug>[bot]``, the slug read once with the App's JWT
 (``GET /app``); otherwise the user the token belongs to (``GET /user``). Each is asked once per

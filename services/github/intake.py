@@ -1,5 +1,6 @@
-"""A verified webhook delivery: decided and stored in its request, acted on by a worker. GitHub is
-never called here: reports go out from the queue.
+"""A verified webhook delivery: decided and stored in its request, acted on by a worker.
+
+GitHub is never called here: reports go out from the queue.
 
 The request (``receive``) does only what the payload alone decides (``decide``, no I/O): a ping,
 a refusal (403 not allowed, 400 malformed) and an event or action gradci ignores are answered at
@@ -104,9 +105,11 @@ def subject(decision: Decision) -> str | None:
 
 
 def receive(session: Session, settings: Settings, event: str, delivery_id: str, payload: dict) -> Received:
-    """The answer to one verified delivery; one to act on is stored and committed first (then send its
-    message with ``announce``). Database errors propagate: the API answers 503 and GitHub shows the
-    delivery as failed, to be redelivered."""
+    """The answer to one verified delivery; one to act on is stored and committed first.
+
+    Then send its message with ``announce``. Database errors propagate: the API answers 503 and GitHub
+    shows the delivery as failed, to be redelivered.
+    """
     type_error = payload_type_error(event, payload)  # first: deciding reads these fields
     if type_error is not None:
         return Received(400, {"detail": type_error})
@@ -129,8 +132,11 @@ def receive(session: Session, settings: Settings, event: str, delivery_id: str, 
 
 
 def announce(settings: Settings, stored: int) -> None:
-    """Send a stored delivery's ``handle_delivery``. A broker that refuses costs time, not the
-    delivery: the reconciler sends the message once the delivery has waited for the grace."""
+    """Send a stored delivery's ``handle_delivery``.
+
+    A broker that refuses costs time, not the delivery: the reconciler sends the message once the
+    delivery has waited for the grace.
+    """
     try:
         dispatch.submit_delivery(stored, settings)
     except dispatch.DispatchError as exc:
@@ -141,10 +147,12 @@ def announce(settings: Settings, stored: int) -> None:
 
 
 def act_on_delivery(settings: Settings, delivery: int, *, plan: Send, publish: Send) -> list[Outcome]:
-    """Act on the stored delivery ``delivery`` (the row's id), and first on its pull request's earlier
-    deliveries still pending, unless a worker did already; then send the new runs' plans and the
-    reports of the runs started and cancelled. What the broker refuses now, the reconciler (plans)
-    and the report sweep (reports) send later."""
+    """Act on the stored delivery ``delivery`` (the row's id), then send the plans and reports it owes.
+
+    First act on its pull request's earlier deliveries still pending, unless a worker did already; then
+    send the new runs' plans and the reports of the runs started and cancelled. What the broker refuses
+    now, the reconciler (plans) and the report sweep (reports) send later.
+    """
     with session_scope(settings.database_url) as session:
         outcomes = act_on_stored(session, delivery)
     for outcome in outcomes:
@@ -158,8 +166,10 @@ def act_on_delivery(settings: Settings, delivery: int, *, plan: Send, publish: S
 
 
 def refuse_on_check_run(settings: Settings, decision: Decision) -> None:
-    """Tell an unregistered repository's owner, on the commit's check run, that this server runs
-    nothing of theirs. Best effort: a refusal GitHub does not take now is only logged."""
+    """Tell an unregistered repository's owner, on the commit's check run, why nothing of theirs runs.
+
+    This server runs nothing of theirs. Best effort: a refusal GitHub does not take now is only logged.
+    """
     assert decision.full_name and decision.head_sha, "an unregistered decision names its commit"
     try:
         with client_for(settings, decision.installation_id, decision.full_name) as client:
@@ -170,9 +180,12 @@ def refuse_on_check_run(settings: Settings, decision: Decision) -> None:
 
 
 def act_on_stored(session: Session, delivery_id: int) -> list[Outcome]:
-    """In the open transaction (the caller commits): act on the stored delivery and, before it, on
-    the earlier deliveries of its pull request still pending, each marked processed with what it did.
-    Nothing when a worker acted on it already (this is a second message of it)."""
+    """Act on the stored delivery and on its pull request's earlier deliveries still pending.
+
+    In the open transaction (the caller commits). The earlier deliveries come first, each marked
+    processed with what it did. Nothing when a worker acted on it already (this is a second message of
+    it).
+    """
     stored, subject = subject_of(session, delivery_id)
     if subject is not None:
         # One pull request's deliveries one after the other: the later one must see what the earlier did.
@@ -250,9 +263,12 @@ def base_run_lock(repository_id: int, base_sha: str) -> str:
 
 
 def _needs_base_run(session: Session, run: Run) -> bool:
-    """No run of the base commit yet: one must be scheduled, and only one however many pull requests
-    on that base arrive at once (the second check runs once the others' transactions ended). The
-    pending report rows cannot change the answer: they wait for the delivery's own flush."""
+    """Whether the run's base commit has no run yet, so one must be scheduled.
+
+    Only one, however many pull requests on that base arrive at once (the second check runs once the
+    others' transactions ended). The pending report rows cannot change the answer: they wait for the
+    delivery's own flush.
+    """
     with session.no_autoflush:
         if not run.base_sha or base_run(session, run, finished_only=False) is not None:
             return False
@@ -301,9 +317,12 @@ def act(session: Session, decision: Decision) -> Outcome:
 
 
 def _installation(session: Session, decision: Decision) -> Outcome:
-    """The repositories gradci's App was installed on (or came back to) report through that
-    installation; those it was removed from report no more. Repositories gradci has not seen yet
-    are recorded by their first webhook, which names its installation."""
+    """Record which repositories report through gradci's App installation.
+
+    The repositories gradci's App was installed on (or came back to) report through that installation;
+    those it was removed from report no more. Repositories gradci has not seen yet are recorded by their
+    first webhook, which names its installation.
+    """
     changed: dict[str, list[str]] = {"installed": [], "removed": []}
     for names, installation, key in ((decision.added, decision.installation_id, "installed"),
                                      (decision.removed, None, "removed")):
@@ -314,8 +333,11 @@ def _installation(session: Session, decision: Decision) -> Outcome:
 
 
 def _rerun(session: Session, decision: Decision, repository: Repository) -> Outcome:
-    """GitHub's Re-run: the rerequested check run's run (or the commit's latest run) again, the same
-    commit and matrix, reported as a new check run. An uploaded run has no code here to run."""
+    """GitHub's Re-run: the same commit and matrix run again, reported as a new check run.
+
+    It reruns the rerequested check run's run (or the commit's latest run). An uploaded run has no code
+    here to run.
+    """
     query = select(Run).where(Run.repository_id == repository.id)
     query = query.where(Run.id == decision.run_id) if decision.run_id is not None else \
         query.where(Run.head_sha == decision.head_sha).order_by(Run.id.desc()).limit(1)

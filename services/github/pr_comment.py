@@ -1,7 +1,9 @@
-"""The pull request's one comment, with a section per source of results: what gradci's own workers
-checked in their sandbox, and what the project's CI uploaded with its credential. Each section is
-rendered from its own run, so publishing one source's report rewrites the other's section from the
-database, never from anything the publishing run says: an upload cannot change the service's verdict.
+"""The pull request's one comment, with a section per source of results.
+
+The sources are what gradci's own workers checked in their sandbox, and what the project's CI
+uploaded with its credential. Each section is rendered from its own run, so publishing one source's
+report rewrites the other's section from the database, never from anything the publishing run says:
+an upload cannot change the service's verdict.
 """
 from __future__ import annotations
 
@@ -61,8 +63,11 @@ def _section(session: Session, run: Run, body: str) -> str:
 
 
 def comment_body(session: Session, run: Run, own: str, run_url: Callable[[int], str | None]) -> str:
-    """The comment for ``run``'s pull request: ``own`` (``run``'s rendered report) in its source's
-    section, and the other source's latest run of the same commit in its own; the service's first."""
+    """The comment for ``run``'s pull request, a section per source, the service's first.
+
+    ``own`` (``run``'s rendered report) goes in its source's section, and the other source's latest run
+    of the same commit in its own.
+    """
     sections = {is_upload(run): _section(session, run, own)}
     other = _other_source(session, run)
     if other is not None:

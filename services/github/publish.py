@@ -1,8 +1,10 @@
-"""Sending a run's report to GitHub: commit statuses `gradci/project` and `gradci/patch` (token mode)
-or a check run with annotations (App mode: ``check_runs``), and the one pull-request comment, edited
-in place. Runs uploaded by a project's CI speak under their own names (`gradci/upload/...`, their own
-check run and comment section): no upload can change what the service's own run said. Idempotent:
-publishing twice sends the same state twice (a check run's annotations once).
+"""Sending a run's report to GitHub: commit statuses or a check run, and the pull-request comment.
+
+Commit statuses `gradci/project` and `gradci/patch` (token mode) or a check run with annotations
+(App mode: ``check_runs``), and the one pull-request comment, edited in place. Runs uploaded by a
+project's CI speak under their own names (`gradci/upload/...`, their own check run and comment
+section): no upload can change what the service's own run said. Idempotent: publishing twice sends
+the same state twice (a check run's annotations once).
 
 What is owed is in the database (``GitHubReport``), so an outage delays a report but never loses
 it: every attempt first sets when the next may start, ``report_retry_base_s`` doubling with each
@@ -38,8 +40,11 @@ UPLOAD_CONTEXTS = ("gradci/upload/project", "gradci/upload/patch")
 
 
 def contexts_of(run: Run) -> tuple[str, ...]:
-    """The statuses ``run`` writes: an uploaded run's own, never the service's (the patch status on
-    pull requests only)."""
+    """The statuses ``run`` writes.
+
+    An uploaded run writes its own, never the service's; the patch status is written on pull requests
+    only.
+    """
     contexts = UPLOAD_CONTEXTS if run.trigger == Trigger.upload.value else CONTEXTS
     return contexts if run.pr_number else contexts[:1]
 
@@ -102,9 +107,11 @@ class _Publication:
 
 
 def publish_run(run_id: int, settings: Settings | None = None) -> str:
-    """Publish what GitHub should show for ``run_id`` now; returns the report's state. GitHub being
-    unreachable leaves it pending, due again after the backoff. Token mode sends commit statuses,
-    App mode a check run; both the pull-request comment."""
+    """Publish what GitHub should show for ``run_id`` now; returns the report's state.
+
+    GitHub being unreachable leaves it pending, due again after the backoff. Token mode sends commit
+    statuses, App mode a check run; both the pull-request comment.
+    """
     settings = settings or get_settings()
     with session_scope(settings.database_url) as session:
         row = session.get(GitHubReport, run_id)
@@ -156,8 +163,11 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
 
 
 def conclusion(run_status: str, project_state: str) -> str:
-    """A check run's conclusion: cancelled runs say so; only a passing project status is success
-    (a run that checked nothing is a failure: branch protection counts neutral as a pass)."""
+    """A check run's conclusion: cancelled, success or failure.
+
+    Cancelled runs say so; only a passing project status is success (a run that checked nothing is a
+    failure: branch protection counts neutral as a pass).
+    """
     if run_status == RunStatus.cancelled.value:
         return "cancelled"
     return "success" if project_state == "success" else "failure"
@@ -200,9 +210,11 @@ def _record(settings: Settings, run_id: int, state: ReportState, phase: str | No
 
 
 def owe_reports(session: Session, run_ids: Sequence[int], settings: Settings) -> list[int]:
-    """Mark the reports of ``run_ids`` pending (their run changed: GitHub must hear of it), due for
-    the sweeper after the backoff's base should the message sent now be lost; returns the runs
-    that have a report."""
+    """Mark the reports of ``run_ids`` pending; returns the runs that have a report.
+
+    Their run changed: GitHub must hear of it. They are due for the sweeper after the backoff's base,
+    should the message sent now be lost.
+    """
     now = utcnow()
     result = session.execute(
         update(GitHubReport).where(GitHubReport.run_id.in_(list(run_ids)))
@@ -220,9 +232,11 @@ def _due(settings: Settings, now: datetime) -> ColumnElement[bool]:
 
 
 def claim_due_reports(settings: Settings, limit: int) -> list[int]:
-    """The sweep: pending reports whose next attempt is due, each claimed by pushing that attempt
-    one backoff step later in a conditional update — of several workers sweeping at once, one wins
-    each report, and it sends one message for it."""
+    """The sweep: claim the pending reports whose next attempt is due.
+
+    Each is claimed by pushing that attempt one backoff step later in a conditional update — of several
+    workers sweeping at once, one wins each report, and it sends one message for it.
+    """
     now = utcnow()
     claimed = []
     with session_scope(settings.database_url) as session:

@@ -62,9 +62,11 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
 
 async def read_signed_body(chunks: AsyncIterable[bytes], secret: str, header: str | None,
                            limit: int) -> IO[bytes]:
-    """The verified body, rewound, in a spooled temporary file the caller closes. Raises
-    ``PayloadTooLarge`` as soon as more than ``limit`` bytes arrived (the rest is never read) and
-    ``BadSignature`` when the whole body does not match ``header``."""
+    """The verified body, rewound, in a spooled temporary file the caller closes.
+
+    Raises ``PayloadTooLarge`` as soon as more than ``limit`` bytes arrived (the rest is never read) and
+    ``BadSignature`` when the whole body does not match ``header``.
+    """
     hasher = BodyHasher(secret)
     body = await read_bounded(chunks, limit, hasher.update)
     if not hasher.matches(header):

@@ -1,7 +1,9 @@
-"""Columns a migration adds to existing tables, declared once for its upgrade and its downgrade: the
-downgrade drops what the upgrade added, in reverse, so the two cannot drift apart. The declaration is
-a function that makes new columns each call (a column belongs to one table, and the tests migrate
-many databases in one process)."""
+"""Columns a migration adds to existing tables, declared once for its upgrade and its downgrade.
+
+The downgrade drops what the upgrade added, in reverse, so the two cannot drift apart. The
+declaration is a function that makes new columns each call (a column belongs to one table, and the
+tests migrate many databases in one process).
+"""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence

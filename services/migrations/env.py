@@ -1,5 +1,8 @@
-"""Alembic environment: the URL comes from ``gradci.services.db.migrate.alembic_config``,
-and the engine from ``gradci.services.db.session`` so SQLite gets the same pragmas as the service."""
+"""Alembic environment: the service's URL and engine.
+
+The URL comes from ``gradci.services.db.migrate.alembic_config``, and the engine from
+``gradci.services.db.session`` so SQLite gets the same pragmas as the service.
+"""
 from __future__ import annotations
 
 from alembic import context

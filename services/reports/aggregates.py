@@ -1,7 +1,8 @@
-"""What a report needs to know about one run's cells, asked of the database as aggregates: counts per
-backend × device × status (and whether the cell's scenario is in the patch), each group's first
-missing cells, the scenarios the pull request changed. Nothing here loads every cell of a run: a run
-may hold a million.
+"""What a report needs to know about one run's cells, asked of the database as aggregates.
+
+Counts per backend × device × status (and whether the cell's scenario is in the patch), each group's
+first missing cells, the scenarios the pull request changed. Nothing here loads every cell of a run:
+a run may hold a million.
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ class GroupTally(NamedTuple):
 
 
 def changed_scenario_names(head_id: int, base_id: int | None) -> Select[Any]:
-    """Names of the scenarios the pull request added or changed: fingerprint absent or different in
-    the base run. Without a base run nothing counts as changed."""
+    """Names of the scenarios the pull request added or changed.
+
+    Changed: fingerprint absent or different in the base run. Without a base run nothing counts as
+    changed.
+    """
     head, base = aliased(ScenarioCatalogEntry), aliased(ScenarioCatalogEntry)
     if base_id is None:
         return select(head.name).where(false())

@@ -1,10 +1,13 @@
-"""The failing scenarios of a run where their code is: one check-run annotation per scenario with a
-failing cell, at the file and line of its ``Scenario(...)`` call (``scenario_catalog.file``/``line``,
-relative to the repository), so the pull request's diff shows the failure beside the code.
+"""The failing scenarios of a run where their code is: one check-run annotation per failing scenario.
+
+Each annotation is at the file and line of the scenario's ``Scenario(...)`` call
+(``scenario_catalog.file``/``line``, relative to the repository), so the pull request's diff shows
+the failure beside the code.
 
 GitHub shows an annotation's title and message as plain text (no markdown), so the names and
 messages in them need no markdown escaping; each is kept to one line (``gfm.one_line``), so that a
-name or a message cannot write lines that read as other cells or as gradci's own words."""
+name or a message cannot write lines that read as other cells or as gradci's own words.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +37,10 @@ class Annotation:
 
 
 def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotation]:
-    """An annotation per scenario with a fail, error or xpass cell, in scenario order; scenarios whose
-    definition is unknown (outside the repository, or listed before 0014) get none."""
+    """An annotation per scenario with a fail, error or xpass cell, in scenario order.
+
+    Scenarios whose definition is unknown (outside the repository, or listed before 0014) get none.
+    """
     where = (select(ScenarioCatalogEntry.name, ScenarioCatalogEntry.file, ScenarioCatalogEntry.line)
              .where(ScenarioCatalogEntry.run_id == run_id, ScenarioCatalogEntry.file.is_not(None)))
     defined: dict[str, tuple[str, int | None]] = {name: (file, line) for name, file, line in session.execute(where)

@@ -1,6 +1,7 @@
-"""The diff of a run's cells against its base run's, computed by the database: the two runs joined on
-the cell key (scenario, backend, device, dtype), each pair classified, counted and ranked in one
-statement, and only the top of each kind sent back.
+"""The diff of a run's cells against its base run's, computed by the database.
+
+The two runs are joined on the cell key (scenario, backend, device, dtype), each pair classified,
+counted and ranked in one statement, and only the top of each kind sent back.
 
 A pair is a **regression** when the base passed and the head neither passed nor was skipped, a
 **fix** when the base failed or errored and the head passed, a **near miss** when the head passed
@@ -42,16 +43,21 @@ def _share(error: Any, tolerance: Any) -> Any:
 
 
 def tolerance_ratio(cell: Any) -> Any:
-    """How much of its tolerance a cell used, as SQL: min(max_abs_err/atol, max_rel_err/rtol), since a
-    component passes when either bound holds; NULL when the cell has no errors recorded."""
+    """How much of its tolerance a cell used, as SQL.
+
+    min(max_abs_err/atol, max_rel_err/rtol), since a component passes when either bound holds; NULL when
+    the cell has no errors recorded.
+    """
     absolute, relative = _share(cell.max_abs_err, cell.atol), _share(cell.max_rel_err, cell.rtol)
     return case((absolute.is_(None), relative), (relative.is_(None), absolute), (absolute < relative, absolute),
                 else_=relative)
 
 
 def stored_tolerance_ratio(cell: Any) -> float | None:
-    """``tolerance_ratio`` of a cell already loaded (a page of rows): the same rule in Python, held
-    to the SQL by a test."""
+    """``tolerance_ratio`` of a cell already loaded (a page of rows).
+
+    The same rule in Python, held to the SQL by a test.
+    """
     shares = [error / tolerance for error, tolerance in ((cell.max_abs_err, cell.atol), (cell.max_rel_err, cell.rtol))
               if error is not None and tolerance]
     return min(shares) if shares else None

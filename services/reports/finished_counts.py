@@ -59,16 +59,21 @@ def is_final(run: Run) -> bool:
 
 
 def runs_key(session: Session, what: str, *runs: Run | None) -> Hashable:
-    """Names ``what`` of these runs in this database: a run id alone could name another run after the
-    database was emptied and its ids restarted, its creation time with it cannot."""
+    """Names ``what`` of these runs in this database.
+
+    A run id alone could name another run after the database was emptied and its ids restarted, its
+    creation time with it cannot.
+    """
     bind = session.get_bind()
     assert isinstance(bind, Engine), "a session bound to an engine (session_scope's)"
     return (str(bind.url), what, *((run.id, run.created_at) if run else None for run in runs))
 
 
 def cell_counts(session: Session, runs: Sequence[Run]) -> dict[int, dict[str, int]]:
-    """Cells per status of each run (``queries.cell_counts``, one grouped query); a finished run's are
-    counted once."""
+    """Cells per status of each run (``queries.cell_counts``, one grouped query).
+
+    A finished run's are counted once.
+    """
     keys = {run.id: runs_key(session, "cell counts", run) for run in runs if is_final(run)}
     known = {run_id: counts for run_id, key in keys.items() if (counts := recall(key)) is not None}
     counts = queries.cell_counts(session, [run.id for run in runs if run.id not in known])

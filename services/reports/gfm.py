@@ -23,9 +23,12 @@ def one_line(text: str) -> str:
 
 
 def code(text: str, *, in_table: bool = True) -> str:
-    """``text`` as an inline code span that shows it exactly (on one line). ``in_table``: a GFM table
-    splits its rows at every unescaped ``|``, code spans included, so pipes are escaped as ``\\|``,
-    which the table turns back into ``|``; elsewhere a backslash in a code span would show."""
+    """``text`` as an inline code span that shows it exactly (on one line).
+
+    ``in_table``: a GFM table splits its rows at every unescaped ``|``, code spans included, so pipes
+    are escaped as ``\\|``, which the table turns back into ``|``; elsewhere a backslash in a code span
+    would show.
+    """
     text = one_line(text)
     if not text:
         return "—"

@@ -1,6 +1,7 @@
-"""A scenario's history: its cells in the last runs that checked it, per backend · device · dtype —
-error ÷ tolerance (headroom shrinking before it fails), time and first-call time (a derivative that
-became 3× slower is a regression too).
+"""A scenario's history: its cells in the last runs that checked it, per backend · device · dtype.
+
+It shows error ÷ tolerance (headroom shrinking before it fails), time and first-call time (a
+derivative that became 3× slower is a regression too).
 
 Two statements: the runs (a few hundred rows), then the cells with only the columns a chart needs
 (thousands of rows: 500 runs × 28 cells is 14,000, and every column fetched per row costs time).
@@ -30,8 +31,11 @@ class HistoryRun:
 
 
 class HistoryPoint(Protocol):
-    """A cell of the history, as the database row that brings it (read by name; rows are tuples, and a
-    history has thousands of them: wrapping each again would cost more than the query)."""
+    """A cell of the history, as the database row that brings it.
+
+    Read by name; rows are tuples, and a history has thousands of them: wrapping each again would cost
+    more than the query.
+    """
 
     run_id: int
     cell_id: int
@@ -54,9 +58,11 @@ class ScenarioHistory:
 
 def scenario_history(session: Session, scenario: str, runs: int = RUNS_SHOWN, *,
                      repository_id: int | None = None) -> ScenarioHistory:
-    """The scenario's cells in the last ``runs`` runs of one repository that checked it (None: the
-    built-in library), oldest run first. Per repository: two repositories' scenarios that share a
-    name are different scenarios, and one must not add points to the other's history."""
+    """The scenario's cells in the last ``runs`` runs of one repository that checked it, oldest run first.
+
+    The repository None is the built-in library. Per repository: two repositories' scenarios that share
+    a name are different scenarios, and one must not add points to the other's history.
+    """
     of_repository = select(Run.id).where(Run.repository_id.is_(None) if repository_id is None
                                          else Run.repository_id == repository_id)
     recent = (select(Result.run_id).distinct().where(Result.scenario == scenario, Result.run_id.in_(of_repository))

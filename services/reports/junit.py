@@ -1,6 +1,8 @@
-"""A stored run as JUnit XML, streamed: the counters of each testsuite come from one GROUP BY, then the
-testcases are written as the database hands them over through a server-side cursor, a batch at a
-time — the document of a million cells is never in memory, on either side.
+"""A stored run as JUnit XML, streamed, never whole in memory.
+
+The counters of each testsuite come from one GROUP BY, then the testcases are written as the
+database hands them over through a server-side cursor, a batch at a time — the document of a million
+cells is never in memory, on either side.
 
 The testcases are ``gradci.scenarios.contract.formats``' own (the same markup ``gradci check --format junit`` writes);
 only the document around them is written here, since its counters must precede the cases they count.
@@ -70,8 +72,10 @@ def _testcases(suite_name: str, rows: list[Any]) -> str:
 
 
 def junit_chunks(session: Session, run_id: int, name: str) -> Iterator[bytes]:
-    """The run's JUnit document in pieces: one testsuite per backend × device × dtype, one testcase per
-    cell, by scenario within a suite."""
+    """The run's JUnit document in pieces.
+
+    One testsuite per backend × device × dtype, one testcase per cell, by scenario within a suite.
+    """
     without_jit(session)
     suites, whole = _suites(session, run_id)
     yield (f"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name={quoteattr(xml_text(name))} "
@@ -100,7 +104,9 @@ def document_name(run_id: int) -> str:
 
 def compressed_junit(session: Session, run_id: int) -> bytes:
     """The run's whole document, gzipped as it is written: the plain text is never whole in memory.
-    ``mtime=0``: the same cells give the same bytes."""
+
+    ``mtime=0``: the same cells give the same bytes.
+    """
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as compressed:
         for chunk in junit_chunks(session, run_id, document_name(run_id)):

@@ -1,6 +1,9 @@
-"""The pull-request comment, in the shape coverage services made familiar. Every string a pull
-request or an upload chooses (scenario names, backends, devices, dtypes, messages) is set with
-``gfm.code``, so that it reads as text and the report around it stays gradci's."""
+"""The pull-request comment, in the shape coverage services made familiar.
+
+Every string a pull request or an upload chooses (scenario names, backends, devices, dtypes,
+messages) is set with ``gfm.code``, so that it reads as text and the report around it stays
+gradci's.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable

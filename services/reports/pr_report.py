@@ -1,6 +1,8 @@
-"""The pull-request report: project and patch coverage against the base run, per-group coverage,
-regressions, fixes and near-misses — assembled from what the database counted (``RunFigures``), so
-the API, the finalizer and the dashboard share one computation whatever the size of the run.
+"""The pull-request report, assembled from what the database counted (``RunFigures``).
+
+It holds project and patch coverage against the base run, per-group coverage, regressions, fixes and
+near-misses. The API, the finalizer and the dashboard share this one computation whatever the size
+of the run.
 """
 from __future__ import annotations
 

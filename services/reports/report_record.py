@@ -1,5 +1,7 @@
-"""The run report as one typed record: the pull-request comment, the commit statuses, the dashboard and
-``GET /api/runs/{id}/report`` all read this, by attribute. ``pr_report.build_report`` builds it whole.
+"""The run report as one typed record.
+
+The pull-request comment, the commit statuses, the dashboard and ``GET /api/runs/{id}/report`` all
+read this, by attribute. ``pr_report.build_report`` builds it whole.
 
 Records are frozen: a report is a statement about stored results, never edited after it is built.
 """
@@ -29,9 +31,11 @@ class Record(BaseModel):
 
 
 class StatusCounts(Record):
-    """Cells per status, every status present (zeros included). The JSON keys are the status names;
-    ``pass`` is a Python keyword, so its attribute is ``pass_``. A test holds the fields to
-    ``gradci.scenarios.contract.cell.STATUSES``."""
+    """Cells per status, every status present (zeros included).
+
+    The JSON keys are the status names; ``pass`` is a Python keyword, so its attribute is ``pass_``. A
+    test holds the fields to ``gradci.scenarios.contract.cell.STATUSES``.
+    """
 
     model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
 
@@ -84,8 +88,10 @@ class CoverageStatus(Record):
 
 
 class GroupCoverage(Record):
-    """Coverage of one backend × device, with its first failed and errored cells (at most
-    ``LIST_LIMIT``, in the order they were stored) as "scenario [dtype]"."""
+    """Coverage of one backend × device, with its first failed and errored cells.
+
+    At most ``LIST_LIMIT`` of them, in the order they were stored, as "scenario [dtype]".
+    """
 
     backend: str
     device: str
@@ -137,9 +143,11 @@ class ChangeCounts(Record):
 
 
 class RunReport(ReportSubject):
-    """Project and patch coverage against the base run, per-group coverage, and the cells that changed:
-    the changed cells furthest over (or nearest to) their tolerance first, ``LIST_LIMIT`` of each kind
-    at most, with their numbers in ``change_counts``."""
+    """Project and patch coverage against the base run, per-group coverage, and the cells that changed.
+
+    The changed cells furthest over (or nearest to) their tolerance come first, ``LIST_LIMIT`` of each
+    kind at most, with their numbers in ``change_counts``.
+    """
 
     project: CoverageStatus
     patch: CoverageStatus

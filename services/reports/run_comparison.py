@@ -1,6 +1,7 @@
-"""Two runs side by side: the cells whose status, error ÷ tolerance or time changed between them,
-the biggest changes first — computed by the database (one join on the cell key, counted and cut
-to a page there), as ``diff.compare`` does for a run and its base.
+"""Two runs side by side: the cells whose status, error ÷ tolerance or time changed between them.
+
+The biggest changes come first. They are computed by the database (one join on the cell key, counted
+and cut to a page there), as ``diff.compare`` does for a run and its base.
 """
 from __future__ import annotations
 
@@ -46,8 +47,11 @@ def _factor(before: Any, after: Any) -> Any:
 
 def changed_cells(session: Session, before_id: int, after_id: int, *, limit: int, offset: int
                   ) -> tuple[list[ChangedCell], int]:
-    """A page of the cells of run ``after_id`` that changed against run ``before_id`` (cells present
-    in both), status changes first, then by the larger factor; and how many changed in all."""
+    """A page of the cells of run ``after_id`` that changed against run ``before_id``.
+
+    Also how many changed in all. Only cells present in both count; status changes come first, then by
+    the larger factor.
+    """
     before, after = aliased(Result), aliased(Result)
     ratio_factor = _factor(tolerance_ratio(before), tolerance_ratio(after))
     time_factor = _factor(before.time_ms, after.time_ms)

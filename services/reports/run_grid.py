@@ -1,11 +1,13 @@
-"""A run's matrix as the dashboard draws it: scenarios (rows, grouped by family) × backend · device ·
-dtype (columns), one bounded page of rows at a time, the families and scenarios that need attention
-first. Three statements whatever the run's size: the rows' worst statuses (one row per scenario),
-the columns, and the cells of the page's rows only. A finished run's rows and columns never change:
-they are worked out once per filter (``finished``'s memory; the unfiltered ones are kept with its
-report when it is finalised), and a page costs its cells alone. A running run's layout is worked out
-again only when its cells changed: the caller names their state (``progress``, see cell_progress), and
-every request of this process that names the same state — each open tab's poll — shares one layout.
+"""A run's matrix as the dashboard draws it, one bounded page of rows at a time.
+
+Scenarios (rows, grouped by family) × backend · device · dtype (columns), the families and scenarios
+that need attention first. Three statements whatever the run's size: the rows' worst statuses (one
+row per scenario), the columns, and the cells of the page's rows only. A finished run's rows and
+columns never change: they are worked out once per filter (``finished``'s memory; the unfiltered
+ones are kept with its report when it is finalised), and a page costs its cells alone. A running
+run's layout is worked out again only when its cells changed: the caller names their state
+(``progress``, see cell_progress), and every request of this process that names the same state —
+each open tab's poll — shares one layout.
 """
 from __future__ import annotations
 
@@ -57,17 +59,23 @@ _live = RecentlyUsed(64)
 
 
 def cell_progress(session: Session, run_id: int, counts: dict[str, int]) -> tuple[int | None, tuple[int, ...]]:
-    """Names the state of a running run's cells: its newest cell's id (a new cell) and its cells per
-    status (``counts``, which the caller has: a redelivered cell that changed status)."""
+    """Names the state of a running run's cells.
+
+    Its newest cell's id (a new cell) and its cells per status (``counts``, which the caller has: a
+    redelivered cell that changed status).
+    """
     newest = session.scalar(select(func.max(Result.id)).where(Result.run_id == run_id))
     return newest, tuple(counts[status] for status in sorted(counts))
 
 
 def _once(session: Session, run: Run, what: str, compute: Callable[[], T], progress: Hashable | None = None) -> T:
-    """``compute()``, remembered by this process for a finished run (its cells are final); for a
-    running run, while its cells stay at ``progress`` (the latest state of each run and filter is
-    kept, so polls do not push finished runs' layouts out), or without one by this session only (one
-    request: its page and its filter choices share the work)."""
+    """``compute()``, remembered while the run's cells stay as they were.
+
+    Remembered by this process for a finished run (its cells are final); for a running run, while its
+    cells stay at ``progress`` (the latest state of each run and filter is kept, so polls do not push
+    finished runs' layouts out), or without one by this session only (one request: its page and its
+    filter choices share the work).
+    """
     if not is_final(run) and progress is None:
         memo = session.info.setdefault("matrix", {})
         if (run.id, what) not in memo:
@@ -84,8 +92,10 @@ def _once(session: Session, run: Run, what: str, compute: Callable[[], T], progr
 
 
 def _ordered_rows(session: Session, run_id: int, where: ResultFilter) -> list[str]:
-    """Every scenario with a cell ``where`` admits: families with the worst cell first, and within a
-    family its scenarios worst first, then by name."""
+    """Every scenario with a cell ``where`` admits, those that need attention first.
+
+    Families with the worst cell first, and within a family its scenarios worst first, then by name.
+    """
     worst = dict(session.execute(
         filtered_results(run_id, where).with_only_columns(Result.scenario, func.min(_ATTENTION))
         .group_by(Result.scenario)).all())
@@ -138,8 +148,11 @@ def layout_record(session: Session, run_id: int) -> dict[str, Any]:
 
 def matrix_page(session: Session, run: Run, where: ResultFilter = ResultFilter(), page: int = 1,
                 rows_per_page: int = ROWS_PER_PAGE, progress: Hashable | None = None) -> MatrixPage:
-    """Page ``page`` of the run's matrix (an empty page past the end); ``progress``: for a running
-    run, the state of its cells (cell_progress), under which its layout is shared between requests."""
+    """Page ``page`` of the run's matrix (an empty page past the end).
+
+    ``progress``: for a running run, the state of its cells (cell_progress), under which its layout is
+    shared between requests.
+    """
     layout = _layout(session, run, where, progress)
     rows = layout.rows[(page - 1) * rows_per_page:page * rows_per_page]
     cells: dict[tuple[str, Column], MatrixCell] = {}
@@ -154,8 +167,10 @@ def matrix_page(session: Session, run: Run, where: ResultFilter = ResultFilter()
 
 
 def filter_choices(session: Session, run: Run, progress: Hashable | None = None) -> dict[str, list[str]]:
-    """The values each filter of the run page can take in this run: its families, operators,
-    backends, devices and dtypes (all of them, whatever is filtered now)."""
+    """The values each filter of the run page can take in this run.
+
+    Its families, operators, backends, devices and dtypes (all of them, whatever is filtered now).
+    """
     layout = _layout(session, run, ResultFilter(), progress)
     return {"family": sorted({family_of(scenario) for scenario in layout.rows}),
             **{axis: sorted({row[index] for row in layout.axes}) for index, axis in enumerate(CHOICE_AXES)}}

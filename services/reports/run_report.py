@@ -19,8 +19,11 @@ COMPARABLE = (RunStatus.passed.value, RunStatus.failed.value)
 
 
 def base_run(session: Session, run: Run, finished_only: bool = True) -> Run | None:
-    """The latest run of the same repository at ``run.base_sha`` (finished with results, unless
-    ``finished_only`` is false: then any run that is not cancelled or errored)."""
+    """The latest run of the same repository at ``run.base_sha``.
+
+    Finished with results, unless ``finished_only`` is false: then any run that is not cancelled or
+    errored.
+    """
     if not run.base_sha:
         return None
     statuses = COMPARABLE if finished_only else (RunStatus.queued.value, RunStatus.running.value, *COMPARABLE)
@@ -65,9 +68,12 @@ def _figures(session: Session, run: Run, base: Run | None) -> RunFigures:
 
 
 def report_for_run(session: Session, run: Run) -> RunReport:
-    """The run's report: the one stored when it was finalised, if it was compared with the base it
-    has now; otherwise computed from aggregates the database computes — a handful of statements
-    whatever the number of cells, and never more than ``LIST_LIMIT`` cells of each list in memory."""
+    """The run's report, stored or computed from aggregates.
+
+    The one stored when it was finalised, if it was compared with the base it has now; otherwise
+    computed from aggregates the database computes — a handful of statements whatever the number of
+    cells, and never more than ``LIST_LIMIT`` cells of each list in memory.
+    """
     base = base_run(session, run)
     if is_final(run):
         stored = session.get(StoredReport, run.id)
@@ -77,8 +83,11 @@ def report_for_run(session: Session, run: Run) -> RunReport:
 
 
 def store_report(session: Session, run: Run) -> None:
-    """Compute a finished run's report and keep it (done when the run, or its base run, is finalised:
-    a finished run's report against a finished base never changes)."""
+    """Compute a finished run's report and keep it.
+
+    Done when the run, or its base run, is finalised: a finished run's report against a finished base
+    never changes.
+    """
     if not is_final(run):
         return
     base = base_run(session, run)

@@ -1,4 +1,6 @@
-"""Coverage targets, configured as coverage services do, in the repository's gradci.toml:
+"""Coverage targets, configured as coverage services do, in the repository's gradci.toml.
+
+For example:
 
 ```toml
 [report.project]

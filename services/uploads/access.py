@@ -95,8 +95,11 @@ def authenticate(settings: Settings, token: str) -> Credential:
 
 def authorize(settings: Settings, credential: Credential, repository: str, sha: str,
               pr_number: int | None) -> None:
-    """Raises ``Forbidden`` unless ``credential`` may upload results of ``repository`` at commit ``sha``
-    (for the pull request ``pr_number``, if any); ``Unavailable`` when GitHub cannot be asked."""
+    """Refuse an upload its credential may not make.
+
+    Raises ``Forbidden`` unless ``credential`` may upload results of ``repository`` at commit ``sha``
+    (for the pull request ``pr_number``, if any); ``Unavailable`` when GitHub cannot be asked.
+    """
     if credential.repository.casefold() != repository.casefold():  # GitHub's names ignore case
         raise Forbidden(f"{credential.describe()} is for {credential.repository}, not {repository}")
     with session_scope(settings.database_url, readonly=True) as session:
@@ -132,9 +135,12 @@ def _get(client: GitHubClient, path: str, missing: str) -> Any:
 
 def check_id_token(client: GitHubClient, credential: Credential, repository: str, sha: str,
                    pr_number: int | None) -> None:
-    """An id token is of one repository (by id: a deleted repository's name can be taken again) and one
+    """Refuse an id token of another repository or another commit.
+
+    An id token is of one repository (by id: a deleted repository's name can be taken again) and one
     commit: its own sha, or on a pull_request workflow (whose sha is the merge commit) that pull
-    request's head, which ``pull_request_at`` checks."""
+    request's head, which ``pull_request_at`` checks.
+    """
     known = _get(client, f"/repos/{repository}", f"GitHub has no repository {repository}")
     if str(known.get("id")) != credential.repository_id:
         raise Forbidden(f"the id token is for repository id {credential.repository_id}, but {repository} is "
@@ -158,17 +164,21 @@ def pull_request_at(client: GitHubClient, repository: str, sha: str, pr_number: 
 
 
 def pull_requests_of(client: GitHubClient, repository: str, sha: str) -> list[dict]:
-    """The open pull requests GitHub associates with ``sha`` (``GET /commits/{sha}/pulls``): an upload
-    that names none is still judged by the fork rule of each."""
+    """The open pull requests GitHub associates with ``sha`` (``GET /commits/{sha}/pulls``).
+
+    An upload that names none is still judged by the fork rule of each.
+    """
     pulls = _get(client, f"/repos/{repository}/commits/{sha}/pulls?per_page=100",
                  f"GitHub has no commit {sha} in {repository}")
     return [pull for pull in pulls if isinstance(pull, dict) and pull.get("state", "open") == "open"]
 
 
 def refuse_unapproved_fork(settings: Settings, repository: str, sha: str, pull: dict) -> None:
-    """The webhook rule for uploads: a fork's pull request is untrusted until a maintainer approved the
-    very commit uploaded (GitHub says which pull request is a fork's: the upload's own account of it
-    comes from the code being judged)."""
+    """The webhook rule for uploads: a fork's pull request is untrusted until its commit is approved.
+
+    A maintainer must approve the very commit uploaded (GitHub says which pull request is a fork's: the
+    upload's own account of it comes from the code being judged).
+    """
     if not is_fork({"pull_request": pull}):
         return
     number = pull.get("number")
@@ -179,8 +189,11 @@ def refuse_unapproved_fork(settings: Settings, repository: str, sha: str, pull: 
 
 
 def approved_commit(settings: Settings, repository: str, pr_number: Any, sha: str) -> bool:
-    """A maintainer added the approval label while ``sha`` was the pull request's head: its ``labeled``
-    webhook was stored with that head. (Without the repository's webhooks, no fork's commit is approved.)"""
+    """Whether a maintainer added the approval label while ``sha`` was the pull request's head.
+
+    Its ``labeled`` webhook was stored with that head. (Without the repository's webhooks, no fork's
+    commit is approved.)
+    """
     with session_scope(settings.database_url, readonly=True) as session:
         decisions = session.scalars(select(Delivery.decision).where(
             Delivery.event == "pull_request", Delivery.action == "labeled",

@@ -81,11 +81,13 @@ def store(settings: Settings, credential: Credential, upload: UploadHeader, raw:
 
 
 def announce(settings: Settings, stored: ShardStored) -> None:
-    """After the commit, when this upload closed the run: its one finalisation, which publishes the
-    report. A message the broker refuses is not lost: the reconciler sends a closed run's
-    finalisation again. (A run that waits for shards longer than GRADCI_REPORT_RETRY_BASE_S shows
-    pending statuses meanwhile, sent by the report sweeper: the run's report row is owed from the
-    first upload.)"""
+    """Send the run's one finalisation, which publishes the report, when this upload closed it.
+
+    Called after the commit. A message the broker refuses is not lost: the reconciler sends a closed
+    run's finalisation again. (A run that waits for shards longer than GRADCI_REPORT_RETRY_BASE_S shows
+    pending statuses meanwhile, sent by the report sweeper: the run's report row is owed from the first
+    upload.)
+    """
     if not stored.closed:
         return
     try:

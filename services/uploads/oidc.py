@@ -1,5 +1,7 @@
-"""OIDC id tokens, as GitHub Actions mints them for a workflow with ``permissions: id-token: write``:
-verified against the keys the issuer publishes, found through its ``/.well-known/openid-configuration``.
+"""OIDC id tokens, as GitHub Actions mints them, verified against the keys the issuer publishes.
+
+GitHub Actions mints them for a workflow with ``permissions: id-token: write``; the keys are found
+through the issuer's ``/.well-known/openid-configuration``.
 
 A token is accepted when it is signed (RS256) by one of the issuer's current keys, names this
 server as its audience, comes from the configured issuer exactly, is within its validity window,
@@ -51,9 +53,11 @@ def secure_url(url: str) -> bool:
 
 
 class Issuer:
-    """One issuer's published keys: its discovery document is read again every ``DISCOVERY_TTL_S``,
-    its key set is cached by PyJWT's ``PyJWKClient`` and fetched again when a token names a key it
-    does not have (a rotation)."""
+    """One issuer's published keys.
+
+    Its discovery document is read again every ``DISCOVERY_TTL_S``, its key set is cached by PyJWT's
+    ``PyJWKClient`` and fetched again when a token names a key it does not have (a rotation).
+    """
 
     def __init__(self, issuer: str) -> None:
         if not secure_url(issuer):

@@ -42,9 +42,11 @@ Line = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO
 
 @functools.cache
 def engine_backends() -> dict[str, tuple[str, str]]:
-    """Each backend the engine has (built-in or installed here through ``gradci.backends``) → its
-    (framework, mode). Loaded on the first upload: the registry loads numpy, which the API does not
-    need to start."""
+    """Each backend the engine has → its (framework, mode).
+
+    Backends built in or installed here through ``gradci.backends``. Loaded on the first upload: the
+    registry loads numpy, which the API does not need to start.
+    """
     from gradci.scenarios.backends import registry
 
     return {name: (backend.framework, backend.mode) for name, backend in registry().items()}
@@ -106,8 +108,11 @@ else:
 
 
 class UploadedScenario(BaseModel):
-    """A scenario the shard checked, with its fingerprint: the pull request's patch coverage covers
-    the scenarios whose fingerprint differs from the base run's."""
+    """A scenario the shard checked, with its fingerprint.
+
+    The pull request's patch coverage covers the scenarios whose fingerprint differs from the base
+    run's.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -126,8 +131,10 @@ class UploadedScenario(BaseModel):
 
 
 class UploadHeader(BaseModel):
-    """An upload but its scenarios and cells: what deciding whether to accept it needs, read first
-    (``gradci.services.uploads.stream``: the lists are read item by item once it is accepted)."""
+    """An upload but its scenarios and cells: what deciding whether to accept it needs, read first.
+
+    See ``gradci.services.uploads.stream``: the lists are read item by item once it is accepted.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -169,8 +176,11 @@ class UploadHeader(BaseModel):
 
 
 class UploadIn(UploadHeader):
-    """One shard of a commit's results. Uploads of one repository and commit make one run; a shard
-    uploaded again replaces its earlier cells."""
+    """One shard of a commit's results.
+
+    Uploads of one repository and commit make one run; a shard uploaded again replaces its earlier
+    cells.
+    """
 
     scenarios: Annotated[list[UploadedScenario], Field(max_length=MAX_SCENARIOS)] = Field(
         default_factory=list, description="the scenarios checked, with their fingerprints (patch coverage)")

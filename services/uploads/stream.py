@@ -1,5 +1,6 @@
-"""An upload body read as it streams, never whole: its memory is bounded by these constants, not by
-the body's size.
+"""An upload body read as it streams, never whole.
+
+Its memory is bounded by these constants, not by the body's size.
 
 The body (already on disk past ``bodies.IN_MEMORY_BYTES``) is read three times by ijson's C parser:
 once for the header — every top-level field but ``scenarios`` and ``cells``, which is what deciding
@@ -44,8 +45,11 @@ def _invalid(loc: tuple[str | int, ...], msg: str, kind: str) -> InvalidUpload:
 
 
 class _CountingReader:
-    """The body as the parser reads it, refused once ``MAX_ITEM_BYTES`` pass without a complete value
-    (``mark``): one string or number that long is being built in memory."""
+    """The body as the parser reads it, refused once ``MAX_ITEM_BYTES`` pass without a complete value.
+
+    ``mark`` says a value was completed; past the bound, one string or number that long is being built
+    in memory.
+    """
 
     def __init__(self, raw: IO[bytes]) -> None:
         raw.seek(0)
@@ -69,8 +73,11 @@ LIMITS = {"scenarios": MAX_SCENARIOS, "cells": MAX_CELLS}
 
 
 class _ListSizes:
-    """What the header's pass sees of a streamed list without building it: that it is a list, how many
-    items it has, and that none is over ``MAX_ITEM_BYTES`` (give or take the parser's buffer)."""
+    """What the header's pass sees of a streamed list without building it.
+
+    That it is a list, how many items it has, and that none is over ``MAX_ITEM_BYTES`` (give or take the
+    parser's buffer).
+    """
 
     def __init__(self, name: str) -> None:
         self.name, self.item = name, f"{name}.item"
@@ -109,9 +116,11 @@ def validation_errors(exc: ValidationError, *loc: str | int) -> list[dict[str, A
 
 
 def read_header(raw: IO[bytes]) -> UploadHeader:
-    """The upload's header (every field but the scenarios and cells, which are only measured here);
-    raises ``InvalidUpload``. Reads the whole body: malformed JSON anywhere is found now, and the
-    item passes that follow build nothing larger than it measured."""
+    """The upload's header: every field but the scenarios and cells, which are only measured here.
+
+    Raises ``InvalidUpload``. Reads the whole body: malformed JSON anywhere is found now, and the item
+    passes that follow build nothing larger than it measured.
+    """
     reader = _CountingReader(raw)
     builder, events = ijson.ObjectBuilder(), 0
     lists = {name: _ListSizes(name) for name in STREAMED}
@@ -142,8 +151,10 @@ def read_header(raw: IO[bytes]) -> UploadHeader:
 
 
 def _items(raw: IO[bytes], name: str, model: type[BaseModel]) -> Iterator[BaseModel]:
-    """The list ``name``'s items, each validated as ``model`` (their number and sizes were measured by
-    ``read_header``)."""
+    """The list ``name``'s items, each validated as ``model``.
+
+    Their number and sizes were measured by ``read_header``.
+    """
     raw.seek(0)
     for index, item in enumerate(ijson.items(raw, f"{name}.item", buf_size=BUFFER_BYTES, use_float=True)):
         try:

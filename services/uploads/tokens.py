@@ -1,5 +1,7 @@
-"""Upload tokens: bearer tokens that may upload the results of one repository (kept as
-``services/db/bearer_tokens.py`` keeps every kind: hashed, shown once)."""
+"""Upload tokens: bearer tokens that may upload the results of one repository.
+
+They are kept as ``services/db/bearer_tokens.py`` keeps every kind: hashed, shown once.
+"""
 from __future__ import annotations
 
 from sqlalchemy.orm import Session

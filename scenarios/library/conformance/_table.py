@@ -42,8 +42,10 @@ def signed(low: float, high: float) -> Draw:
 
 
 def spread(low: float, high: float) -> Draw:
-    """An even grid over [low, high], shuffled and jittered by less than a quarter of its step: no two
-    values closer than half a step, so max, sort, median and their kin meet no ties."""
+    """An even grid over [low, high], shuffled and jittered by less than a quarter of its step.
+
+    No two values are closer than half a step, so max, sort, median and their kin meet no ties.
+    """
     def draw(g, shape):
         count = int(np.prod(shape))
         jitter = min(0.15, (high - low) / count) / 4
@@ -59,8 +61,11 @@ def well_conditioned(shift: float = 3.0) -> Draw:
 
 
 def distinct_spectrum(g: np.random.Generator, shape: tuple) -> np.ndarray:
-    """Near a diagonal of magnitudes 0.8, 1.7, 2.6 with alternating signs: eigenvalues (symmetrized)
-    and singular values at least ~0.7 apart and away from zero, so spectral derivatives stay bounded."""
+    """A random matrix of ``shape`` whose eigenvalues and singular values stay well apart.
+
+    Near a diagonal of magnitudes 0.8, 1.7, 2.6 with alternating signs: eigenvalues (symmetrized)
+    and singular values at least ~0.7 apart and away from zero, so spectral derivatives stay bounded.
+    """
     k = min(shape)
     x = 0.1 * g.uniform(-1, 1, size=shape)
     x[np.arange(k), np.arange(k)] += np.linspace(0.8, 2.6, k) * (-1.0) ** np.arange(k)

@@ -8,8 +8,11 @@ N = "jax.nn."
 
 
 def keyed_dropout(bernoulli, x):
-    """Inverted dropout from jax.random.bernoulli under a fixed key: the same mask at every
-    evaluation, so the function is deterministic and its derivative the mask over the keep rate."""
+    """Inverted dropout from jax.random.bernoulli under a fixed key.
+
+    The same mask at every evaluation, so the function is deterministic and its derivative the mask
+    over the keep rate.
+    """
     import jax
 
     keep = 0.7

@@ -9,9 +9,11 @@ UNIT = uniform(0.0, 1.0)
 
 
 def seeded_dropout(fn, x):
-    """Dropout in training mode under a fixed seed: every evaluation drops the same elements, so the
-    function is deterministic (the derivative is the kept mask over 1 - p). The global generator is
-    restored afterwards."""
+    """Dropout in training mode under a fixed seed.
+
+    Every evaluation drops the same elements, so the function is deterministic (the derivative is the
+    kept mask over 1 - p). The global generator is restored afterwards.
+    """
     import torch
 
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
