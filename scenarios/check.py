@@ -13,17 +13,16 @@ from typing import Any
 from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.expectations import first_applying
-from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
 from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from gradci.scenarios.contract.simulated_gpus import simulated_gpus
 from gradci.scenarios.numerics.tolerances import Tolerance, agreement_tolerance, tolerance_for
 from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
-from gradci.scenarios.reference.step_spread import step_spread
-from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
+from gradci.scenarios.verdict.judgement import judge
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
@@ -374,10 +373,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     finally:
         if caught is not None:
             cell.warnings = caught.text()
-    if prepared.error_estimate is not None:
-        refs = [_widened(ref, error) for ref, error in zip(refs, prepared.error_estimate())]
-    comparison = _compare_all(numpy_result, refs, tol, scenario, tangent)
-    comparison = _unless_noise(comparison, numpy_result, refs, tol, scenario, tangent)
+    own_errors = prepared.error_estimate() if prepared.error_estimate is not None else None
+    comparison = judge(numpy_result, refs, tol, scenario, tangent, own_errors)
     cell.status = comparison.status
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol
@@ -387,38 +384,6 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
     notes = (message, spread_message(cell.repeat_spread or 0.0, repeats), note)
     cell.message = "; ".join(filter(None, notes))[:MESSAGE_LIMIT]
     return numpy_result
-
-
-def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, scenario: Scenario,
-                  tangent: Any) -> Comparison:
-    """A failing comparison with finite differences, kept only where kinks and noise cannot explain it.
-
-    See ``gradci.scenarios.reference.step_spread``. The failure stands where the result is beyond the
-    reference even allowing for how the estimates wander with the step, or beyond what the two largest
-    steps agree on (noise below them does not reach them); otherwise it is no verdict: an error that
-    says f is noisy. An f that answers differently twice is never decided. At a kink (one-sided
-    differences steady but apart), failing or undecided, the error says f may not be differentiable
-    there.
-    """
-    undecided = comparison.status == Status.ERROR and comparison.unreliable
-    if not (comparison.status == Status.FAIL or undecided) or not refs or refs[0].method == "analytic":
-        return comparison
-    try:
-        spread = step_spread(scenario, tangent, refs)
-    except Exception:  # noqa: BLE001 -- fixed-step estimates failed (a domain edge within 1e-2): the verdict stands
-        return comparison
-    if spread.kink is not None:  # no derivative to check: whatever the backend answers is undecidable
-        return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
-    if undecided:
-        return comparison
-    if spread.reproducible:
-        if _compare_all(result, spread.widened(refs), tol, scenario, tangent).status == Status.FAIL:
-            return comparison
-        coarse = _compare_all(result, spread.coarse_references(refs), tol, scenario, tangent)
-        if coarse.status == Status.FAIL:
-            return dataclasses.replace(coarse, message=f"{coarse.message} (against the derivative at steps "
-                                                        f"1e-2 and 1e-3: f is noisy at smaller steps)")
-    return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
 
 
 def _pinned(adapter, setting: str | None):
@@ -468,23 +433,6 @@ def _wider_dtype_note(prepared, dtype: str) -> str:
                       f"arange promoted inside?): this cell checks float64 arithmetic in part", WiderDtypeWarning,
                       stacklevel=2)
     return ""
-
-
-def _widened(reference, own_error: Any):
-    """The reference with a backend's own error estimate attached."""
-    return dataclasses.replace(reference, backend_error=own_error)
-
-
-def _compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:
-    batched = isinstance(tangent, Tangents)
-    results = list(result) if batched else [result]
-    if len(results) != len(refs):
-        return Comparison(ok=False, message=f"{len(results)} results for {len(refs)} tangents")
-    total = Comparison(ok=True)
-    for one, ref in zip(results, refs):
-        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare,
-                                                 x=scenario.x))
-    return total
 
 
 def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) -> Any:

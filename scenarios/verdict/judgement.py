@@ -1,0 +1,76 @@
+"""A cell's one verdict against its reference: decided, undecided, or noisy.
+
+The driver asks once (``judge``) with the backend's result and the scenario's references. A result
+within tolerance of the reference (widened by both sides' error estimates) passes. One beyond it fails
+only where finite differences can decide: a failure is first held against how the reference wanders
+with the step (``gradci.scenarios.reference.step_spread``), so that a noisy f or a kink makes the cell
+an error that says why instead of a false failure.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.numerics.reference_values import Reference
+from gradci.scenarios.numerics.tolerances import Tolerance
+from gradci.scenarios.reference.step_spread import step_spread
+from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
+
+
+def judge(result: Any, refs: list[Reference], tol: Tolerance, scenario: Scenario, tangent: Any,
+          own_errors: list[Any] | None = None) -> Comparison:
+    """The cell's verdict: ``result`` against ``refs``, noise and kinks ruled out before a failure stands.
+
+    ``own_errors``: the backend's own error estimate per tangent (a finite-difference backend's), added
+    to the reference's.
+    """
+    if own_errors is not None:
+        refs = [dataclasses.replace(ref, backend_error=error) for ref, error in zip(refs, own_errors)]
+    return _unless_noise(compare_all(result, refs, tol, scenario, tangent), result, refs, tol, scenario, tangent)
+
+
+def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, scenario: Scenario,
+                  tangent: Any) -> Comparison:
+    """A failing comparison with finite differences, kept only where kinks and noise cannot explain it.
+
+    See ``gradci.scenarios.reference.step_spread``. The failure stands where the result is beyond the
+    reference even allowing for how the estimates wander with the step, or beyond what the two largest
+    steps agree on (noise below them does not reach them); otherwise it is no verdict: an error that
+    says f is noisy. An f that answers differently twice is never decided. At a kink (one-sided
+    differences steady but apart), failing or undecided, the error says f may not be differentiable
+    there.
+    """
+    undecided = comparison.status == Status.ERROR and comparison.unreliable
+    if not (comparison.status == Status.FAIL or undecided) or not refs or refs[0].method == "analytic":
+        return comparison
+    try:
+        spread = step_spread(scenario, tangent, refs)
+    except Exception:  # noqa: BLE001 -- fixed-step estimates failed (a domain edge within 1e-2): the verdict stands
+        return comparison
+    if spread.kink is not None:  # no derivative to check: whatever the backend answers is undecidable
+        return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
+    if undecided:
+        return comparison
+    if spread.reproducible:
+        if compare_all(result, spread.widened(refs), tol, scenario, tangent).status == Status.FAIL:
+            return comparison
+        coarse = compare_all(result, spread.coarse_references(refs), tol, scenario, tangent)
+        if coarse.status == Status.FAIL:
+            return dataclasses.replace(coarse, message=f"{coarse.message} (against the derivative at steps "
+                                                        f"1e-2 and 1e-3: f is noisy at smaller steps)")
+    return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
+
+
+def compare_all(result: Any, refs, tol: Tolerance, scenario: Scenario, tangent: Any) -> Comparison:
+    """``result`` (one per tangent where the tangents are batched) against ``refs``, merged into one."""
+    batched = isinstance(tangent, Tangents)
+    results = list(result) if batched else [result]
+    if len(results) != len(refs):
+        return Comparison(ok=False, message=f"{len(results)} results for {len(refs)} tangents")
+    total = Comparison(ok=True)
+    for one, ref in zip(results, refs):
+        total = total.merge(compare_to_reference(one, ref, tol, scenario.operator, scenario.compare,
+                                                 x=scenario.x))
+    return total
