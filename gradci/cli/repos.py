@@ -5,8 +5,11 @@ token.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.orm import Session
 
 from gradci.cli.tokens import EXIT_OK, _database, _error, _when
 from gradci.services.db.registry import register, registered, unregister
@@ -14,10 +17,15 @@ from gradci.services.db.session import session_scope
 from gradci.services.settings import get_settings
 
 
+def _in_one_transaction(change: Callable[[Session, str], bool], full_names: list[str]) -> dict[str, bool]:
+    """``change`` applied to each name, all or none (a malformed name raises ValueError before any commit)."""
+    with session_scope(_database()) as session:
+        return {name: change(session, name) for name in full_names}
+
+
 def add(full_names: list[str]) -> int:
     try:
-        with session_scope(_database()) as session:
-            added = {name: register(session, name) for name in full_names}
+        added = _in_one_transaction(register, full_names)
     except ValueError as exc:
         return _error(str(exc))
     for name, new in added.items():
@@ -28,8 +36,7 @@ def add(full_names: list[str]) -> int:
 
 def remove(full_names: list[str]) -> int:
     try:
-        with session_scope(_database()) as session:
-            removed = {name: unregister(session, name) for name in full_names}
+        removed = _in_one_transaction(unregister, full_names)
     except ValueError as exc:
         return _error(str(exc))
     for name in (name for name, gone in removed.items() if gone):
