@@ -124,7 +124,8 @@ def test_pull_request_flow(github_service, mirror, github):
     assert project["state"] == "success" and "100.00% (+33.33%) compared to " + c0[:7] in project["description"]
     assert patch["state"] == "success" and patch["description"].startswith("100.00% of 2 changed cells pass")
     assert project["target_url"].startswith(f"{PUBLIC_URL}/runs/")
-    (comment,) = github.comments_on(FULL_NAME, 2)
+    # The comment goes out after the statuses, in the same publication: wait for it as well.
+    (comment,) = wait_for(lambda: github.comments_on(FULL_NAME, 2), "the pull request's comment", timeout_s=60)
     assert comment["body"].startswith(MARKER)
     assert f"Patch coverage is **100.00%** and project coverage is **100.00%** (head `{c1[:7]}`" in comment["body"]
     assert "**Fixes** (1)" in comment["body"] and "fail → pass" in comment["body"]
@@ -143,7 +144,8 @@ def test_pull_request_flow(github_service, mirror, github):
     assert project["state"] == "success"            # 75% against the base's 66.67%: "auto" is met
     assert patch["state"] == "failure"              # 2 of 3 changed cells pass, target 90%
     assert all(len(s["description"]) <= 140 for s in github.statuses)
-    (comment_after,) = github.comments_on(FULL_NAME, 2)   # the same comment, edited in place
+    (comment_after,) = wait_for(lambda: [c for c in github.comments_on(FULL_NAME, 2) if f"`{c3[:7]}`" in c["body"]],
+                                "the comment edited for C3", timeout_s=60)  # the same comment, edited in place
     assert comment_after["id"] == comment["id"]
     body = comment_after["body"]
     assert f"`{c3[:7]}`" in body and "**Regressions** (1)" in body and "pass → fail" in body
