@@ -5,7 +5,7 @@ import dataclasses
 import fnmatch
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from urllib.parse import urlsplit
 
 from gradci.services.repo_urls import without_credentials
@@ -71,8 +71,14 @@ def _checked_url(repo: str) -> str:
     return without_credentials(repo)
 
 
-def is_allowed(ref: RepoRef, patterns: Sequence[str]) -> bool:
-    """No patterns: every repository is allowed. Otherwise a pattern must match the URL or owner/name."""
+def is_allowed(ref: RepoRef, patterns: Sequence[str], registered: Set[str] = frozenset()) -> bool:
+    """Whether this server takes the repository: registered, or allowed by the patterns.
+
+    ``registered``: the lower-cased owner/names ``gradci repos add`` registered, allowed whatever the
+    patterns. No patterns: every repository is allowed. Otherwise a pattern must match the URL or owner/name.
+    """
+    if ref.full_name and ref.full_name.lower() in registered:
+        return True
     if not patterns:
         return True
     names = [ref.url] + ([ref.full_name] if ref.full_name else [])

@@ -109,8 +109,7 @@ def submit_run(body: RunCreate, request: Request, session: WriteSession, setting
     repository = None
     if body.repo is not None:
         ref = parse_repo_ref(body.repo, settings.clone_url_template)  # its form was validated with the body
-        registered = bool(ref.full_name) and str(ref.full_name).lower() in registered_names(session)
-        if not registered and not is_allowed(ref, settings.allowed_repos):
+        if not is_allowed(ref, settings.allowed_repos, registered_names(session)):
             raise HTTPException(http.HTTP_403_FORBIDDEN,
                                 detail=f"repository {body.repo!r} is not in GRADCI_ALLOWED_REPOS")
         repository = get_or_create_repository(session, ref.url, ref.full_name)

@@ -102,8 +102,7 @@ def repository_allowed(full_name: str | None, allowed: list[str], registered: Se
     ``registered``: the lower-cased owner/names ``gradci repos add`` registered, allowed whatever the
     globs.
     """
-    return (full_name or "").lower() in registered or is_allowed(RepoRef(url=full_name or "", full_name=full_name),
-                                                                 allowed)
+    return is_allowed(RepoRef(url=full_name or "", full_name=full_name), allowed, registered)
 
 
 def repository_registered(full_name: str | None, allowed: list[str], registered: Set[str] = frozenset()) -> bool:
