@@ -347,11 +347,16 @@ class Box:
                                    start_new_session=True, **pipes)
         for handle in (info_write, block_read, *files.values()):
             os.close(handle)
+        child = None
         try:
             child = self._child_pid(info_read)
             # Nothing in the box runs until it reads block-fd: its whole tree starts inside the limits.
             self._limit(child, also=process.pid)
             os.write(block_write, b"1")
+        except BaseException:
+            # bwrap reads the descriptor's end as "go" too: stop the box before closing it.
+            _kill_unstarted(process, child)
+            raise
         finally:
             os.close(info_read)
             os.close(block_write)
@@ -467,6 +472,21 @@ class Box:
         if self.identity is not None:
             self.identity.release()
             self.identity = None
+
+
+def _kill_unstarted(bwrap: subprocess.Popen[bytes], child: int | None) -> None:
+    """Kill a box still held on its block descriptor: bwrap, and its first process when known.
+
+    The first process has a session of its own (``--new-session``), so bwrap's group does not hold it.
+    """
+    for pid in (child, bwrap.pid):
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    bwrap.wait()
+    for stream in (bwrap.stdin, bwrap.stdout, bwrap.stderr):
+        if stream is not None:
+            stream.close()
 
 
 _warned: set[str] = set()

@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from gradci.worker.runner import CellSpec, WarmRunner, cache_scope
-from gradci.worker.sandbox import DEFAULT_UID_RANGE, BoxUnavailable, SandboxPolicy, allocate_uid, bubblewrap, live_uids
+from gradci.worker.sandbox import (
+    DEFAULT_UID_RANGE,
+    Box,
+    BoxUnavailable,
+    SandboxPolicy,
+    allocate_uid,
+    bubblewrap,
+    live_uids,
+)
 
 pytestmark = [
     pytest.mark.slow,  # runners that start, crash and fork over and over
@@ -312,6 +320,27 @@ def test_writes_fill_only_the_boxs_own_capped_memory_and_never_the_machine(world
 
 def _bytes_under(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def test_a_box_whose_limits_could_not_be_applied_never_runs(world: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap holds the box on --block-fd until its limits are on; a closed descriptor lets it go too,
+    so a failure while applying them must stop the box before the descriptor closes."""
+    marker = f"{world['marker']}-unlimited"
+    box = SandboxPolicy().box(scratch=world["work"] / "scratch-unlimited", checkout=str(world["checkout"]),
+                              cache=None)
+
+    def limits_fail(*args: object, **kwargs: object) -> None:
+        raise OSError("the cgroup is gone")
+
+    monkeypatch.setattr(Box, "_limit", limits_fail)
+    with pytest.raises(OSError):
+        box.start(["/bin/sh", "-c", f"sleep 30 # {marker}"], env={"PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not processes_with(marker):
+        time.sleep(0.05)  # a box let go runs its command within this
+    assert not processes_with(marker), "the box ran without its limits"
+    assert box.identity is None and box.cgroup is None  # its uid and cgroup were given back
 
 
 def test_a_uid_is_never_handed_out_while_a_process_of_it_lives_or_another_runner_holds_it() -> None:
