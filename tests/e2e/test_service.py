@@ -41,6 +41,13 @@ pytestmark = pytest.mark.integration
 # --- Postgres + Redis ---------------------------------------------------------------------------
 
 
+def stored_report_of(database_url: str, run_id: int) -> dict | None:
+    """The run's stored report, or None while it is not stored yet."""
+    with session_scope(database_url, readonly=True) as session:
+        stored = session.get(StoredReport, run_id)
+        return stored.report if stored is not None else None
+
+
 def test_a_run_lands_every_cell_exactly_once(redis_service: Service) -> None:
     run_id = redis_service.submit(scenarios=["ok/*", "crash/*"])
     run = redis_service.wait_finished(run_id)
@@ -65,9 +72,10 @@ def test_a_run_lands_every_cell_exactly_once(redis_service: Service) -> None:
     assert all(r.fingerprint for r in results)
     jobs = jobs_of(redis_service.database_url, run_id)
     assert len(jobs) == 4 and {j.status for j in jobs} == {"done"} and {j.attempts for j in jobs} == {1}
+    # finalize_run commits the final status, then stores the report in a transaction of its own
+    stored_report = wait_for(lambda: stored_report_of(redis_service.database_url, run_id), "the stored report")
     with session_scope(redis_service.database_url, readonly=True) as session:
         catalog = session.scalars(select(ScenarioCatalogEntry).where(ScenarioCatalogEntry.run_id == run_id)).all()
-        stored_report = session.get(StoredReport, run_id).report
         workers = session.scalars(select(Worker)).all()
     assert len(catalog) == 11 and all(entry.fingerprint for entry in catalog)
     assert stored_report["totals"]["head"]["pass"] == 8  # kept when the run was finalised
