@@ -24,6 +24,18 @@ class PayloadTooLarge(Exception):
     """The body grew past the limit while it streamed in."""
 
 
+async def read_request_body(request: Request, limit: int,
+                            observe: Callable[[bytes], None] | None = None) -> IO[bytes]:
+    """The request's whole body, read once with a bound: ``read_bounded`` after the declared size.
+
+    Raises ``PayloadTooLarge`` before a byte is read when the Content-Length is over ``limit``, and as
+    soon as more than ``limit`` bytes arrived otherwise.
+    """
+    if declared_too_large(request, limit):
+        raise PayloadTooLarge(f"payload larger than {limit} bytes")
+    return await read_bounded(request.stream(), limit, observe)
+
+
 def declared_too_large(request: Request, limit: int) -> bool:
     """The request's Content-Length is over ``limit`` (nothing need be read to refuse it)."""
     declared = request.headers.get("content-length")

@@ -1,26 +1,34 @@
 """X-Hub-Signature-256: HMAC-SHA256 of the raw request body with the webhook secret.
 
-A body is hashed while it streams in (``read_signed_body``), read with a bound
-(``gradci.services.bodies``): until the signature matches, the bytes come from anyone.
+A webhook's body is read once (``verified_body``): the header is checked before a byte is read, and
+the body is hashed while it streams in through one bounded reader (``gradci.services.bodies``):
+until the signature matches, the bytes come from anyone.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
 import string
-from collections.abc import AsyncIterable
 from typing import IO
 
-from gradci.services.bodies import PayloadTooLarge as PayloadTooLarge  # the webhook route catches it here
-from gradci.services.bodies import read_bounded
+from fastapi import Request
+
+from gradci.services.bodies import PayloadTooLarge, read_request_body
 
 PREFIX = "sha256="
 _HEX_DIGITS = frozenset(string.hexdigits)
 _DIGEST_HEX_LENGTH = hashlib.sha256().digest_size * 2
 
 
-class BadSignature(Exception):
-    """The header is missing, malformed, or does not match the body."""
+class Refused(Exception):
+    """Why a webhook's body is refused, with the HTTP status that says so."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+BAD_SIGNATURE = "missing or invalid X-Hub-Signature-256"
 
 
 def well_formed(header: str | None) -> bool:
@@ -60,16 +68,22 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
     return hasher.matches(header)
 
 
-async def read_signed_body(chunks: AsyncIterable[bytes], secret: str, header: str | None,
-                           limit: int) -> IO[bytes]:
-    """The verified body, rewound, in a spooled temporary file the caller closes.
+async def verified_body(request: Request, secret: str, limit: int) -> IO[bytes]:
+    """The request's body, once its signature matches: rewound, in a spooled file the caller closes.
 
-    Raises ``PayloadTooLarge`` as soon as more than ``limit`` bytes arrived (the rest is never read) and
-    ``BadSignature`` when the whole body does not match ``header``.
+    Raises ``Refused``: 401 for a missing or malformed header (before a byte is read) and for a body
+    that does not match it, 413 for a body over ``limit`` bytes (declared, or as soon as it streamed
+    past it: the rest is never read).
     """
+    header = request.headers.get("x-hub-signature-256")
+    if not well_formed(header):
+        raise Refused(401, BAD_SIGNATURE)
     hasher = BodyHasher(secret)
-    body = await read_bounded(chunks, limit, hasher.update)
+    try:
+        body = await read_request_body(request, limit, hasher.update)
+    except PayloadTooLarge as exc:
+        raise Refused(413, str(exc)) from None
     if not hasher.matches(header):
         body.close()
-        raise BadSignature("X-Hub-Signature-256 does not match the body")
+        raise Refused(401, BAD_SIGNATURE)
     return body
