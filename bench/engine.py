@@ -20,7 +20,7 @@ import time
 import gradci
 from gradci.scenarios.check import resolve_backends
 from gradci.scenarios.library.nn import mlp_100k
-from gradci.scenarios.reference.finite_differences import ReferenceCache
+from gradci.scenarios.reference.answer import ReferenceCache
 
 ROUNDS, CALLS = 7, 50
 

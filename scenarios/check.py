@@ -15,11 +15,11 @@ from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.expectations import first_applying
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registry
-from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, Cell, Status
+from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, MESSAGE_LIMIT, Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from gradci.scenarios.contract.simulated_gpus import simulated_gpus
 from gradci.scenarios.numerics.tolerances import Tolerance, agreement_tolerance, tolerance_for
-from gradci.scenarios.reference.finite_differences import ReferenceCache, describe, shared_cache
+from gradci.scenarios.reference.answer import ReferenceAnswer, ReferenceCache, shared_cache
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
 from gradci.scenarios.verdict.judgement import judge
@@ -32,7 +32,6 @@ from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
 # this much time, and take the median. Otherwise a cell's computation runs once (see ``_timed_calls``).
 TIMING_REPEATS = 3
 TIMING_BUDGET_S = 0.05
-MESSAGE_LIMIT = 500
 
 
 @dataclasses.dataclass
@@ -178,13 +177,12 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
             for backend in backends:
                 cell = _new_cell(scenario, backend, device, dtype)
                 if not _declined(cell, scenario):
-                    if (reference := reference or _reference(scenario, references)).error:
-                        cell.status, cell.message = Status.ERROR, reference.error
-                        cell.detail = full_text(reference.exception) if reference.exception else ""
+                    if (reference := reference or references.answer(scenario)).error:
+                        cell.status, cell.message, cell.detail = Status.ERROR, reference.error, reference.detail
                         raised[cell.key] = reference.exception
                     else:
-                        results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs,
-                                                     raised=raised, repeats=repeats, timings=timings)
+                        results[cell.key] = run_cell(cell, scenario, backend, reference, raised=raised,
+                                                     repeats=repeats, timings=timings)
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
@@ -230,7 +228,7 @@ def _agreement_targets(devices: Sequence[str], computed: Sequence[str]) -> list[
 
 
 def _agreement_cells(scenario: Scenario, backends: list[Backend], targets: list[str], dtypes: Sequence[str] | None,
-                     cells: list[Cell], results: dict, reference: _Reference | None) -> list[Cell]:
+                     cells: list[Cell], results: dict, reference: ReferenceAnswer | None) -> list[Cell]:
     """One CPU–GPU agreement cell per cuda device × dtype × backend of ``targets``.
 
     Each compares the GPU result with the CPU result of the same backend and dtype, computed here where
@@ -254,12 +252,11 @@ def _agreement_cells(scenario: Scenario, backends: list[Backend], targets: list[
     return out
 
 
-def _cpu_result(scenario: Scenario, backend: Backend, dtype: str, results: dict, reference: _Reference) -> Any:
+def _cpu_result(scenario: Scenario, backend: Backend, dtype: str, results: dict, reference: ReferenceAnswer) -> Any:
     """The CPU result of ``backend`` and ``dtype``: the check's own cell's, else computed now."""
     key = (scenario.name, backend.name, CPU, dtype)
     if key not in results:
-        results[key] = run_cell(_new_cell(scenario, backend, CPU, dtype), scenario, backend, reference.tangent,
-                                reference.refs)
+        results[key] = run_cell(_new_cell(scenario, backend, CPU, dtype), scenario, backend, reference)
     return results[key]
 
 
@@ -286,14 +283,14 @@ def _ran_in_tf32(gpu: Cell, backend: Backend, scenario: Scenario) -> bool:
 
 
 def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell], results: dict,
-                reference: _Reference | None) -> list[Cell]:
+                reference: ReferenceAnswer | None) -> list[Cell]:
     """The peers' cells that a passing cell is compared with, where the reference is made of probes.
 
     They are of the same framework, device and dtype as the cell. Only against probes can a wrong
     element pass, and only the other mode's result finds it (a full reference is compared element by
     element).
     """
-    if not peers or reference is None or reference.error or all(ref.is_full for ref in reference.refs):
+    if not peers or reference is None or reference.error or reference.is_full:
         return []
     passed = dict.fromkeys((cell.framework, cell.device, cell.dtype) for cell in cells if cell.status == Status.PASS)
     extra = []
@@ -301,28 +298,9 @@ def _peer_cells(scenario: Scenario, peers: Sequence[Backend], cells: list[Cell],
         for framework, device, dtype in passed:
             if backend.framework == framework:
                 cell = _new_cell(scenario, backend, device, dtype)
-                results[cell.key] = run_cell(cell, scenario, backend, reference.tangent, reference.refs)
+                results[cell.key] = run_cell(cell, scenario, backend, reference)
                 extra.append(cell)
     return extra
-
-
-@dataclasses.dataclass
-class _Reference:
-    tangent: Any = None
-    refs: Any = None
-    error: str | None = None
-    exception: BaseException | None = None
-    elapsed_ms: float | None = None  # what getting it took (near 0 where the cache or memo had it)
-
-
-def _reference(scenario: Scenario, references: ReferenceCache) -> _Reference:
-    start = time.perf_counter()
-    try:
-        found = _Reference(*references.get(scenario))
-    except Exception as exc:  # noqa: BLE001 - a broken scenario is an error cell, never a crashed run
-        found = _Reference(error=f"reference failed: {_describe(exc)}", exception=exc)
-    found.elapsed_ms = (time.perf_counter() - start) * 1e3
-    return found
 
 
 def _new_cell(scenario: Scenario, backend: Backend, device: str, dtype: str) -> Cell:
@@ -334,9 +312,12 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
     return backend.unavailable() or backend.device_unavailable(device) or backend.dtype_unavailable(device, dtype)
 
 
-def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, refs,
+def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: ReferenceAnswer,
              raised: dict | None = None, repeats: int = 1, timings: bool = False) -> Any:
     """Fill in ``cell`` and return the backend's numpy result, or None when there is none.
+
+    ``reference`` is the scenario's reference answer, with references (its tangent is what the
+    backend computes along).
 
     An exception the backend raised is kept in ``raised`` under the cell's key (an xfail may name its
     type). ``repeats`` > 1 computes the derivative that many times and records their spread;
@@ -347,12 +328,12 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
         cell.status, cell.message = Status.SKIP, reason
         return None
     adapter = getattr(backend, "adapter", None)
-    cell.reference, cell.reference_error = describe(refs)
+    cell.reference, cell.reference_error = reference.description
     caught: CapturedWarnings | None = None  # stays None only where entering captured_warnings() itself raised
     try:
         with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
             tol = _precision_and_tolerance(cell, scenario, adapter)
-            prepared = backend.prepare(scenario, tangent, cell.device, cell.dtype)
+            prepared = backend.prepare(scenario, reference.tangent, cell.device, cell.dtype)
             before = snapshot(prepared.inputs)
             result = _timed_calls(cell, backend, prepared, timings)
             numpy_result = prepared.to_numpy(result)
@@ -374,7 +355,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, tangent: Any, ref
         if caught is not None:
             cell.warnings = caught.text()
     own_errors = prepared.error_estimate() if prepared.error_estimate is not None else None
-    comparison = judge(numpy_result, refs, tol, scenario, tangent, own_errors)
+    comparison = judge(numpy_result, scenario, reference, tol, own_errors)
     cell.status = comparison.status
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol

@@ -221,7 +221,7 @@ def check_cells(
 ) -> messages.CellsReply | messages.Refusal:
     from gradci.scenarios.backends import get_backend
     from gradci.scenarios.check import check_scenario
-    from gradci.scenarios.reference.finite_differences import shared_cache
+    from gradci.scenarios.reference.answer import shared_cache
     from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
 
     source = cache.get(request.source, request.family)

@@ -72,6 +72,8 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
 }
 # The fields that identify a cell within a run.
+# A cell's message is one paragraph for people; its full text goes to ``detail``.
+MESSAGE_LIMIT = 500
 KEY_FIELDS = ("scenario", "backend", "device", "dtype")
 # The longest key values the store keeps (its column widths come from here).
 KEY_LENGTHS = {"scenario": 255, "backend": 64, "device": 32, "dtype": 32}

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import optree
 
 
 @dataclasses.dataclass
@@ -39,3 +40,9 @@ class Reference:
 
 class ReferenceUnavailable(Exception):
     """Finite differences found no finite derivative at x: the scenario needs an analytic reference."""
+
+
+def flat_leaves(tree: Any) -> np.ndarray:
+    """Every leaf of a pytree (a reference's result or error), float64, in one vector."""
+    return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
+                           for leaf in optree.tree_leaves(tree, none_is_leaf=True)] or [np.zeros(0)])

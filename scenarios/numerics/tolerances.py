@@ -47,6 +47,8 @@ import dataclasses
 
 import numpy as np
 
+from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
+
 # The reference's error estimate is an estimate: widen by a safety factor rather than trust it exactly.
 REFERENCE_ERROR_FACTOR = 10.0
 # A reference decides an element only where its error estimate is within the dtype's allowance, so
@@ -103,6 +105,25 @@ def reliable_scale(reference: np.ndarray, error: np.ndarray, tol: Tolerance) -> 
 def strictest(tolerances: list[Tolerance]) -> Tolerance:
     """The tightest of several tolerances: what a reference must be able to decide for all of them."""
     return Tolerance(rtol=min(t.rtol for t in tolerances), atol=min(t.atol for t in tolerances))
+
+
+def required(dtypes: tuple[str, ...], rtol: float | None = None, atol: float | None = None) -> Tolerance:
+    """What a scenario's reference must decide: the strictest tolerance of its dtypes, with its overrides."""
+    return strictest([tolerance_for(dtype, rtol, atol) for dtype in dtypes])
+
+
+def decides(reference: Reference, tol: Tolerance) -> bool:
+    """Whether the reference's error estimate is small enough everywhere to decide a result at ``tol``.
+
+    The test is the comparison's own (``undecided``), element by element or probe by probe.
+    """
+    if reference.is_full:
+        values, errors = flat_leaves(reference.full), flat_leaves(reference.full_error)
+        scale = reliable_scale(values, errors, tol)
+        return not np.any(undecided(errors, tol, np.abs(values), scale))
+    return all(not undecided(np.array(p.error), tol, np.array(abs(p.value)), reliable_scale(
+        np.array([p.value]), np.array([p.error]), tol)) for p in reference.probes)
+
 
 
 def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None, tf32: bool = False) -> Tolerance:

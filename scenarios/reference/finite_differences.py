@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -22,7 +21,7 @@ from scipy import differentiate
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.numerics.reference_values import Probe, Reference, ReferenceUnavailable
-from gradci.scenarios.numerics.tolerances import Tolerance, reliable_scale, strictest, tolerance_for, undecided
+from gradci.scenarios.numerics.tolerances import decides, required
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.flat_function import FlatFunction, ravel
@@ -445,12 +444,12 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None,
         return tangent, _analytic(scenario, builder.g.value, tangent)
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
-    required = strictest([tolerance_for(dtype, scenario.rtol, scenario.atol) for dtype in scenario.dtypes])
+    strictest = required(scenario.dtypes, scenario.rtol, scenario.atol)
     references = []
     for t in tangents:
         reference = _with_failure(builder, functools.partial(recipe, builder, t))
         for refined_settings in REFINEMENTS:
-            if decides(reference, required):
+            if decides(reference, strictest):
                 break
             refined = ReferenceBuilder(scenario, refined_settings, memo=memo)
             reference = most_accurate(reference, _with_failure(refined, functools.partial(recipe, refined, t)))
@@ -470,40 +469,6 @@ def _with_failure(builder: ReferenceBuilder, compute: Callable[[], Reference]) -
                                    f"{str(failure).strip()[:200]})") from None
 
 
-def _flat_leaves(tree: Any) -> np.ndarray:
-    return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
-                           for leaf in optree.tree_leaves(tree, none_is_leaf=True)] or [np.zeros(0)])
-
-
-def decides(reference: Reference, tol: Tolerance) -> bool:
-    """Whether the reference's error estimate is small enough everywhere to decide a result at ``tol``.
-
-    The test is the comparison's own, ``gradci.scenarios.numerics.tolerances.undecided``.
-    """
-    if reference.is_full:
-        values, errors = _flat_leaves(reference.full), _flat_leaves(reference.full_error)
-        scale = reliable_scale(values, errors, tol)
-        return not np.any(undecided(errors, tol, np.abs(values), scale))
-    return all(not undecided(np.array(p.error), tol, np.array(abs(p.value)), reliable_scale(
-        np.array([p.value]), np.array([p.error]), tol)) for p in reference.probes)
-
-
-def describe(references: list[Reference]) -> tuple[str, float | None]:
-    """How a cell's references were made, for people, and their largest error estimate.
-
-    The description reads "finite differences, full", "finite differences, 12 probes" or "analytic".
-    The estimate is None where none was given.
-    """
-    if not references:
-        return "", None
-    first = references[0]
-    shape = "full" if first.is_full else f"{sum(len(ref.probes) for ref in references)} probes"
-    errors = [_flat_leaves(ref.full_error) if ref.is_full else np.array([p.error for p in ref.probes])
-              for ref in references if first.method != "analytic"]
-    finite = [float(np.max(e[np.isfinite(e)])) for e in errors if np.any(np.isfinite(e))]
-    return f"{first.method}, {shape}" if first.method != "analytic" else "analytic", max(finite, default=None)
-
-
 def most_accurate(a: Reference, b: Reference) -> Reference:
     """Element by element (probe by probe), the value with the smaller error estimate."""
     if a.is_full:
@@ -515,31 +480,3 @@ def most_accurate(a: Reference, b: Reference) -> Reference:
                                    full_error=optree.tree_map(pick, *errors, *errors))
     probes = [pb if pb.error < pa.error else pa for pa, pb in zip(a.probes, b.probes)]
     return dataclasses.replace(a, probes=probes)
-
-
-class ReferenceCache:
-    """References by scenario fingerprint, computed once however many backends, devices and dtypes.
-
-    f's evaluations are shared by the scenarios of one function (``share_evaluations``).
-    """
-
-    def __init__(self, maxsize: int = 4096, share_evaluations: bool = True):
-        self._entries: OrderedDict[str, tuple[Any, list[Reference]]] = OrderedDict()
-        self._maxsize = maxsize
-        self.memo = EvaluationMemo() if share_evaluations else None
-
-    def get(self, scenario: Scenario) -> tuple[Any, list[Reference]]:
-        key = scenario.cache_key()
-        if key in self._entries:
-            self._entries.move_to_end(key)
-            return self._entries[key]
-        entry = compute_references(scenario, memo=self.memo)
-        self._entries[key] = entry
-        if len(self._entries) > self._maxsize:
-            self._entries.popitem(last=False)
-        return entry
-
-
-@functools.cache
-def shared_cache() -> ReferenceCache:
-    return ReferenceCache()

@@ -7,26 +7,24 @@ approximation — and Richardson's own error estimate, taken from the last steps
 confidently wrong. A cell that fails against such a reference has no verdict: it is an error that
 says so (``gradci.scenarios.check``), never a fail.
 
-Computed only for cells that would fail, once per scenario.
+Computed only for cells that would fail, once per scenario (``ReferenceAnswer.steadiness``).
 """
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import optree
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
-from gradci.scenarios.numerics.reference_values import Reference
+from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
 from gradci.scenarios.reference.flat_function import FlatFunction
 
 STEPS = (1e-2, 1e-3, 1e-4, 1e-5)
 REPRODUCIBLE_ULPS = 64
-_RECENT = 64  # spreads kept, by scenario: the cells of one scenario that fail share one
 
 
 @dataclasses.dataclass
@@ -95,25 +93,12 @@ class StepSpread:
 
 def _values(reference: Reference) -> np.ndarray:
     if reference.is_full:
-        return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64))
-                               for leaf in optree.tree_leaves(reference.full, none_is_leaf=True)] or [np.zeros(0)])
+        return flat_leaves(reference.full)
     return np.array([p.value for p in reference.probes], dtype=np.float64)
 
 
-_computed: OrderedDict[str, StepSpread] = OrderedDict()
-
-
 def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -> StepSpread:
-    """The spread of ``references`` (the scenario's, for ``tangent``) over the fixed steps, once per scenario."""
-    key = scenario.cache_key()
-    if key not in _computed:
-        _computed[key] = _step_spread(scenario, tangent, references)
-        if len(_computed) > _RECENT:
-            _computed.popitem(last=False)
-    return _computed[key]
-
-
-def _step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -> StepSpread:
+    """The spread of ``references`` (the scenario's, for ``tangent``) over the fixed steps."""
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
     first, second = FlatFunction(scenario).y0, FlatFunction(scenario).y0  # fresh: no memo between them

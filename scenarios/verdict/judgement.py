@@ -1,10 +1,10 @@
 """A cell's one verdict against its reference: decided, undecided, or noisy.
 
-The driver asks once (``judge``) with the backend's result and the scenario's references. A result
-within tolerance of the reference (widened by both sides' error estimates) passes. One beyond it fails
-only where finite differences can decide: a failure is first held against how the reference wanders
-with the step (``gradci.scenarios.reference.step_spread``), so that a noisy f or a kink makes the cell
-an error that says why instead of a false failure.
+The driver asks once (``judge``) with the backend's result and the scenario's reference answer. A
+result within tolerance of the reference (widened by both sides' error estimates) passes. One beyond
+it fails only where finite differences can decide: a failure is first held against the answer's
+steadiness (how the reference wanders with the step, ``ReferenceAnswer.steadiness``), so that a noisy
+f or a kink makes the cell an error that says why instead of a false failure.
 """
 from __future__ import annotations
 
@@ -15,24 +15,26 @@ from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.numerics.tolerances import Tolerance
-from gradci.scenarios.reference.step_spread import step_spread
+from gradci.scenarios.reference.answer import ReferenceAnswer
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 
 
-def judge(result: Any, refs: list[Reference], tol: Tolerance, scenario: Scenario, tangent: Any,
+def judge(result: Any, scenario: Scenario, answer: ReferenceAnswer, tol: Tolerance,
           own_errors: list[Any] | None = None) -> Comparison:
-    """The cell's verdict: ``result`` against ``refs``, noise and kinks ruled out before a failure stands.
+    """The cell's verdict: ``result`` against the reference, noise and kinks ruled out before a failure stands.
 
     ``own_errors``: the backend's own error estimate per tangent (a finite-difference backend's), added
     to the reference's.
     """
+    refs = answer.refs
     if own_errors is not None:
         refs = [dataclasses.replace(ref, backend_error=error) for ref, error in zip(refs, own_errors)]
-    return _unless_noise(compare_all(result, refs, tol, scenario, tangent), result, refs, tol, scenario, tangent)
+    comparison = compare_all(result, refs, tol, scenario, answer.tangent)
+    return _unless_noise(comparison, result, refs, tol, scenario, answer)
 
 
-def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, scenario: Scenario,
-                  tangent: Any) -> Comparison:
+def _unless_noise(comparison: Comparison, result: Any, refs: list[Reference], tol: Tolerance, scenario: Scenario,
+                  answer: ReferenceAnswer) -> Comparison:
     """A failing comparison with finite differences, kept only where kinks and noise cannot explain it.
 
     See ``gradci.scenarios.reference.step_spread``. The failure stands where the result is beyond the
@@ -46,13 +48,14 @@ def _unless_noise(comparison: Comparison, result: Any, refs, tol: Tolerance, sce
     if not (comparison.status == Status.FAIL or undecided) or not refs or refs[0].method == "analytic":
         return comparison
     try:
-        spread = step_spread(scenario, tangent, refs)
+        spread = answer.steadiness()
     except Exception:  # noqa: BLE001 -- fixed-step estimates failed (a domain edge within 1e-2): the verdict stands
         return comparison
     if spread.kink is not None:  # no derivative to check: whatever the backend answers is undecidable
         return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
     if undecided:
         return comparison
+    tangent = answer.tangent
     if spread.reproducible:
         if compare_all(result, spread.widened(refs), tol, scenario, tangent).status == Status.FAIL:
             return comparison

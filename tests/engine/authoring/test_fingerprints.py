@@ -11,7 +11,7 @@ import pytest
 import gradci
 from gradci import Scenario
 from gradci.scenarios.authoring.fingerprints import fingerprint_of
-from gradci.scenarios.reference.finite_differences import ReferenceCache
+from gradci.scenarios.reference.answer import ReferenceCache
 
 
 class Box:

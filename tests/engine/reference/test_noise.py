@@ -9,7 +9,7 @@ import pytest
 
 import gradci
 from gradci import Scenario
-from gradci.scenarios.reference.finite_differences import ReferenceCache
+from gradci.scenarios.reference.answer import ReferenceCache
 
 torch = pytest.importorskip("torch")
 

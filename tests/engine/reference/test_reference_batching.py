@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gradci import Scenario
-from gradci.scenarios.reference.finite_differences import ReferenceCache, compute_references
+from gradci.scenarios.reference.answer import ReferenceCache
+from gradci.scenarios.reference.finite_differences import compute_references
 from gradci.scenarios.reference.stencils import BATCHING_ENV, batched_function
 
 X = np.array([0.3, -0.7, 1.2, 0.5])
@@ -151,12 +152,12 @@ def test_evaluations_are_shared_across_the_operators_of_one_function(monkeypatch
     monkeypatch.setenv(BATCHING_ENV, "on")
     cache = ReferenceCache()
     gradient, hvp, hessian = operators_of(square_sum)
-    cache.get(gradient)
+    cache.answer(gradient)
     before = cache.memo.hits
-    cache.get(hvp)
-    cache.get(hessian)
+    cache.answer(hvp)
+    cache.answer(hessian)
     assert cache.memo.hits > before
-    assert cache.get(hessian)[1][0].full == pytest.approx(2 * np.eye(4), abs=1e-7)
+    assert cache.answer(hessian).refs[0].full == pytest.approx(2 * np.eye(4), abs=1e-7)
 
 
 def scaled(c):
@@ -177,5 +178,5 @@ def test_evaluations_are_not_shared_between_functions_differing_in_a_closure_con
     for c in (1.0, 2.0):
         for s in operators_of(scaled(c), f"scaled-{c}")[:1] + operators_of(weighted, f"weighted-{c}",
                                                                              (np.array(c),))[:1]:
-            (reference,) = cache.get(s)[1]
+            (reference,) = cache.answer(s).refs
             np.testing.assert_allclose(reference.full, 2 * c * X, rtol=1e-9)

@@ -106,7 +106,7 @@ def test_a_single_framework_scenario_makes_no_cells_for_the_other_frameworks_bac
 
     from gradci.scenarios.backends import get_backend
     from gradci.scenarios.check import check_scenario
-    from gradci.scenarios.reference.finite_differences import ReferenceCache
+    from gradci.scenarios.reference.answer import ReferenceCache
 
     def broken_reference(x):
         raise ValueError("no closed form here")

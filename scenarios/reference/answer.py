@@ -1,0 +1,120 @@
+"""The reference's one answer for a scenario: its values and how sure they are, or why there are none.
+
+The driver asks once per scenario (``ReferenceCache.answer``) and hands the answer to every cell. A
+cell that passes needs only the values and their error bounds. One that would fail asks the answer
+whether finite differences can decide here at all (``ReferenceAnswer.steadiness``: how the estimates
+wander with the step, a kink, an f that answers differently twice), computed at most once a scenario.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from gradci.scenarios.authoring.exceptions import describe_exception, full_text
+from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.contract.cell import MESSAGE_LIMIT
+from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
+from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
+from gradci.scenarios.reference.finite_differences import compute_references
+from gradci.scenarios.reference.step_spread import StepSpread, step_spread
+
+
+@dataclasses.dataclass
+class ReferenceAnswer:
+    """The references of one scenario (one per tangent), or why there are none.
+
+    ``error`` names why the reference could not be made (then ``refs`` is empty and ``detail`` holds the
+    exception's full text); ``elapsed_ms`` is what asking took (near 0 where the cache had it).
+    """
+
+    scenario: Scenario
+    tangent: Any = None
+    refs: list[Reference] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    exception: BaseException | None = None
+    detail: str = ""
+    elapsed_ms: float | None = None
+    # Shared by the copies ``ReferenceCache.answer`` hands out: the steadiness is computed once a scenario.
+    _learnt: dict[str, StepSpread] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def description(self) -> tuple[str, float | None]:
+        """How the references were made, for people, and their largest error estimate (or None)."""
+        return describe(self.refs)
+
+    @property
+    def is_full(self) -> bool:
+        """Whether every reference is a full result (no probes, so every element is compared)."""
+        return all(ref.is_full for ref in self.refs)
+
+    def steadiness(self) -> StepSpread:
+        """How the references wander with the step, at a kink or with an irreproducible f.
+
+        Asked only for a cell that would fail (it costs a few more stencils), and computed once a
+        scenario. Raises where f cannot be evaluated at the fixed steps (a domain edge within 1e-2).
+        """
+        if "steadiness" not in self._learnt:
+            self._learnt["steadiness"] = step_spread(self.scenario, self.tangent, self.refs)
+        return self._learnt["steadiness"]
+
+
+def describe(references: list[Reference]) -> tuple[str, float | None]:
+    """How references were made, for people, and their largest error estimate.
+
+    The description reads "finite differences, full", "finite differences, 12 probes" or "analytic".
+    The estimate is None where none was given.
+    """
+    if not references:
+        return "", None
+    first = references[0]
+    shape = "full" if first.is_full else f"{sum(len(ref.probes) for ref in references)} probes"
+    errors = [flat_leaves(ref.full_error) if ref.is_full else np.array([p.error for p in ref.probes])
+              for ref in references if first.method != "analytic"]
+    finite = [float(np.max(e[np.isfinite(e)])) for e in errors if np.any(np.isfinite(e))]
+    return f"{first.method}, {shape}" if first.method != "analytic" else "analytic", max(finite, default=None)
+
+
+class ReferenceCache:
+    """Answers by scenario fingerprint, computed once however many backends, devices and dtypes.
+
+    f's evaluations are shared by the scenarios of one function (``share_evaluations``). An answer that
+    says why there is no reference is not kept: the next check of the scenario tries again. Each answer
+    handed out is a copy (with what asking took) that shares what the kept one has learnt.
+    """
+
+    def __init__(self, maxsize: int = 4096, share_evaluations: bool = True):
+        self._entries: OrderedDict[str, ReferenceAnswer] = OrderedDict()
+        self._maxsize = maxsize
+        self.memo = EvaluationMemo() if share_evaluations else None
+
+    def answer(self, scenario: Scenario) -> ReferenceAnswer:
+        """The scenario's reference answer: kept, or computed now (a failure is an answer that says why)."""
+        start = time.perf_counter()
+        try:
+            found = self._kept_or_computed(scenario)
+        except Exception as exc:  # noqa: BLE001 - a broken scenario is an error cell, never a crashed run
+            found = ReferenceAnswer(scenario, error=f"reference failed: {describe_exception(exc, MESSAGE_LIMIT)}",
+                                    exception=exc, detail=full_text(exc))
+        return dataclasses.replace(found, elapsed_ms=(time.perf_counter() - start) * 1e3)
+
+    def _kept_or_computed(self, scenario: Scenario) -> ReferenceAnswer:
+        key = scenario.cache_key()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        tangent, refs = compute_references(scenario, memo=self.memo)
+        found = self._entries[key] = ReferenceAnswer(scenario, tangent, refs)
+        if len(self._entries) > self._maxsize:
+            self._entries.popitem(last=False)
+        return found
+
+
+@functools.cache
+def shared_cache() -> ReferenceCache:
+    """The process's cache: what ``gradci.check`` uses when given none."""
+    return ReferenceCache()
