@@ -304,6 +304,188 @@ def attention_jax(p, x, buffers):
     return (weights @ v) @ p["wo"].T
 
 
+def max_pool_torch(p, x, buffers):
+    import torch
+
+    return torch.nn.functional.max_pool2d(conv_torch(p, x, buffers), 2)
+
+
+def max_pool_jax(p, x, buffers):
+    import jax
+    import jax.numpy as jnp
+
+    y = conv_jax(p, x, buffers)
+    return jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+
+def _conv2d_numpy(x, w, b):
+    """A valid 2-d convolution (cross-correlation, as torch's) in numpy, for the drawn point's checks."""
+    import numpy as np
+
+    windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", windows, w) + b[None, :, None, None]
+
+
+def max_pool_untied(p, x, margin=0.05):
+    """In every 2×2 window the maximum beats the runner-up by ``margin``: finite differences see one winner."""
+    import numpy as np
+
+    y = np.tanh(_conv2d_numpy(x, p["w"], p["b"]))
+    n, c, h, w = y.shape
+    windows = y.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // 2, w // 2, 4)
+    top_two = np.sort(windows, axis=-1)[..., -2:]
+    return bool(np.min(top_two[..., 1] - top_two[..., 0]) > margin)
+
+
+def relu_mlp_torch(p, x, buffers):
+    import torch
+
+    hidden = torch.relu(torch.nn.functional.linear(x, p["w1"], p["b1"]))
+    return torch.tanh(torch.nn.functional.linear(hidden, p["w2"], p["b2"]))
+
+
+def relu_mlp_jax(p, x, buffers):
+    import jax
+    import jax.numpy as jnp
+
+    return jnp.tanh(jax.nn.relu(x @ p["w1"].T + p["b1"]) @ p["w2"].T + p["b2"])
+
+
+def relu_away_from_zero(p, x, margin=0.05):
+    """Every pre-activation of the relu is at least ``margin`` from 0, its kink."""
+    import numpy as np
+
+    return bool(np.min(np.abs(x @ p["w1"].T + p["b1"])) > margin)
+
+
+GROUPS = 2  # GroupNorm's groups: 4 channels in 2 groups of 2
+
+
+def group_norm_torch(p, x, buffers):
+    import torch
+
+    return torch.nn.functional.group_norm(x, GROUPS, p["gamma"], p["beta"], eps=EPS)
+
+
+def group_norm_jax(p, x, buffers):
+    import jax.numpy as jnp
+
+    grouped = x.reshape(x.shape[0], GROUPS, -1)
+    mean, var = jnp.mean(grouped, axis=-1, keepdims=True), jnp.var(grouped, axis=-1, keepdims=True)
+    normalised = ((grouped - mean) / jnp.sqrt(var + EPS)).reshape(x.shape)
+    return normalised * _channel_bias(p["gamma"], x.ndim) + _channel_bias(p["beta"], x.ndim)
+
+
+def instance_norm_torch(p, x, buffers):
+    import torch
+
+    return torch.nn.functional.instance_norm(x, weight=p["gamma"], bias=p["beta"], use_input_stats=True, eps=EPS)
+
+
+def instance_norm_jax(p, x, buffers):
+    import jax.numpy as jnp
+
+    spatial = tuple(range(2, x.ndim))
+    mean, var = jnp.mean(x, axis=spatial, keepdims=True), jnp.var(x, axis=spatial, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + EPS) * _channel_bias(p["gamma"], x.ndim) + _channel_bias(p["beta"], x.ndim)
+
+
+MOMENTUM = 0.1  # torch's default for BatchNorm's running statistics
+
+
+def batch_norm_training_torch(p, x, buffers):
+    """BatchNorm in training mode: batch statistics, running statistics updated (on copies) and not differentiated."""
+    import torch
+
+    running_mean, running_var = buffers["mean"].clone(), buffers["var"].clone()
+    return torch.nn.functional.batch_norm(x, running_mean, running_var, p["gamma"], p["beta"], training=True,
+                                          momentum=MOMENTUM, eps=EPS)
+
+
+def batch_norm_training_jax(p, x, buffers):
+    import jax.numpy as jnp
+
+    axes = (0, *range(2, x.ndim))
+    mean, var = jnp.mean(x, axis=axes, keepdims=True), jnp.var(x, axis=axes, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + EPS) * _channel_bias(p["gamma"], x.ndim) + _channel_bias(p["beta"], x.ndim)
+
+
+def conv_batch_norm_torch(p, x, buffers):
+    import torch
+
+    y = torch.nn.functional.conv2d(x, p["w"], p["b"])
+    return torch.tanh(batch_norm_training_torch(p, y, buffers))
+
+
+def conv_batch_norm_jax(p, x, buffers):
+    import jax.numpy as jnp
+
+    y = _jax_conv(x, p["w"]) + _channel_bias(p["b"], x.ndim)
+    return jnp.tanh(batch_norm_training_jax(p, y, buffers))
+
+
+def _jax_conv_same(x, w):
+    import jax
+
+    return jax.lax.conv_general_dilated(x, w, window_strides=(1, 1), padding="SAME",
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def conv_same_torch(p, x, buffers):
+    import torch
+
+    return torch.nn.functional.gelu(torch.nn.functional.conv2d(x, p["w"], p["b"], padding="same"))
+
+
+def conv_same_jax(p, x, buffers):
+    import jax
+
+    # torch's gelu is the exact (erf) one; jax's default is the tanh approximation.
+    return jax.nn.gelu(_jax_conv_same(x, p["w"]) + _channel_bias(p["b"], x.ndim), approximate=False)
+
+
+def conv_stack_torch(p, x, buffers):
+    import torch
+
+    hidden = torch.nn.functional.gelu(torch.nn.functional.conv2d(x, p["w1"], p["b1"], padding="same"))
+    return torch.tanh(torch.nn.functional.conv2d(hidden, p["w2"], p["b2"]))
+
+
+def conv_stack_jax(p, x, buffers):
+    import jax
+    import jax.numpy as jnp
+
+    hidden = jax.nn.gelu(_jax_conv_same(x, p["w1"]) + _channel_bias(p["b1"], x.ndim), approximate=False)
+    return jnp.tanh(_jax_conv(hidden, p["w2"]) + _channel_bias(p["b2"], x.ndim))
+
+
+def _layer_params(p, layer):
+    return {name.removeprefix(f"l{layer}_"): value for name, value in p.items() if name.startswith(f"l{layer}_")}
+
+
+def stacked_recurrent_torch(cell_name: str, depth: int) -> Callable:
+    """``depth`` recurrent layers, each unrolling torch's aten cell over the previous one's outputs."""
+    one = recurrent_torch(cell_name)
+
+    def forward(p, x, buffers):
+        for layer in range(1, depth + 1):
+            x = one(_layer_params(p, layer), x, buffers)
+        return x
+
+    return forward
+
+
+def stacked_recurrent_jax(step: Callable, depth: int) -> Callable:
+    one = recurrent_jax(step)
+
+    def forward(p, x, buffers):
+        for layer in range(1, depth + 1):
+            x = one(_layer_params(p, layer), x, buffers)
+        return x
+
+    return forward
+
+
 # ---- records --------------------------------------------------------------------------------------
 
 def _dense(out_features, in_features, index=1):
@@ -313,6 +495,19 @@ def _dense(out_features, in_features, index=1):
 def _cell(gates, hidden, features):
     return {"w_ih": Param((gates * hidden, features)), "w_hh": Param((gates * hidden, hidden)),
             "b_ih": Param((gates * hidden,), scale=0.1), "b_hh": Param((gates * hidden,), scale=0.1)}
+
+
+def _affine(channels):
+    """A normalisation's per-channel scale (about 1) and shift."""
+    return {"gamma": Param((channels,), loc=1.0, scale=0.2), "beta": Param((channels,), scale=0.2)}
+
+
+def _running_statistics(channels):
+    return {"mean": Buffer((channels,), -0.5, 0.5), "var": Buffer((channels,), 0.5, 2.0)}
+
+
+def _prefixed(params, prefix):
+    return {prefix + name: spec for name, spec in params.items()}
 
 
 CHAIN = ("sigmoid", "softplus", "tanh")  # torch.nn.functional and jax.nn share these names
@@ -340,13 +535,29 @@ LAYERS: tuple[Layer, ...] = (
     Layer("rnn", _cell(1, 3, 2), (T, B, 2), (T, B, 3), recurrent_torch("rnn_tanh_cell"), recurrent_jax(_rnn_step)),
     Layer("lstm", _cell(4, 3, 2), (T, B, 2), (T, B, 3), recurrent_torch("lstm_cell"), recurrent_jax(_lstm_step)),
     Layer("gru", _cell(3, 3, 2), (T, B, 2), (T, B, 3), recurrent_torch("gru_cell"), recurrent_jax(_gru_step)),
-    Layer("layer-norm", {"gamma": Param((4,), loc=1.0, scale=0.2), "beta": Param((4,), scale=0.2)},
-          (3, 4), (3, 4), layer_norm_torch, layer_norm_jax),
-    Layer("batch-norm", {"gamma": Param((3,), loc=1.0, scale=0.2), "beta": Param((3,), scale=0.2)},
-          (4, 3, 2), (4, 3, 2), batch_norm_torch, batch_norm_jax,
-          buffers={"mean": Buffer((3,), -0.5, 0.5), "var": Buffer((3,), 0.5, 2.0)}),
+    Layer("layer-norm", _affine(4), (3, 4), (3, 4), layer_norm_torch, layer_norm_jax),
+    Layer("batch-norm", _affine(3), (4, 3, 2), (4, 3, 2), batch_norm_torch, batch_norm_jax,
+          buffers=_running_statistics(3)),
     Layer("attention", {"wq": Param((2, 4)), "wk": Param((2, 4)), "wv": Param((2, 4)), "wo": Param((4, 2))},
           (2, 3, 4), (2, 3, 4), attention_torch, attention_jax),
+    # Beyond DIT's Flux layers: pooling by max, the other normalisations, training-mode statistics,
+    # same padding, relu and gelu inside layers, and stacks of layers.
+    Layer("conv-maxpool", {"w": Param((2, 1, 3, 3)), "b": Param((2,), scale=0.1)}, (2, 1, 6, 6), (2, 2, 2, 2),
+          max_pool_torch, max_pool_jax, valid=max_pool_untied),
+    Layer("relu-mlp", {**_dense(5, 3, 1), **_dense(2, 5, 2)}, (3, 3), (3, 2), relu_mlp_torch, relu_mlp_jax,
+          valid=relu_away_from_zero),
+    Layer("group-norm", _affine(4), (2, 4, 3), (2, 4, 3), group_norm_torch, group_norm_jax),
+    Layer("instance-norm", _affine(3), (2, 3, 4), (2, 3, 4), instance_norm_torch, instance_norm_jax),
+    Layer("batch-norm-training", _affine(3), (4, 3, 2), (4, 3, 2), batch_norm_training_torch,
+          batch_norm_training_jax, buffers=_running_statistics(3)),
+    Layer("conv-batch-norm", {"w": Param((3, 2, 3, 3)), "b": Param((3,), scale=0.1), **_affine(3)}, (4, 2, 5, 5),
+          (4, 3, 3, 3), conv_batch_norm_torch, conv_batch_norm_jax, buffers=_running_statistics(3)),
+    Layer("conv-same-gelu", {"w": Param((3, 2, 3, 3)), "b": Param((3,), scale=0.1)}, (2, 2, 5, 5), (2, 3, 5, 5),
+          conv_same_torch, conv_same_jax),
+    Layer("conv-stack", {"w1": Param((3, 2, 3, 3)), "b1": Param((3,), scale=0.1), "w2": Param((2, 3, 3, 3)),
+                         "b2": Param((2,), scale=0.1)}, (2, 2, 5, 5), (2, 2, 3, 3), conv_stack_torch, conv_stack_jax),
+    Layer("lstm-stack", {**_prefixed(_cell(4, 3, 2), "l1_"), **_prefixed(_cell(4, 3, 3), "l2_")}, (T, B, 2),
+          (T, B, 3), stacked_recurrent_torch("lstm_cell", 2), stacked_recurrent_jax(_lstm_step, 2)),
 )
 
 LARGE_MLP = ("tanh", "tanh", "tanh")
