@@ -167,10 +167,11 @@ def test_pytree_jacobian_passes_every_backend(size):
 @pytest.mark.parametrize("size", [3, 12])
 def test_pytree_jacobian_with_one_wrong_block_fails_where_the_rule_is_used(size):
     f = implementations(vector_function, planted.torch_sin(backward_scale=1.01), planted.jax_sin_vjp(scale=0.99))
-    got = verdicts(Scenario(f"tree/jacobian-bad/{size}", "jacobian", f, tree_point(size)))
+    cells = statuses(Scenario(f"tree/jacobian-bad/{size}", "jacobian", f, tree_point(size)))
+    got = {backend: status for backend, (status, _) in cells.items()}
     assert got == {"torch-rev": "fail", "torch-func-rev": "fail", "torch-func-fwd": "pass",
                    "jax-rev": "fail", "jax-rev-jit": "fail", "jax-fwd": "error",  # custom_vjp: no forward mode
-                   "fd": "pass" if size == 3 else "skip"}
+                   "fd": "pass" if size == 3 else "skip"}, cells
 
 
 @pytest.mark.parametrize("size", [1, 6])  # a full reference (4 elements at most), and probes
@@ -185,10 +186,12 @@ def test_pytree_hessian_with_a_wrong_rule_fails_where_the_rule_is_used(size):
     # 10% wrong in jax: a single probe dilutes 1% of one term below float64's tolerance, and jax-fwd,
     # which cannot run a custom_vjp, leaves no forward-mode result to cross-check against
     f = implementations(scalar_function, planted.torch_sin(jvp_scale=1.01), planted.jax_sin_vjp(scale=0.9))
-    got = verdicts(Scenario(f"tree/hessian-bad/{size}", "hessian", f, point))
+    cells = statuses(Scenario(f"tree/hessian-bad/{size}", "hessian", f, point))
+    got = {backend: status for backend, (status, _) in cells.items()}
     # jacfwd of jacfwd uses only the jvp rule; torch.func.jacrev of jacrev and torch.autograd only backward
     assert got == {"torch-rev": "pass", "torch-func-rev": "pass", "torch-func-fwd": "fail",
-                   "jax-rev": "fail", "jax-rev-jit": "fail", "jax-fwd": "error", "fd": "pass" if size == 1 else "skip"}
+                   "jax-rev": "fail", "jax-rev-jit": "fail", "jax-fwd": "error",
+                   "fd": "pass" if size == 1 else "skip"}, cells
 
 
 def test_pytree_jacobian_reference_has_jax_jacrev_s_blocks():
