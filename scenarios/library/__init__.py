@@ -1,8 +1,9 @@
 """gradci's built-in scenario library: one module per family, variants derived mechanically.
 
 ``default()`` is every scenario the library holds except the large ones and the suites of their own
-(the framework conformance family); ``family(name)`` is one family's; ``select(...)`` filters by tag;
-``mlp_100k()`` is the large MLP the benchmark uses; ``demo_runs()`` splits default() for the demo.
+(the framework conformance family, torch's own modules); ``family(name)`` is one family's;
+``select(...)`` filters by tag; ``mlp_100k()`` is the large MLP the benchmark uses; ``demo_runs()``
+splits default() for the demo.
 Names are "family/what/operator[/variant]" and every scenario is tagged with its family.
 Neither torch nor jax is imported here: per-framework callables import their framework when called.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library import conformance as frameworks
 from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees
+from gradci.scenarios.library.conformance import torch_modules
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
 
@@ -24,10 +26,11 @@ FAMILIES = {
     control.FAMILY: control,
     delicate.FAMILY: delicate,
     frameworks.FAMILY: frameworks,
+    torch_modules.FAMILY: torch_modules,
 }
 # Families run on their own, by name (`gradci check --family frameworks`): not part of default(), whose
 # time is the demo suite's, and without derived variants.
-OWN_SUITES = {frameworks.FAMILY}
+OWN_SUITES = {frameworks.FAMILY, torch_modules.FAMILY}
 
 
 def base() -> list[Scenario]:

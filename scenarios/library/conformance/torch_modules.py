@@ -1,0 +1,278 @@
+"""Every module of PyTorch's own ModuleInfo database, differentiated as a user does: through functional_call.
+
+torch tests its modules with ``gradcheck`` on its own sample inputs. This family takes the same
+modules and inputs (``torch.testing._internal.common_modules.module_db``, in eval mode) and checks them
+as training sees them: the parameters and the inputs torch's sample differentiates (a loss's input,
+not its target) are x, the rest of the call is fixed, the floating-point buffers
+(running statistics) are state, and the loss is a fixed weighting of every floating-point output, so
+that a module linear in x has a Hessian of exactly 0. Each module input becomes a gradient and an HVP
+scenario, torch's backends only. Inputs past ``MAX_ELEMENTS`` differentiable elements, with complex
+tensors, or that modify their input in place are left out (``gradci.scenarios.library.family`` lists
+what it made).
+
+Needs torch and ``expecttest`` (torch's test helpers import it): ``pip install 'gradci[modules]'``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gradci.scenarios.authoring.expectations import Expect
+from gradci.scenarios.authoring.scenario import Scenario
+
+FAMILY = "torch-modules"
+OPERATORS = ("gradient", "hvp")
+MAX_ELEMENTS = 2000  # differentiable elements (parameters and inputs) of one scenario
+# Sample inputs kept per module, spread over its list: a few modules have hundreds (every combination of
+# a loss's options), which would otherwise be most of the family.
+MAX_SAMPLES = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """A PyTorch bug or missing derivative that some cases of some modules meet, declared as an xfail.
+
+    ``raises``/``match``: the exception the cells raise (a missing derivative), or None for a wrong
+    value (a bug). ``applies``: which cases of the modules, by their module object. A declared cell
+    that passes is ``xpass``: the family then says PyTorch changed.
+    """
+
+    modules: tuple[str, ...]
+    operators: tuple[str, ...]
+    backend: str
+    reason: str
+    dtype: str = "*"
+    raises: type[BaseException] | None = None
+    match: str | None = None
+    applies: Callable[[Any], bool] = lambda module: True
+
+
+def _input_statistics(module: Any) -> bool:
+    """Whether a normalisation layer normalises by the input's own statistics in eval mode."""
+    return type(module).__name__ == "LayerNorm" or getattr(module, "running_mean", 1) is None
+
+
+def _mkldnn_lstm(module: Any) -> bool:
+    return getattr(module, "proj_size", 0) == 0  # float32 LSTMs without projections run on oneDNN's kernel
+
+
+def _chunked(module: Any) -> bool:
+    return getattr(module, "options", None) is not None  # its chunked loss is an old-style autograd.Function
+
+
+NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
+         "nn.InstanceNorm3d")
+TRANSFORMERS = ("nn.Transformer", "nn.TransformerEncoder", "nn.TransformerEncoderLayer", "nn.TransformerDecoderLayer")
+MARGIN_LOSSES = ("nn.MultiLabelMarginLoss", "nn.MultiMarginLoss")
+NO_FORWARD_AD = "torch implements no forward-mode derivative here (NotImplementedError)"
+NO_DOUBLE_BACKWARD = "torch implements no derivative of this backward (no second order in reverse mode)"
+KNOWN: tuple[Known, ...] = (
+    # Nested forward-mode AD through the normalisation kernels gives wrong second derivatives where they
+    # normalise by the input's own statistics (eval mode with running statistics is affine, and right).
+    Known(NORMS, ("hvp",), "torch-func-fwd", "upstream: https://github.com/pytorch/pytorch/issues/196699 (nested "
+          "forward-mode AD through batch_norm gives a wrong second derivative)", applies=_input_statistics),
+    Known(("nn.LayerNorm",), ("hvp",), "torch-func-fwd", "upstream: https://github.com/pytorch/pytorch/issues/196700 "
+          "(nested forward-mode AD through layer_norm gives a wrong second derivative)", applies=_input_statistics),
+    Known(TRANSFORMERS, OPERATORS, "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
+    Known(TRANSFORMERS, ("hvp",), "torch-*rev", NO_DOUBLE_BACKWARD, raises=RuntimeError, match="not implemented"),
+    Known(MARGIN_LOSSES, OPERATORS, "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
+    Known(MARGIN_LOSSES, ("hvp",), "torch-*rev", NO_DOUBLE_BACKWARD, raises=RuntimeError, match="not implemented"),
+    Known(("nn.SoftMarginLoss", "nn.GLU"), ("hvp",), "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError,
+          match="forward AD"),
+    Known(("nn.LSTM",), OPERATORS, "torch-func-fwd", NO_FORWARD_AD + " for oneDNN's float32 LSTM kernel",
+          dtype="float32", raises=NotImplementedError, match="mkldnn", applies=_mkldnn_lstm),
+    # Chunked LinearCrossEntropyLoss is an autograd.Function without setup_context: torch.func refuses
+    # it in reverse mode, and in forward mode silently returns a zero derivative (not yet filed).
+    Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-rev", "torch.func needs setup_context on the "
+          "chunked loss's autograd.Function", raises=RuntimeError, match="setup_context", applies=_chunked),
+    Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-fwd", "torch.func.jvp through the chunked loss's "
+          "autograd.Function (no jvp rule) returns 0 instead of raising: a silent wrong derivative, not yet filed",
+          applies=_chunked),
+    Known(("nn.LinearCrossEntropyLoss",), ("hvp",), "torch-rev", "the chunked loss's backward is computed without "
+          "a graph: no second order", raises=RuntimeError, applies=_chunked),
+)
+
+
+class ModulesUnavailable(RuntimeError):
+    """The family cannot be listed here: torch or its test helpers are missing."""
+
+
+@functools.cache
+def _module_db() -> list[Any]:
+    try:
+        from torch.testing._internal.common_modules import module_db
+    except ImportError as exc:
+        raise ModulesUnavailable(f"the {FAMILY} family needs torch and expecttest ({exc}): "
+                                 "pip install 'gradci[modules]'") from exc
+    return list(module_db)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleCase:
+    """One sample input of one module: the module, its x (parameters, inputs), its buffers, its call."""
+
+    name: str
+    module: Any
+    x: dict[str, Any]
+    buffers: dict[str, np.ndarray]
+    call: Callable[..., Any]
+
+
+def scenarios() -> list[Scenario]:
+    """A gradient and an HVP scenario for each module input small enough and real-valued."""
+    return [scenario for case in cases() for scenario in _scenarios_of(case)]
+
+
+def cases() -> list[ModuleCase]:
+    """Every usable (module, sample input) of torch's module_db, built once per process."""
+    return _cases()
+
+
+@functools.cache
+def _cases() -> list[ModuleCase]:
+    import torch
+
+    found = []
+    for info in _module_db():
+        with torch.random.fork_rng():  # the samples are random: the same ones every time, no global change
+            torch.manual_seed(0)
+            try:
+                # requires_grad=True marks the tensors torch itself differentiates (a loss's input, not its target)
+                samples = info.module_inputs_func(info, device="cpu", dtype=torch.float64, requires_grad=True,
+                                                  training=False)
+            except Exception:  # noqa: BLE001 -- a module whose samples torch cannot make here has no case
+                continue
+            for index in _spread_indices(len(samples), MAX_SAMPLES):
+                case = _case(info, index, samples[index])
+                if case is not None:
+                    found.append(case)
+    return found
+
+
+def _spread_indices(count: int, most: int) -> list[int]:
+    """At most ``most`` indices of ``count``, evenly spread, the first and the last among them."""
+    if count <= most:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
+
+
+def _case(info: Any, index: int, sample: Any) -> ModuleCase | None:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    constructor, forward = sample.constructor_input, sample.forward_input
+    if constructor.kwargs.get("inplace"):
+        return None  # it writes into its input: a different contract from a function of x
+    try:
+        module = info.module_cls(*constructor.args, **constructor.kwargs).to(torch.float64).eval()
+    except Exception:  # noqa: BLE001 -- not constructible here (a CUDA-only option, say): no case
+        return None
+    if isinstance(module, torch.nn.modules.lazy.LazyModuleMixin):
+        return None  # its parameters exist only after a first call; its eager twin is in module_db
+    leaves, spec = tree_flatten((forward.args, forward.kwargs))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    if any(t.is_complex() for t in [*tensors, *module.parameters(), *module.buffers()]):
+        return None
+    inputs = [leaf.detach().numpy().copy() for leaf in leaves if _differentiable(leaf)]
+    template = [None if _differentiable(leaf) else _constant(leaf) for leaf in leaves]
+    params = {name: p.detach().numpy().copy() for name, p in module.named_parameters()}
+    buffers = {name: b.detach().numpy().copy() for name, b in module.named_buffers() if b.is_floating_point()}
+    size = sum(a.size for a in [*inputs, *params.values()])
+    if size == 0 or size > MAX_ELEMENTS:
+        return None
+    x = {**({"params": params} if params else {}), **({"inputs": inputs} if inputs else {})}
+    call = _call(module, template, spec)
+    try:
+        value = call({key: _torch_tree(value) for key, value in x.items()}, _torch_tree(buffers))
+    except Exception:  # noqa: BLE001 -- a sample torch's own harness runs another way: no case
+        return None
+    if not bool(torch.isfinite(value)):
+        return None
+    return ModuleCase(f"{info.name}[{index}]", module, x, buffers, call)
+
+
+def _differentiable(leaf: Any) -> bool:
+    """What torch's own sample marks as differentiated: a loss's input, not its target or its labels."""
+    import torch
+
+    return isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.requires_grad
+
+
+def _constant(leaf: Any) -> Any:
+    import torch
+
+    return leaf.detach() if isinstance(leaf, torch.Tensor) else leaf
+
+
+def _torch_tree(tree: Any) -> Any:
+    import torch
+
+    if isinstance(tree, dict):
+        return {key: _torch_tree(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [_torch_tree(value) for value in tree]
+    return torch.as_tensor(tree)
+
+
+def _call(module: Any, template: list[Any], spec: Any) -> Callable[..., Any]:
+    """loss(x, buffers): the module called through functional_call on x's parameters and inputs."""
+    def loss(x: dict[str, Any], buffers: dict[str, Any]) -> Any:
+        from torch.func import functional_call
+        from torch.utils._pytree import tree_unflatten
+
+        inputs = iter(x.get("inputs", []))
+        like = next(iter(_leaves(x)))
+        leaves = [next(inputs) if slot is None else _beside(slot, like) for slot in template]
+        args, kwargs = tree_unflatten(leaves, spec)
+        return weighted_sum(functional_call(module, {**x.get("params", {}), **buffers}, tuple(args), kwargs))
+
+    return loss
+
+
+def _leaves(x: dict[str, Any]) -> list[Any]:
+    return [*x.get("params", {}).values(), *x.get("inputs", [])]
+
+
+def _beside(slot: Any, like: Any) -> Any:
+    """A fixed argument on the device of the differentiated ones: a target in their dtype, indices as they are."""
+    import torch
+
+    if not isinstance(slot, torch.Tensor):
+        return slot
+    return slot.to(device=like.device, dtype=like.dtype if slot.is_floating_point() else slot.dtype)
+
+
+def weighted_sum(out: Any) -> Any:
+    """A fixed, nowhere-degenerate weighting of every floating-point output, summed: linear in the outputs."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    total = None
+    for leaf in tree_leaves(out):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            weights = torch.cos(torch.arange(leaf.numel(), dtype=leaf.dtype, device=leaf.device) * 0.7 + 0.3)
+            term = (leaf * weights.reshape(leaf.shape)).sum()
+            total = term if total is None else total + term
+    if total is None:
+        raise ValueError("the module returned no floating-point output")
+    return total
+
+
+def _scenarios_of(case: ModuleCase) -> list[Scenario]:
+    module_name = case.name.split("[")[0]
+    made = []
+    for operator in OPERATORS:
+        xfail = [Expect(known.reason, backend=known.backend, dtype=known.dtype, raises=known.raises, match=known.match)
+                 for known in KNOWN if module_name in known.modules and operator in known.operators
+                 and known.applies(case.module)]
+        made.append(Scenario(
+            name=f"{FAMILY}/{case.name}/{operator}", operator=operator, f={"torch": case.call}, x=case.x,
+            contexts=(case.buffers,), state=(0,), xfail=xfail,
+            tags=(FAMILY, "torch", f"module:{module_name}", *(("second-order",) if operator == "hvp" else ())),
+        ))
+    return made
+

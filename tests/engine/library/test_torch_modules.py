@@ -1,0 +1,66 @@
+"""The torch-modules family: torch's own ModuleInfo database, differentiated through functional_call.
+
+It must be clean on every torch backend, float64 and float32 (no false flag, no error of gradci's
+own), and it must see what torch's module tests do not: the PyTorch bugs it declares as expected
+failures are failures, each cell of them, not passes.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import optree
+import pytest
+
+import gradci
+from gradci.scenarios.library import family
+
+pytest.importorskip("torch")
+pytest.importorskip("expecttest")
+
+pytestmark = pytest.mark.slow  # listing the family builds every module of torch's database (~20 s)
+BACKENDS = ["torch-rev", "torch-func-rev", "torch-func-fwd", "fd"]
+SAMPLE_EVERY = 16
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return family("torch-modules")
+
+
+def not_clean(scenarios) -> list[str]:
+    report = gradci.check(scenarios, backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"])
+    return [f"{c.scenario} {c.backend} {c.dtype}: {c.status} {c.message[:300]}" for c in report.cells
+            if c.status not in ("pass", "skip", "xfail")]
+
+
+def test_every_module_of_torchs_database_is_there_as_a_user_differentiates_it(modules):
+    names = [s.name for s in modules]
+    assert len(names) == len(set(names))
+    by_module = collections.Counter(s.name.split("/")[1].split("[")[0] for s in modules)
+    assert len(by_module) >= 90 and max(by_module.values()) <= 24  # 12 sample inputs × 2 operators at most
+    assert {s.operator for s in modules} == {"gradient", "hvp"}
+    for s in modules:
+        assert set(s.f) == {"torch"} and s.state == (0,), s.name
+        assert all(np.asarray(leaf).dtype == np.float64 for leaf in optree.tree_leaves(s.x)), s.name
+    # A loss's target is part of the call, not of x: torch's own sample differentiates the input only.
+    mse = next(s for s in modules if s.name.startswith("torch-modules/nn.MSELoss["))
+    assert list(mse.x) == ["inputs"] and len(mse.x["inputs"]) == 1
+
+
+def test_a_sample_of_the_family_is_clean_on_every_torch_backend(modules):
+    assert not (bad := not_clean(modules[::SAMPLE_EVERY])), "\n".join(bad)
+
+
+@pytest.mark.sweep
+def test_the_whole_family_is_clean_on_every_torch_backend(modules):
+    assert not (bad := not_clean(modules)), "\n".join(bad)
+
+
+def test_nested_forward_mode_through_layer_norm_is_caught_as_the_known_pytorch_bug(modules):
+    layer_norm = [s for s in modules if s.name.startswith("torch-modules/nn.LayerNorm[") and s.operator == "hvp"]
+    report = gradci.check(layer_norm[:2], backends=["torch-func-fwd", "torch-func-rev"], devices=["cpu"],
+                          dtypes=["float64"])
+    statuses = {(c.scenario, c.backend): c.status for c in report.cells}
+    assert {status for (_, backend), status in statuses.items() if backend == "torch-func-fwd"} == {"xfail"}, statuses
+    assert {status for (_, backend), status in statuses.items() if backend == "torch-func-rev"} == {"pass"}, statuses
