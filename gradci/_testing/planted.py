@@ -139,7 +139,12 @@ def torch_sin(backward_scale: float = 1.0, jvp_scale: float = 1.0, jvp_rule: boo
     return torch_elementwise(torch.sin, torch.cos, backward_scale, jvp_scale, jvp_rule)
 
 
-def jax_sin_vjp(scale: float = 1.0):
+def jax_sin_vjp(scale: float = 1.0, primal_shift: float = 0.0):
+    """sin through a jax.custom_vjp whose backward is scaled and whose fwd's primal is shifted.
+
+    1.0 and 0.0 are correct. A shifted fwd answers sin(x) when the function is called alone and
+    sin(x) + shift wherever jax differentiates it (jax.vjp, jax.grad's value).
+    """
     import jax
     import jax.numpy as jnp
 
@@ -147,11 +152,12 @@ def jax_sin_vjp(scale: float = 1.0):
     def sin(x):
         return jnp.sin(x)
 
-    sin.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x) * scale,))
+    sin.defvjp(lambda x: (jnp.sin(x) + primal_shift, x), lambda x, g: (g * jnp.cos(x) * scale,))
     return sin
 
 
-def jax_sin_jvp(scale: float = 1.0):
+def jax_sin_jvp(scale: float = 1.0, primal_shift: float = 0.0):
+    """sin through a jax.custom_jvp whose tangent is scaled and whose primal output is shifted."""
     import jax
     import jax.numpy as jnp
 
@@ -162,9 +168,31 @@ def jax_sin_jvp(scale: float = 1.0):
     @sin.defjvp
     def _(primals, tangents):
         (x,), (t,) = primals, tangents
-        return jnp.sin(x), t * jnp.cos(x) * scale
+        return jnp.sin(x) + primal_shift, t * jnp.cos(x) * scale
 
     return sin
+
+
+def torch_sin_shifted_when_differentiated(primal_shift: float = 0.0):
+    """sin through an old-style autograd.Function that answers sin(x) + shift when x requires grad.
+
+    0.0 is correct. Called alone (no grad) it answers sin(x); differentiated by torch.autograd it
+    answers another value, as a Function whose forward takes another path when a gradient is wanted.
+    """
+    import torch
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.sin(x) + (primal_shift if ctx.needs_input_grad[0] else 0.0)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * torch.cos(x)
+
+    return Sin.apply
 
 
 def loss_with(sin_fn):
@@ -178,11 +206,15 @@ def numpy_loss(x):
     return np.sum(np.sin(x) * x)
 
 
-def scenario(name: str, framework: str, sin_fn, operator: str = "gradient", x=X) -> Scenario:
-    f = loss_with(sin_fn) if operator in ("gradient", "hvp", "value_and_gradient") else sin_fn
-    reference = numpy_loss if operator in ("gradient", "hvp", "value_and_gradient") else np.sin
-    return Scenario(name=name, operator=operator, f={"numpy": reference, framework: f}, x=x,
-                    dtypes=("float64",))
+SCALAR_OUTPUT = ("gradient", "hvp", "hessian", "value_and_gradient")
+
+
+def scenario(name: str, framework: str, sin_fn, operator: str = "gradient", x=X,
+             dtypes: tuple[str, ...] = ("float64",)) -> Scenario:
+    """sin_fn as the scenario's function: as it is, or in a scalar loss where the operator needs one."""
+    f = loss_with(sin_fn) if operator in SCALAR_OUTPUT else sin_fn
+    reference = numpy_loss if operator in SCALAR_OUTPUT else np.sin
+    return Scenario(name=name, operator=operator, f={"numpy": reference, framework: f}, x=x, dtypes=dtypes)
 
 
 def wrong_by(f, eps: float):

@@ -12,6 +12,19 @@ class CellSkipped(Exception):
     """The cell does not apply (no implementation for the framework, input too large, ...)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ReturnedPrimal:
+    """f(x) as the transform that computed a cell's derivative returned it, to be checked against f(x).
+
+    ``values``: one per (co)tangent where they are batched, else one; float64 numpy. ``source`` names
+    the transform ("jax.vjp returned"), ``culprit`` the likely cause where it differs.
+    """
+
+    values: Any
+    source: str
+    culprit: str
+
+
 @dataclasses.dataclass
 class Prepared:
     """One cell made ready to run: ``call()`` computes the operator and waits for the device.
@@ -33,6 +46,9 @@ class Prepared:
     # Whether the first ``call()`` compiles and later calls only run the compiled program (jax.jit):
     # one more call then measures the steady state at the cost of a run alone.
     compiled: bool = False
+    # f(x) as the last ``call()``'s transform returned it beside the derivative (jax.vjp, jax.jvp, a
+    # Jacobian's aux), or None where the operator's transform returns none.
+    returned_primal: Callable[[], ReturnedPrimal | None] = lambda: None
 
 
 class Backend:

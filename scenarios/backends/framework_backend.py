@@ -12,9 +12,10 @@ from array_api_compat import is_jax_array, is_torch_array
 from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
 from gradci.scenarios.adapters.adapter import arrays_apart
 from gradci.scenarios.authoring.scenario import Tangents, map_tangents
-from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
+from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared, ReturnedPrimal
 from gradci.scenarios.contract.devices import CPU, execution_device
-from gradci.scenarios.operators.records import OPERATOR_RECORDS
+from gradci.scenarios.operators.records import OPERATOR_RECORDS, WithPrimal
+from gradci.scenarios.operators.vocabulary import Transforms
 
 # Forward mode builds some operators (``Operator.per_input_in_forward``) from one JVP per input
 # element, all at once, vectorised: past this many elements that is too much memory and time to be
@@ -67,6 +68,11 @@ class FrameworkBackend(Backend):
     """
 
     requires_grad = False
+    # Which of an operator record's definitions ``operator_fn`` runs ("reverse", "forward",
+    # "autograd"): the record's ``primal_from`` names the transform that returned the primal.
+    definition = ""
+    # What most likely made a transform's primal differ from f(x), for the cell's message.
+    primal_culprit = "a custom derivative rule whose forward pass returns another value than the function?"
 
     @property
     def adapter(self):
@@ -87,6 +93,16 @@ class FrameworkBackend(Backend):
 
     def operator_fn(self, operator: str, f: Callable, x: Any, tangent: Any) -> Any:
         raise NotImplementedError
+
+    def transforms(self) -> Transforms | None:
+        """The functional transforms ``operator_fn`` runs, or None where it runs none."""
+        return None
+
+    def primal_source(self, operator: str) -> str:
+        """The transform that returned the primal of ``operator``'s cells, as its message names it."""
+        template = OPERATOR_RECORDS[operator].primal_from.get(self.definition, "the transform returned")
+        transforms = self.transforms()
+        return template.format(T=transforms.name if transforms else "")
 
     def compile(self, computation: Callable) -> Callable:
         return computation
@@ -138,10 +154,18 @@ class FrameworkBackend(Backend):
         # Decided once, not per timed call: a simulated GPU computes on the CPU, with nothing to wait for.
         sync = (lambda: adapter.synchronize(device)) if execution_device(device) != CPU else (lambda: None)
 
+        last_primal: list[Any] = [None]
+
         def call():
             result = ready(compiled(fx, ft, context_arrays))
             sync()
+            result, last_primal[0] = _primal_apart(result, batched)
             return result
+
+        def returned_primal() -> ReturnedPrimal | None:
+            if last_primal[0] is None:
+                return None
+            return ReturnedPrimal(adapter.to_numpy(last_primal[0]), self.primal_source(operator), self.primal_culprit)
 
         def value_dtypes():  # shared where f's trace decides them: by f and its inputs' shapes and dtypes
             key = (None if not traced or function is None else
@@ -150,7 +174,16 @@ class FrameworkBackend(Backend):
                 lambda z: fn(z, *with_state(fcontexts)), fx))
 
         return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts), value_dtypes=value_dtypes,
-                        compiled=self.compiles())
+                        compiled=self.compiles(), returned_primal=returned_primal)
+
+
+def _primal_apart(result: Any, batched: bool) -> tuple[Any, Any]:
+    """(the derivative, the primal its transform returned, or None), one of each per tangent where batched."""
+    if not batched:
+        return (result.derivative, result.primal) if isinstance(result, WithPrimal) else (result, None)
+    parts = [_primal_apart(one, batched=False) for one in result]
+    primals = tuple(primal for _, primal in parts)
+    return tuple(derivative for derivative, _ in parts), (None if any(p is None for p in primals) else primals)
 
 
 # Leaves whose repr tells their values apart (0.0 from -0.0, 1 from True, with the type beside it).

@@ -18,12 +18,22 @@ def jax_transforms() -> Transforms:
     from jax.flatten_util import ravel_pytree
 
     return Transforms(
-        grad=jax.grad, value_and_grad=jax.value_and_grad, jacrev=jax.jacrev, jacfwd=jax.jacfwd,
+        name="jax", grad=jax.grad, value_and_grad=jax.value_and_grad, jacrev=jax.jacrev, jacfwd=jax.jacfwd,
         jvp=jax.jvp, vjp=jax.vjp, ravel=ravel_pytree,
         ones_like=lambda tree: jax.tree_util.tree_map(jnp.ones_like, tree),
         zeros_like=lambda tree: jax.tree_util.tree_map(jnp.zeros_like, tree),
         cast_like=lambda tree, like: jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), tree, like),
     )
+
+
+# What makes the primal a jax transform returns differ from f(x), by the mode that returned it: jax
+# differentiates a custom_vjp through its fwd, and a custom_jvp through its rule, whose primal output
+# it takes as f(x) (reverse mode linearises the rule too).
+PRIMAL_CULPRITS = {
+    "reverse": "a custom_vjp whose fwd returns another value than the function (or a custom_jvp rule whose "
+               "primal output is not f(x))?",
+    "forward": "a custom_jvp rule whose primal output is not f(x)?",
+}
 
 
 class JaxBackend(FrameworkBackend):
@@ -32,6 +42,11 @@ class JaxBackend(FrameworkBackend):
 
     def __init__(self, name: str, mode: str, jit: bool = False, default: bool = True):
         self.name, self.mode, self.jit, self.default = name, mode, jit, default
+        self.definition = mode
+        self.primal_culprit = PRIMAL_CULPRITS[mode]
+
+    def transforms(self):
+        return jax_transforms()
 
     def operator_fn(self, operator, f, x, tangent):
         return apply_operator(jax_transforms(), self.mode, operator, f, x, tangent)

@@ -43,7 +43,7 @@ def torch_func_transforms() -> Transforms:
         return run
 
     return Transforms(
-        grad=tf.grad, value_and_grad=value_and_grad, jacrev=tf.jacrev,
+        name="torch.func", grad=tf.grad, value_and_grad=value_and_grad, jacrev=tf.jacrev,
         # jacfwd runs f under vmap, which refuses random ops by default: "same" draws one sample for
         # every tangent of the batch, as f's single evaluation in reverse mode and the reference do.
         jacfwd=functools.partial(tf.jacfwd, randomness="same"),
@@ -54,11 +54,22 @@ def torch_func_transforms() -> Transforms:
     )
 
 
+# What makes the primal a torch transform returns differ from f(x): the Function (or code) answers
+# otherwise when its input is differentiated (requires grad, is a dual number or a torch.func tensor).
+TORCH_PRIMAL_CULPRIT = ("an autograd.Function (or code) whose forward answers otherwise when its input is "
+                        "differentiated (ctx.needs_input_grad, requires_grad, a dual or torch.func tensor)?")
+
+
 class TorchFuncBackend(FrameworkBackend):
     framework = "torch"
+    primal_culprit = TORCH_PRIMAL_CULPRIT
 
     def __init__(self, name: str, mode: str):
         self.name, self.mode = name, mode
+        self.definition = mode
+
+    def transforms(self):
+        return torch_func_transforms()
 
     def operator_fn(self, operator, f, x, tangent):
         return apply_operator(torch_func_transforms(), self.mode, operator, f, x, tangent)
@@ -88,17 +99,25 @@ class _OfLeaves:
         leaves, self.in_spec = optree.tree_flatten(x, none_is_leaf=True)
         self.leaves = tuple(leaves)
         self.out_spec: optree.PyTreeSpec | None = None  # set by each call
+        self.out: Any = None  # what the last call returned: f(x) as the transform computed it
 
     def __call__(self, *leaves):
         out = self.f(optree.tree_unflatten(self.in_spec, list(leaves)))
         self.out_spec = optree.tree_structure(out, none_is_leaf=True)
+        self.out = out
         return _tensor_or_tuple(out)
+
+    def value(self) -> Any:
+        """f(x) from the last call, detached."""
+        return optree.tree_map(lambda leaf: leaf.detach(), self.out, none_is_leaf=True)
 
 
 class Autograd:
     """torch.autograd as the operator records' ``autograd`` functions use it, on pytrees.
 
-    Results come back detached, with x's structure (or f(x)'s, for a jvp).
+    Results come back detached, with x's structure (or f(x)'s, for a jvp). Where torch computes f(x) on
+    the way, a method answers (f(x), the derivative): ``torch.autograd.functional.jvp`` and ``vjp``
+    return it, and grad of grad evaluates f once with the graph.
     """
 
     def __init__(self):
@@ -112,13 +131,21 @@ class Autograd:
         torch answers a tuple per output leaf of a tuple per input leaf, or one of the two tuples where
         the output is a lone tensor.
         """
+        return self._jacobian(_OfLeaves(f, x), create_graph)
+
+    def value_and_jacobian(self, f: Callable, x: Any) -> tuple[Any, Any]:
+        """(f(x) as the Jacobian's one evaluation of f computed it, the Jacobian)."""
         g = _OfLeaves(f, x)
+        jacobian = self._jacobian(g, create_graph=False)
+        return g.value(), jacobian
+
+    def _jacobian(self, g: _OfLeaves, create_graph: bool) -> Any:
         rows = self._functional.jacobian(g, g.leaves, create_graph=create_graph)
         assert g.out_spec is not None  # set as the jacobian called g
         return _blocks(g.out_spec, g.in_spec, (rows,) if g.out_spec.is_leaf() else rows)
 
-    def hessian(self, f: Callable, x: Any) -> Any:
-        """The Hessian row by row, as grad of grad.
+    def hessian(self, f: Callable, x: Any) -> tuple[Any, Any]:
+        """(f(x), the Hessian row by row, as grad of grad).
 
         The gradient with ``create_graph=True``, then one backward pass through it per element of x —
         what a Newton step or a gradient penalty runs.
@@ -126,7 +153,7 @@ class Autograd:
         import torch
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
-        gradient = self._gradient_with_graph(f, x, leaves)
+        value, gradient = self._gradient_with_graph(f, x, leaves)
         flat = torch.cat([g.reshape(-1) for g in gradient])
         rows = [torch.autograd.grad(flat[i], leaves, retain_graph=True, allow_unused=True, materialize_grads=True)
                 for i in range(flat.numel())]
@@ -137,7 +164,7 @@ class Autograd:
             blocks.append(tuple(torch.stack([row[j] for row in rows[start:start + count]])
                                 .reshape(leaf.shape + other.shape).detach() for j, other in enumerate(leaves)))
             start += count
-        return _blocks(spec, spec, tuple(blocks))
+        return value, _blocks(spec, spec, tuple(blocks))
 
     def grad(self, value: Any, x: Any) -> Any:
         """d value / d x by a backward pass from ``value``, computed from x's leaves (requires_grad)."""
@@ -146,17 +173,18 @@ class Autograd:
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
         return _detached_tree(spec, torch.autograd.grad(value, leaves))
 
-    def jvp(self, f: Callable, x: Any, t: Any) -> Any:
+    def jvp(self, f: Callable, x: Any, t: Any) -> tuple[Any, Any]:
         g = _OfLeaves(f, x)
-        pushed = self._functional.jvp(g, g.leaves, tuple(optree.tree_leaves(t)))[1]
-        return _detached_tree(g.out_spec, pushed)  # known once f has run
+        value, pushed = self._functional.jvp(g, g.leaves, tuple(optree.tree_leaves(t)))
+        return _detached_tree(g.out_spec, value), _detached_tree(g.out_spec, pushed)  # known once f has run
 
-    def vjp(self, f: Callable, x: Any, ct: Any) -> Any:
+    def vjp(self, f: Callable, x: Any, ct: Any) -> tuple[Any, Any]:
         g = _OfLeaves(f, x)
-        return _detached_tree(g.in_spec, self._functional.vjp(g, g.leaves, _tensor_or_tuple(ct))[1])
+        value, pulled = self._functional.vjp(g, g.leaves, _tensor_or_tuple(ct))
+        return _detached_tree(g.out_spec, value), _detached_tree(g.in_spec, pulled)
 
-    def hvp(self, f: Callable, x: Any, t: Any) -> Any:
-        """H·t as grad of grad.
+    def hvp(self, f: Callable, x: Any, t: Any) -> tuple[Any, Any]:
+        """(f(x), H·t as grad of grad).
 
         The gradient with ``create_graph=True``, then the gradient of its dot product with t.
         (``torch.autograd.functional.hvp`` takes another path, a double-backward trick through a
@@ -165,15 +193,19 @@ class Autograd:
         import torch
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
-        gradient = self._gradient_with_graph(f, x, leaves)
+        value, gradient = self._gradient_with_graph(f, x, leaves)
         product = sum(torch.sum(g * v) for g, v in zip(gradient, optree.tree_leaves(t)))
-        return _detached_tree(spec, torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True))  # type: ignore[arg-type]  # sum() of tensors: typeshed says int | Tensor
+        pulled = torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True)  # type: ignore[arg-type]  # sum() of tensors: typeshed says int | Tensor
+        return value, _detached_tree(spec, pulled)
 
     @staticmethod
-    def _gradient_with_graph(f: Callable, x: Any, leaves: list) -> tuple:
+    def _gradient_with_graph(f: Callable, x: Any, leaves: list) -> tuple[Any, tuple]:
+        """(f(x) detached, its gradient with the graph kept for a second backward pass)."""
         import torch
 
-        return torch.autograd.grad(f(x), leaves, create_graph=True, allow_unused=True, materialize_grads=True)
+        value = f(x)
+        return value.detach(), torch.autograd.grad(value, leaves, create_graph=True, allow_unused=True,
+                                                   materialize_grads=True)
 
 
 @functools.cache
@@ -190,6 +222,8 @@ class TorchAutogradBackend(FrameworkBackend):
 
     name, framework, mode = "torch-rev", "torch", "reverse"
     requires_grad = True
+    definition = "autograd"
+    primal_culprit = TORCH_PRIMAL_CULPRIT
 
     def operator_fn(self, operator, f, x, tangent):
         return OPERATOR_RECORDS[operator].autograd(torch_autograd(), f, x, tangent)

@@ -23,7 +23,7 @@ import optree
 
 from gradci.scenarios.backends.framework_backend import FrameworkBackend
 from gradci.scenarios.backends.functional import apply_operator
-from gradci.scenarios.backends.torch_backends import torch_ravel
+from gradci.scenarios.backends.torch_backends import TORCH_PRIMAL_CULPRIT, torch_ravel
 from gradci.scenarios.operators.vocabulary import Transforms
 
 NESTED_NOTE = ("torch-fwd: second order as forward over reverse — the outer derivative by dual numbers, "
@@ -188,7 +188,7 @@ def dual_transforms() -> Transforms:
     import torch
 
     return Transforms(
-        grad=_reverse_only("grad"), value_and_grad=_reverse_only("value_and_grad"),
+        name="torch.autograd.forward_ad", grad=_reverse_only("grad"), value_and_grad=_reverse_only("value_and_grad"),
         jacrev=_reverse_only("jacrev"), vjp=_reverse_only("vjp"),
         jacfwd=dual_jacfwd, jvp=dual_jvp, ravel=torch_ravel,
         ones_like=lambda tree: optree.tree_map(torch.ones_like, tree),
@@ -199,6 +199,11 @@ def dual_transforms() -> Transforms:
 
 class TorchDualBackend(FrameworkBackend):
     name, framework, mode = "torch-fwd", "torch", "forward"
+    definition = "forward"
+    primal_culprit = TORCH_PRIMAL_CULPRIT
+
+    def transforms(self):
+        return dual_transforms()
 
     def operator_fn(self, operator, f, x, tangent):
         return apply_operator(dual_transforms(), self.mode, operator, f, x, tangent)

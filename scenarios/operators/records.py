@@ -17,12 +17,19 @@ this module imports no framework:
   backend's cross-check with other settings.
 
 ``t`` is the tangent (like x) or cotangent (like f(x)) where the operator takes one, else None.
+
+A definition whose transform returns f(x) beside the derivative (``jax.vjp``, ``jax.jvp``, a
+Jacobian's ``has_aux``) returns ``WithPrimal(derivative, primal)``, and the record names that
+transform in ``primal_from``: the driver checks the primal against f(x) too, as DIT does with every
+operator, so that a custom rule returning another value than the function (a ``custom_vjp`` whose
+``fwd`` answers otherwise) shows. The primal is the one the transform computed, never f evaluated
+again.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import optree
@@ -34,7 +41,17 @@ from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.operators.blocks import matrix_blocks
 from gradci.scenarios.operators.vocabulary import Autograd, FiniteDifferences, Transforms
 
-__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "operator_input"]
+__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "WithPrimal", "operator_input"]
+
+
+class WithPrimal(NamedTuple):
+    """A derivative and f(x) as the transform that computed the derivative returned it.
+
+    A NamedTuple, so that it passes out of ``jax.jit`` as a pytree.
+    """
+
+    derivative: Any
+    primal: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +73,10 @@ class Operator:
     # The result is a matrix, rows like f(x) (or x), columns like x: for pytrees, jax.jacrev's blocks
     # (a pytree like the rows whose leaves are pytrees like x; block [i][j] of shape row_i.shape + x_j.shape).
     matrix_result: bool = False
+    # Which transform returns f(x) beside the derivative, per definition ("reverse", "forward",
+    # "autograd"): "{T}" stands for the framework's transforms (jax, torch.func). A definition named
+    # here returns ``WithPrimal``; the others return the derivative alone.
+    primal_from: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def takes_tangent_or_cotangent(self) -> bool:
@@ -63,49 +84,94 @@ class Operator:
 
 
 # -- functional (jax, torch.func) definitions that are more than one transform ----------------------
-def _rev_jvp(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
+def _value_twice(f: Callable) -> Callable:
+    """f answering its value twice: once to differentiate, once carried out as the aux (one evaluation)."""
+    def value_twice(z):
+        value = f(z)
+        return value, value
+
+    return value_twice
+
+
+def _swapped(pair_fn: Callable) -> Callable:
+    """A function answering (a, b) made to answer (b, a): the derivative first, for ``has_aux``."""
+    def swapped(z):
+        a, b = pair_fn(z)
+        return b, a
+
+    return swapped
+
+
+def _rev_jacobian(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacrev(_value_twice(f), has_aux=True)(x))
+
+
+def _fwd_jacobian(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacfwd(_value_twice(f), has_aux=True)(x))
+
+
+def _rev_jvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
     # J·t as the transpose of the (linear) vjp: differentiate ct -> Jᵀct, a vjp of a vjp.
     y, pullback = T.vjp(f, x)
-    return T.vjp(lambda ct: pullback(ct)[0], T.zeros_like(y))[1](t)[0]
+    return WithPrimal(T.vjp(lambda ct: pullback(ct)[0], T.zeros_like(y))[1](t)[0], y)
 
 
-def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+def _fwd_jvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    y, pushed = T.jvp(f, (x,), (t,))
+    return WithPrimal(pushed, y)
+
+
+def _fwd_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> WithPrimal:
     # Jᵀct from a forward-mode Jacobian of the flattened function: one jvp per input element.
     flat_x, unravel_x = T.ravel(x)
     flat_ct, _ = T.ravel(ct)
 
     def flat_f(v):
-        return T.ravel(f(unravel_x(v)))[0]
+        y = f(unravel_x(v))
+        return T.ravel(y)[0], y
 
-    jacobian = T.jacfwd(flat_f)(flat_x)
+    jacobian, y = T.jacfwd(flat_f, has_aux=True)(flat_x)
     # f may compute in a wider dtype than x (a float64 constant): J is then float64, ct float32.
-    return unravel_x(T.cast_like(flat_ct, jacobian) @ jacobian)
+    return WithPrimal(unravel_x(T.cast_like(flat_ct, jacobian) @ jacobian), y)
 
 
-def _rev_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> Any:
+def _rev_vjp(T: Transforms, f: Callable, x: Any, ct: Any) -> WithPrimal:
     y, pullback = T.vjp(f, x)
-    return pullback(T.cast_like(ct, y))[0]  # the cotangent in f(x)'s dtype, which f may have widened
+    return WithPrimal(pullback(T.cast_like(ct, y))[0], y)  # the cotangent in f(x)'s dtype, which f may have widened
 
 
 def _fwd_value_and_grad(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
-    def value_twice(z):  # once differentiated, once carried out as the value: one evaluation
-        value = f(z)
-        return value, value
-
-    gradient, value = T.jacfwd(value_twice, has_aux=True)(x)
+    gradient, value = T.jacfwd(_value_twice(f), has_aux=True)(x)
     return value, gradient
 
 
-def _fwd_derivative(T: Transforms, f: Callable, x: Any, t: Any = None) -> Any:
-    return T.jvp(f, (x,), (T.ones_like(x),))[1]
+def _fwd_derivative(T: Transforms, f: Callable, x: Any, t: Any = None) -> WithPrimal:
+    y, derivative = T.jvp(f, (x,), (T.ones_like(x),))
+    return WithPrimal(derivative, y)
 
 
-def _fwd_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
-    return _fwd_derivative(T, lambda z: _fwd_derivative(T, f, z), x)
+def _fwd_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    # The jvp of z -> (f'(z), f(z)): its primal carries f(x) out, its tangent f''(x) (and f'(x)).
+    primal, tangent = T.jvp(lambda z: tuple(_fwd_derivative(T, f, z)), (x,), (T.ones_like(x),))
+    return WithPrimal(tangent[0], primal[1])
 
 
-def _rev_twice(T: Transforms, f: Callable, x: Any, t: Any) -> Any:
-    return T.jacrev(T.jacrev(f))(x)
+def _rev_twice(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacrev(T.jacrev(_value_twice(f), has_aux=True), has_aux=True)(x))
+
+
+def _fwd_twice(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacfwd(T.jacfwd(_value_twice(f), has_aux=True), has_aux=True)(x))
+
+
+def _rev_hvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    _, pullback, value = T.vjp(_swapped(T.value_and_grad(f)), x, has_aux=True)
+    return WithPrimal(pullback(t)[0], value)   # H is symmetric: Hᵀt = Ht
+
+
+def _fwd_hvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    (_, value), (pushed, _) = T.jvp(T.jacfwd(_value_twice(f), has_aux=True), (x,), (t,))
+    return WithPrimal(pushed, value)
 
 
 # -- torch.autograd -------------------------------------------------------------------------------
@@ -116,6 +182,12 @@ def _autograd_second_derivative(A: Autograd, f: Callable, x: Any, t: Any) -> Any
 def _autograd_value_and_gradient(A: Autograd, f: Callable, x: Any, t: Any) -> Any:
     value = f(x)
     return value.detach(), A.grad(value, x)
+
+
+def _with_value(pair: tuple[Any, Any]) -> WithPrimal:
+    """(f(x), the derivative), as the ``Autograd`` methods answer, as ``WithPrimal``."""
+    value, derivative = pair
+    return WithPrimal(derivative, value)
 
 
 # -- finite-difference references -------------------------------------------------------------------
@@ -170,19 +242,27 @@ def _fd_hessian(B: FiniteDifferences, t: Any) -> Reference:
                             full=lambda hess, err: (blocks(hess), blocks(err)))
 
 
+_FROM_JACOBIAN = {"reverse": "{T}.jacrev returned (its aux)", "forward": "{T}.jacfwd returned (its aux)",
+                  "autograd": "torch.autograd.functional.jacobian computed"}
+_FROM_SECOND_ORDER = {"reverse": "{T}.jacrev of {T}.jacrev returned (its aux)",
+                      "forward": "{T}.jacfwd of {T}.jacfwd returned (its aux)",
+                      "autograd": "torch.autograd.grad's graph computed"}
+
 _RECORDS = (
     Operator(
         "derivative", input="scalar", output="any", result="like f(x)",
-        reverse=lambda T, f, x, t: T.jacrev(f)(x),
+        reverse=_rev_jacobian,
         forward=_fwd_derivative,
-        autograd=lambda A, f, x, t: A.jacobian(f, x),
-        finite_differences=_fd_derivative),
+        autograd=lambda A, f, x, t: _with_value(A.value_and_jacobian(f, x)),
+        finite_differences=_fd_derivative,
+        primal_from={**_FROM_JACOBIAN, "forward": "{T}.jvp returned"}),
     Operator(
         "second_derivative", input="scalar", output="any", result="like f(x)", order=2,
         reverse=_rev_twice,
         forward=_fwd_second_derivative,
         autograd=_autograd_second_derivative,
-        finite_differences=_fd_second_derivative),
+        finite_differences=_fd_second_derivative,
+        primal_from={"reverse": _FROM_SECOND_ORDER["reverse"], "forward": "{T}.jvp of {T}.jvp returned"}),
     Operator(
         "gradient", input="pytree", output="scalar", result="like x", per_input_in_forward=True,
         reverse=lambda T, f, x, t: T.grad(f)(x),
@@ -199,36 +279,45 @@ _RECORDS = (
     Operator(
         "jacobian", input="pytree", output="any", result="f(x).shape + x.shape (per block for pytrees)",
         per_input_in_forward=True, matrix_result=True,
-        reverse=lambda T, f, x, t: T.jacrev(f)(x),
-        forward=lambda T, f, x, t: T.jacfwd(f)(x),
-        autograd=lambda A, f, x, t: A.jacobian(f, x),
-        finite_differences=_fd_jacobian),
+        reverse=_rev_jacobian,
+        forward=_fwd_jacobian,
+        autograd=lambda A, f, x, t: _with_value(A.value_and_jacobian(f, x)),
+        finite_differences=_fd_jacobian,
+        primal_from=_FROM_JACOBIAN),
     Operator(
         "jvp", input="pytree", output="any", result="like f(x)", takes_tangent=True,
         reverse=_rev_jvp,
-        forward=lambda T, f, x, t: T.jvp(f, (x,), (t,))[1],
-        autograd=lambda A, f, x, t: A.jvp(f, x, t),
-        finite_differences=_fd_jvp),
+        forward=_fwd_jvp,
+        autograd=lambda A, f, x, t: _with_value(A.jvp(f, x, t)),
+        finite_differences=_fd_jvp,
+        primal_from={"reverse": "{T}.vjp returned", "forward": "{T}.jvp returned",
+                     "autograd": "torch.autograd.functional.jvp returned"}),
     Operator(
         "vjp", input="pytree", output="any", result="like x", takes_cotangent=True, per_input_in_forward=True,
         reverse=_rev_vjp,
         forward=_fwd_vjp,
-        autograd=lambda A, f, x, t: A.vjp(f, x, t),
-        finite_differences=_fd_vjp),
+        autograd=lambda A, f, x, t: _with_value(A.vjp(f, x, t)),
+        finite_differences=_fd_vjp,
+        primal_from={"reverse": "{T}.vjp returned", "forward": "{T}.jacfwd returned (its aux)",
+                     "autograd": "torch.autograd.functional.vjp returned"}),
     Operator(
         "hvp", input="pytree", output="scalar", result="like x", order=2, takes_tangent=True,
         per_input_in_forward=True,
-        reverse=lambda T, f, x, t: T.vjp(T.grad(f), x)[1](t)[0],   # H is symmetric: Hᵀt = Ht
-        forward=lambda T, f, x, t: T.jvp(T.jacfwd(f), (x,), (t,))[1],
-        autograd=lambda A, f, x, t: A.hvp(f, x, t),
-        finite_differences=_fd_hvp),
+        reverse=_rev_hvp,
+        forward=_fwd_hvp,
+        autograd=lambda A, f, x, t: _with_value(A.hvp(f, x, t)),
+        finite_differences=_fd_hvp,
+        primal_from={"reverse": "{T}.vjp of {T}.value_and_grad returned (its aux)",
+                     "forward": "{T}.jvp of {T}.jacfwd returned",
+                     "autograd": _FROM_SECOND_ORDER["autograd"]}),
     Operator(
         "hessian", input="pytree", output="scalar", result="x.shape + x.shape (per block for pytrees)", order=2,
         per_input_in_forward=True, matrix_result=True,
         reverse=_rev_twice,
-        forward=lambda T, f, x, t: T.jacfwd(T.jacfwd(f))(x),
-        autograd=lambda A, f, x, t: A.hessian(f, x),
-        finite_differences=_fd_hessian),
+        forward=_fwd_twice,
+        autograd=lambda A, f, x, t: _with_value(A.hessian(f, x)),
+        finite_differences=_fd_hessian,
+        primal_from=_FROM_SECOND_ORDER),
 )
 
 OPERATOR_RECORDS: dict[str, Operator] = {op.name: op for op in _RECORDS}

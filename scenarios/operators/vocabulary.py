@@ -22,9 +22,13 @@ from gradci.scenarios.numerics.reference_values import Reference
 
 
 class Transforms:
-    """The functional transforms of one framework, under the names jax uses."""
+    """The functional transforms of one framework, under the names jax uses.
 
-    def __init__(self, grad, value_and_grad, jacrev, jacfwd, jvp, vjp, ravel, ones_like, zeros_like, cast_like):
+    ``name`` is how a message spells them ("jax", "torch.func"): "{T}" in a record's ``primal_from``.
+    """
+
+    def __init__(self, name, grad, value_and_grad, jacrev, jacfwd, jvp, vjp, ravel, ones_like, zeros_like, cast_like):
+        self.name = name
         self.grad, self.value_and_grad = grad, value_and_grad
         self.jacrev, self.jacfwd = jacrev, jacfwd
         self.jvp, self.vjp = jvp, vjp
@@ -34,14 +38,19 @@ class Transforms:
 
 
 class Autograd(Protocol):
-    """torch.autograd on pytrees, results detached, with x's structure (f(x)'s for a jvp)."""
+    """torch.autograd on pytrees, results detached, with x's structure (f(x)'s for a jvp).
+
+    The methods that answer a pair answer (f(x) as torch computed it on the way, the derivative), as
+    ``torch.autograd.functional.jvp`` and ``vjp`` do.
+    """
 
     def jacobian(self, f: Callable, x: Any, create_graph: bool = False) -> Any: ...
-    def hessian(self, f: Callable, x: Any) -> Any: ...
+    def value_and_jacobian(self, f: Callable, x: Any) -> tuple[Any, Any]: ...
+    def hessian(self, f: Callable, x: Any) -> tuple[Any, Any]: ...
     def grad(self, value: Any, x: Any) -> Any: ...
-    def jvp(self, f: Callable, x: Any, t: Any) -> Any: ...
-    def vjp(self, f: Callable, x: Any, ct: Any) -> Any: ...
-    def hvp(self, f: Callable, x: Any, t: Any) -> Any: ...
+    def jvp(self, f: Callable, x: Any, t: Any) -> tuple[Any, Any]: ...
+    def vjp(self, f: Callable, x: Any, ct: Any) -> tuple[Any, Any]: ...
+    def hvp(self, f: Callable, x: Any, t: Any) -> tuple[Any, Any]: ...
 
 
 class FiniteDifferences(Protocol):

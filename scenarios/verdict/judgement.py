@@ -12,25 +12,30 @@ import dataclasses
 from typing import Any
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.backends.base import ReturnedPrimal
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.numerics.tolerances import Tolerance
 from gradci.scenarios.reference.answer import ReferenceAnswer
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
+from gradci.scenarios.verdict.returned_primal import compare_primal
 
 
 def judge(result: Any, scenario: Scenario, answer: ReferenceAnswer, tol: Tolerance,
-          own_errors: list[Any] | None = None) -> Comparison:
+          own_errors: list[Any] | None = None, primal: ReturnedPrimal | None = None) -> Comparison:
     """The cell's verdict: ``result`` against the reference, noise and kinks ruled out before a failure stands.
 
     ``own_errors``: the backend's own error estimate per tangent (a finite-difference backend's), added
-    to the reference's.
+    to the reference's. ``primal``: f(x) as the backend's transform returned it beside the derivative,
+    which must be f(x) (``gradci.scenarios.verdict.returned_primal``); its failure comes first.
     """
     refs = answer.refs
     if own_errors is not None:
         refs = [dataclasses.replace(ref, backend_error=error) for ref, error in zip(refs, own_errors)]
     comparison = compare_all(result, refs, tol, scenario, answer.tangent)
-    return _unless_noise(comparison, result, refs, tol, scenario, answer)
+    derivative = _unless_noise(comparison, result, refs, tol, scenario, answer)
+    returned = compare_primal(primal, answer.refs, tol, answer.tangent)
+    return derivative if returned.ok else returned.merge(derivative)
 
 
 def _unless_noise(comparison: Comparison, result: Any, refs: list[Reference], tol: Tolerance, scenario: Scenario,
