@@ -69,7 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _Runners.omitted:
         terminalreporter.write_line(f"gradci: {_Runners.omitted} cells not made: backends of a framework the "
-                                    "scenario gives no f for (a torch-only scenario has no jax cells)")
+                                    "scenario gives no f for (a torch-only scenario has no jax cells), or that compute "
+                                    "no such operator (second-order-only backends)")
 
 
 class _Runners:

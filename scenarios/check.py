@@ -38,7 +38,8 @@ TIMING_BUDGET_S = 0.05
 class Report:
     cells: list[Cell]
     # Cells not made at all: backends of a framework a scenario gives no f for (a torch-only rule has
-    # no jax cells). Counted for the summary, not listed as skips that would drown the real ones.
+    # no jax cells), or of an operator they do not compute (``Backend.computes``: a second-order-only
+    # backend's first order). Counted for the summary, not listed as skips that would drown the real ones.
     omitted: int = 0
 
     def counts(self) -> Counter:
@@ -60,7 +61,8 @@ class Report:
         if any(cell.status in COUNTED for cell in self.cells):
             return None
         if not self.cells:
-            return f"no cell was made ({self.omitted} not made: no backend of the scenarios' frameworks)"
+            return (f"no cell was made ({self.omitted} not made: no backend of the scenarios' frameworks and "
+                    f"operators)")
         reasons = Counter(cell.message for cell in self.cells if cell.status == Status.SKIP)
         reason, count = reasons.most_common(1)[0] if reasons else ("", 0)
         return (f"every cell was skipped or declared failing ({len(self.cells)}); the most common reason "
@@ -110,7 +112,7 @@ def check(scenarios: Iterable[Scenario], backends: Sequence[str] | None = None,
     omitted = 0
     for scenario in scenarios:
         lacked = scenario.lacked_frameworks()
-        own = [backend for backend in chosen if backend.framework not in lacked]
+        own = [backend for backend in chosen if backend.framework not in lacked and backend.computes(scenario.operator)]
         omitted += (len(chosen) - len(own)) * len(computed) * len(dtypes if dtypes is not None else scenario.dtypes)
         cells.extend(check_scenario(scenario, own, devices, dtypes, references, progress, repeats=repeats,
                                     timings=timings))
@@ -346,7 +348,7 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
         cell.status, cell.message = Status.SKIP, str(exc)
         return None
     except Exception as exc:  # noqa: BLE001 - the backend could not differentiate it: truthfully an error
-        cell.status, cell.message = in_place_culprit(exc) or (Status.ERROR, _describe(exc))
+        cell.status, cell.message = in_place_culprit(exc) or (Status.ERROR, _describe(exc, backend.composition_note))
         cell.detail = full_text(exc)
         if raised is not None:
             raised[cell.key] = exc
@@ -460,5 +462,8 @@ def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None
     cell.message = cell.message[:MESSAGE_LIMIT]
 
 
-def _describe(exc: BaseException) -> str:
-    return describe_exception(exc, MESSAGE_LIMIT)
+def _describe(exc: BaseException, note: str = "") -> str:
+    """The cell's message for an exception, after the backend's note on how it computes where it has one."""
+    if not note:
+        return describe_exception(exc, MESSAGE_LIMIT)
+    return f"{note}: {describe_exception(exc, MESSAGE_LIMIT - len(note) - 2)}"

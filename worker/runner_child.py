@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from gradci.scenarios.contract.cell import Status
+from gradci.scenarios.contract.cell import OPERATORS, Status
 from gradci.services.secrecy import forbid_inspection
 from gradci.worker import runner_messages as messages
 
@@ -143,6 +143,10 @@ def list_source(cache: SourceCache, request: messages.ListRequest) -> messages.L
     source = cache.get(request.source, request.family)
     backends = [messages.BackendEntry(name=b.name, framework=b.framework, mode=b.mode, default=b.default)
                 for b in registry().values()]
+    for backend, entry in zip(registry().values(), backends):
+        computed = [operator for operator in OPERATORS if backend.computes(operator)]
+        if len(computed) < len(OPERATORS):
+            entry["operators"] = computed
     reply = messages.ListReply(scenarios=source.listing, backends=backends, file_matrix=source.file_matrix)
     if request.availability:
         from gradci.scenarios.check import available_devices

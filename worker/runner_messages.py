@@ -48,6 +48,7 @@ class BackendEntry(TypedDict):
     mode: str
     unavailable: NotRequired[str | None]  # why it cannot run here; only when availability was asked
     default: NotRequired[bool]  # checked where no backends are named (Backend.default); absent: True
+    operators: NotRequired[list[str]]  # the only operators it has cells of (Backend.computes); absent: all
 
 
 def _plain(value: Any) -> Any:

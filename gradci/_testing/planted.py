@@ -156,6 +156,34 @@ def jax_sin_vjp(scale: float = 1.0, primal_shift: float = 0.0):
     return sin
 
 
+def jax_sin_bwd_through(helper: str = "plain"):
+    """sin through a jax.custom_vjp whose bwd multiplies by cos(x) through ``helper``.
+
+    "plain": jnp arithmetic, differentiable in both modes (correct). "custom_vjp": a custom_vjp helper
+    (as a bwd calling a library's custom_vjp solve or clip does), right in reverse mode, so reverse
+    over reverse passes, but that jvp cannot go through: forward over reverse (``jax.hessian``, jvp of
+    grad) raises where the user calls it.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def times(g, c):
+        return g * c
+
+    times.defvjp(lambda g, c: (g * c, (g, c)), lambda res, h: (h * res[1], h * res[0]))
+
+    def multiply(g, c):
+        return times(g, c) if helper == "custom_vjp" else g * c
+
+    @jax.custom_vjp
+    def sin(x):
+        return jnp.sin(x)
+
+    sin.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (multiply(g, jnp.cos(x)),))
+    return sin
+
+
 def jax_sin_jvp(scale: float = 1.0, primal_shift: float = 0.0):
     """sin through a jax.custom_jvp whose tangent is scaled and whose primal output is shifted."""
     import jax

@@ -230,8 +230,9 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False, omi
     coverage = coverage_text(coverage_percent(totals))
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage}")
     if omitted:
-        console.print(f"{omitted} cells not made: backends of a framework the scenario gives no f for "
-                      "(a torch-only scenario has no jax cells)")
+        console.print(f"{omitted} cells not made: backends of a framework the scenario gives no f for (a "
+                      "torch-only scenario has no jax cells), or that compute no such operator (jax-fwd-rev, "
+                      "torch-func-rev-fwd: second order only)")
 
 
 def _cells_with(column: str, title: str, cells: list[Cell], text: Callable[[Cell], str | None]) -> Table:

@@ -90,7 +90,8 @@ class LocalPlan:
 
     scenarios: list[list[CellSpec]]  # each chosen scenario's cells, in the engine's order
     functions: dict[str, str]  # scenario → its function's fingerprint (scenarios sharing one stay together)
-    # Cells not made: backends of a framework a scenario gives no f for (counted, not listed).
+    # Cells not made: backends of a framework a scenario gives no f for, or of an operator they do not
+    # compute (jax-fwd-rev's first order): counted, not listed.
     omitted: int = 0
 
 
@@ -110,7 +111,8 @@ def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
     planned, omitted = [], 0
     for s in chosen:
         dtypes = target.matrix.dtypes if target.matrix.dtypes is not None else s["dtypes"]
-        own = [name for name in names if backends[name]["framework"] not in s.get("lacks", ())]
+        own = [name for name in names if backends[name]["framework"] not in s.get("lacks", ())
+               and s["operator"] in backends[name].get("operators", (s["operator"],))]
         omitted += (len(names) - len(own)) * len(devices) * len(dtypes)
         planned.append([CellSpec(scenario=s["name"], backend=name, device=device, dtype=dtype, operator=s["operator"],
                                  framework=backends[name]["framework"], mode=backends[name]["mode"],

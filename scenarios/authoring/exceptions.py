@@ -31,7 +31,8 @@ HINTS = (
      "forward mode needs the Function's jvp staticmethod (with ctx.save_for_forward); or declare the "
      "forward cells expected to fail"),
     ("can't apply forward-mode autodiff (jvp) to a custom_vjp function",
-     "a jax.custom_vjp has no forward mode: declare the jax-fwd cells expected to fail, or use custom_jvp"),
+     "a jax.custom_vjp has no forward mode: declare the jax-fwd cells expected to fail, or use custom_jvp "
+     "(under jax-fwd-rev, a custom_vjp the reverse pass runs, in a bwd too: jax.hessian cannot go through it)"),
     ("Custom JVP rule must produce primal and tangent outputs with corresponding",
      "the custom_jvp rule's tangent has another dtype than its output: under jax_enable_x64 a float32 input "
      "promoted to float64 inside the rule (an int64 count, a float64 constant) gives this"),

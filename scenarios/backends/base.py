@@ -60,6 +60,13 @@ class Backend:
     # Whether a check that names no backends runs it ("every available backend"). An opt-in backend
     # (False: jax-rev) runs only where named: --backends, gradci.toml's [matrix] backends, a run's.
     default: bool = True
+    # Said before the message of each of its cells' errors: how it computes, where its name alone does
+    # not say (jax-fwd-rev: forward over reverse).
+    composition_note: str = ""
+
+    def computes(self, operator: str) -> bool:
+        """Whether the backend has cells of ``operator`` at all: the others are not made, only counted."""
+        return True
 
     def unavailable(self) -> str | None:
         """Why this backend cannot run here at all (framework missing), or None."""

@@ -116,10 +116,12 @@ class FrameworkBackend(Backend):
         return result
 
     def prepare(self, scenario, tangent, device, dtype) -> Prepared:
+        operator = scenario.operator
+        if not self.computes(operator):
+            raise CellSkipped(f"{self.name} computes no {operator}")
         fn = scenario.implementation(self.framework, dtype, execution_device(device))
         if fn is None:
             raise CellSkipped(f"the scenario has no {self.framework} implementation")
-        operator = scenario.operator
         if self.mode == "forward" and OPERATOR_RECORDS[operator].per_input_in_forward:
             size = sum(leaf.size for leaf in optree.tree_leaves(scenario.x, none_is_leaf=True))
             if size > FORWARD_INPUT_LIMIT:

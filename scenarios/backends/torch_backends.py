@@ -1,4 +1,4 @@
-"""The torch backends: torch-rev (torch.autograd), torch-func-rev and torch-func-fwd (torch.func).
+"""The torch backends: torch-rev (torch.autograd), torch-func-rev, torch-func-fwd, torch-func-rev-fwd (torch.func).
 
 torch-fwd (dual numbers) is ``torch_dual``.
 """
@@ -11,7 +11,7 @@ from typing import Any
 import optree
 
 from gradci.scenarios.backends.framework_backend import FrameworkBackend
-from gradci.scenarios.backends.functional import apply_operator
+from gradci.scenarios.backends.functional import apply_operator, composes
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.operators.vocabulary import Transforms
 
@@ -64,15 +64,19 @@ class TorchFuncBackend(FrameworkBackend):
     framework = "torch"
     primal_culprit = TORCH_PRIMAL_CULPRIT
 
-    def __init__(self, name: str, mode: str):
+    def __init__(self, name: str, mode: str, composition: str | None = None, composition_note: str = ""):
         self.name, self.mode = name, mode
-        self.definition = mode
+        self.definition = composition or mode  # which of a record's compositions it runs
+        self.composition_note = composition_note
+
+    def computes(self, operator):
+        return composes(self.definition, operator)
 
     def transforms(self):
         return torch_func_transforms()
 
     def operator_fn(self, operator, f, x, tangent):
-        return apply_operator(torch_func_transforms(), self.mode, operator, f, x, tangent)
+        return apply_operator(torch_func_transforms(), self.definition, operator, f, x, tangent)
 
 
 def _tensor_or_tuple(tree: Any) -> Any:
@@ -234,4 +238,10 @@ def torch_backends() -> list[FrameworkBackend]:
         TorchAutogradBackend(),
         TorchFuncBackend("torch-func-rev", "reverse"),
         TorchFuncBackend("torch-func-fwd", "forward"),
+        # Second order as jacrev of jacfwd and vjp of jvp: forward-mode rules (an autograd.Function's
+        # jvp) differentiated in reverse. Forward over reverse is torch-fwd's (dual numbers over
+        # autograd). Second-order operators only; its mode is its outer derivative's.
+        TorchFuncBackend("torch-func-rev-fwd", "reverse", composition="reverse-over-forward",
+                         composition_note="reverse over forward (torch.func.jacrev of jacfwd, vjp of jvp): the "
+                                          "forward-mode rules differentiated in reverse mode"),
     ]

@@ -18,9 +18,11 @@ from gradci.scenarios.library._common import eye_like, operator_tags, rng, scena
 FAMILY = "linalg"
 N = 3
 # torch's JVP rules for det, slogdet and solve use the LU saved from the primal as a constant, so
-# differentiating them again (forward over forward) drops the d(A^-1) term: a silent upstream bug.
-TORCH_NESTED_JVP = {"torch-func-fwd": "torch nested forward AD through linalg.det/slogdet/solve drops "
-                                      "the d(A^-1) term (pytorch/pytorch#192540)"}
+# differentiating them again — forward over forward, or reverse over forward — drops the d(A^-1)
+# term: a silent upstream bug.
+_NESTED_JVP_BUG = ("torch nested forward AD through linalg.det/slogdet/solve drops the d(A^-1) term "
+                   "(pytorch/pytorch#192540)")
+TORCH_NESTED_JVP = {"torch-func-fwd": _NESTED_JVP_BUG, "torch-func-rev-fwd": _NESTED_JVP_BUG}
 
 
 def spd(x):

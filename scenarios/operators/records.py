@@ -41,7 +41,7 @@ from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.operators.blocks import matrix_blocks
 from gradci.scenarios.operators.vocabulary import Autograd, FiniteDifferences, Transforms
 
-__all__ = ["Operator", "OPERATOR_RECORDS", "OPERATORS", "WithPrimal", "operator_input"]
+__all__ = ["COMPOSITIONS", "Operator", "OPERATOR_RECORDS", "OPERATORS", "WithPrimal", "operator_input"]
 
 
 class WithPrimal(NamedTuple):
@@ -77,10 +77,25 @@ class Operator:
     # "autograd"): "{T}" stands for the framework's transforms (jax, torch.func). A definition named
     # here returns ``WithPrimal``; the others return the derivative alone.
     primal_from: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Second order in the mixed compositions users call (``jax.hessian`` is jacfwd of jacrev, the usual
+    # HVP jvp of grad; torch.func's jacrev of jacfwd, vjp of jvp), for the backends that compose so
+    # (jax-fwd-rev, torch-func-rev-fwd); None where the operator has no such composition (first order).
+    forward_over_reverse: Callable[..., Any] | None = None
+    reverse_over_forward: Callable[..., Any] | None = None
 
     @property
     def takes_tangent_or_cotangent(self) -> bool:
         return self.takes_tangent or self.takes_cotangent
+
+    def composed(self, composition: str) -> Callable[..., Any] | None:
+        """The functional definition of ``composition`` (``COMPOSITIONS``), or None where it has none."""
+        return {"reverse": self.reverse, "forward": self.forward, "forward-over-reverse": self.forward_over_reverse,
+                "reverse-over-forward": self.reverse_over_forward}[composition]
+
+
+# How a functional backend composes its transforms: first order in one mode; second order the outer
+# derivative over the inner one (reverse and forward: over the same mode).
+COMPOSITIONS = ("reverse", "forward", "forward-over-reverse", "reverse-over-forward")
 
 
 # -- functional (jax, torch.func) definitions that are more than one transform ----------------------
@@ -174,6 +189,36 @@ def _fwd_hvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
     return WithPrimal(pushed, value)
 
 
+def _fwd_over_rev_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    primal, tangent = T.jvp(T.jacrev(_value_twice(f), has_aux=True), (x,), (T.ones_like(x),))
+    return WithPrimal(tangent[0], primal[1])
+
+
+def _fwd_over_rev_hvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    # jvp of grad, as the usual JAX HVP: the jvp of (value, gradient) carries f(x) out.
+    (value, _), (_, pushed) = T.jvp(T.value_and_grad(f), (x,), (t,))
+    return WithPrimal(pushed, value)
+
+
+def _fwd_over_rev_hessian(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    # jax.hessian: jacfwd of jacrev.
+    return WithPrimal(*T.jacfwd(T.jacrev(_value_twice(f), has_aux=True), has_aux=True)(x))
+
+
+def _rev_over_fwd_second_derivative(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacrev(lambda z: tuple(_fwd_derivative(T, f, z)), has_aux=True)(x))
+
+
+def _rev_over_fwd_hvp(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    # The vjp of z -> ∇f(z)·t (a jvp): its gradient is H·t.
+    directional, pullback, value = T.vjp(lambda z: tuple(_fwd_jvp(T, f, z, t)), x, has_aux=True)
+    return WithPrimal(pullback(T.ones_like(directional))[0], value)
+
+
+def _rev_over_fwd_hessian(T: Transforms, f: Callable, x: Any, t: Any) -> WithPrimal:
+    return WithPrimal(*T.jacrev(T.jacfwd(_value_twice(f), has_aux=True), has_aux=True)(x))
+
+
 # -- torch.autograd -------------------------------------------------------------------------------
 def _autograd_second_derivative(A: Autograd, f: Callable, x: Any, t: Any) -> Any:
     return A.jacobian(lambda z: A.jacobian(f, z, create_graph=True), x)
@@ -262,7 +307,11 @@ _RECORDS = (
         forward=_fwd_second_derivative,
         autograd=_autograd_second_derivative,
         finite_differences=_fd_second_derivative,
-        primal_from={"reverse": _FROM_SECOND_ORDER["reverse"], "forward": "{T}.jvp of {T}.jvp returned"}),
+        forward_over_reverse=_fwd_over_rev_second_derivative,
+        reverse_over_forward=_rev_over_fwd_second_derivative,
+        primal_from={"reverse": _FROM_SECOND_ORDER["reverse"], "forward": "{T}.jvp of {T}.jvp returned",
+                     "forward-over-reverse": "{T}.jvp of {T}.jacrev returned",
+                     "reverse-over-forward": "{T}.jacrev of {T}.jvp returned (its aux)"}),
     Operator(
         "gradient", input="pytree", output="scalar", result="like x", per_input_in_forward=True,
         reverse=lambda T, f, x, t: T.grad(f)(x),
@@ -307,9 +356,13 @@ _RECORDS = (
         forward=_fwd_hvp,
         autograd=lambda A, f, x, t: _with_value(A.hvp(f, x, t)),
         finite_differences=_fd_hvp,
+        forward_over_reverse=_fwd_over_rev_hvp,
+        reverse_over_forward=_rev_over_fwd_hvp,
         primal_from={"reverse": "{T}.vjp of {T}.value_and_grad returned (its aux)",
                      "forward": "{T}.jvp of {T}.jacfwd returned",
-                     "autograd": _FROM_SECOND_ORDER["autograd"]}),
+                     "autograd": _FROM_SECOND_ORDER["autograd"],
+                     "forward-over-reverse": "{T}.jvp of {T}.value_and_grad returned",
+                     "reverse-over-forward": "{T}.vjp of {T}.jvp returned (its aux)"}),
     Operator(
         "hessian", input="pytree", output="scalar", result="x.shape + x.shape (per block for pytrees)", order=2,
         per_input_in_forward=True, matrix_result=True,
@@ -317,7 +370,10 @@ _RECORDS = (
         forward=_fwd_twice,
         autograd=lambda A, f, x, t: _with_value(A.hessian(f, x)),
         finite_differences=_fd_hessian,
-        primal_from=_FROM_SECOND_ORDER),
+        forward_over_reverse=_fwd_over_rev_hessian,
+        reverse_over_forward=_rev_over_fwd_hessian,
+        primal_from={**_FROM_SECOND_ORDER, "forward-over-reverse": "{T}.jacfwd of {T}.jacrev returned (its aux)",
+                     "reverse-over-forward": "{T}.jacrev of {T}.jacfwd returned (its aux)"}),
 )
 
 OPERATOR_RECORDS: dict[str, Operator] = {op.name: op for op in _RECORDS}
