@@ -158,6 +158,10 @@ class Autograd:
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
         value, gradient = self._gradient_with_graph(f, x, leaves)
+        if self._constant(f, spec, leaves, gradient, _fixed_direction(leaves)):
+            return value, _blocks(spec, spec, tuple(tuple(torch.zeros(leaf.shape + other.shape, dtype=leaf.dtype,
+                                                                      device=leaf.device) for other in leaves)
+                                                    for leaf in leaves))
         flat = torch.cat([g.reshape(-1) for g in gradient])
         rows = [torch.autograd.grad(flat[i], leaves, retain_graph=True, allow_unused=True, materialize_grads=True)
                 for i in range(flat.numel())]
@@ -198,6 +202,8 @@ class Autograd:
 
         leaves, spec = optree.tree_flatten(x, none_is_leaf=True)
         value, gradient = self._gradient_with_graph(f, x, leaves)
+        if self._constant(f, spec, leaves, gradient, optree.tree_leaves(t)):
+            return value, _detached_tree(spec, tuple(torch.zeros_like(leaf) for leaf in leaves))
         product = sum(torch.sum(g * v) for g, v in zip(gradient, optree.tree_leaves(t)))
         pulled = torch.autograd.grad(product, leaves, allow_unused=True, materialize_grads=True)  # type: ignore[arg-type]  # sum() of tensors: typeshed says int | Tensor
         return value, _detached_tree(spec, pulled)
@@ -210,6 +216,51 @@ class Autograd:
         value = f(x)
         return value.detach(), torch.autograd.grad(value, leaves, create_graph=True, allow_unused=True,
                                                    materialize_grads=True)
+
+    def _constant(self, f: Callable, spec: Any, leaves: list, gradient: tuple, direction: list) -> bool:
+        """Whether a gradient without a graph is constant near x: f linear or piecewise linear there.
+
+        Its second derivatives are then exactly 0 (padding, average pooling, embeddings, margin
+        losses). A gradient without a graph that does move with x was cut by its backward (``.detach()``,
+        numpy, ``once_differentiable``): not constant, and the second backward pass says so. Told apart
+        by the gradient a small step along ``direction`` away, one more backward pass where no graph
+        is found, none otherwise.
+        """
+        import torch
+
+        if any(g.requires_grad for g in gradient):
+            return False
+        with torch.no_grad():
+            size = max([1.0, *(float(leaf.abs().max()) for leaf in leaves if leaf.numel())])
+            reach = max([1e-30, *(float(d.abs().max()) for d in direction if d.numel())])
+            shifted = [(leaf + (CONSTANCY_STEP * size / reach) * d.to(leaf)).requires_grad_()
+                       for leaf, d in zip(leaves, direction)]
+        moved = torch.autograd.grad(f(optree.tree_unflatten(spec, shifted)), shifted, allow_unused=True,
+                                    materialize_grads=True)
+        return all(_same_to_rounding(a, b) for a, b in zip(gradient, moved))
+
+
+# How far (relative to x) the gradient is taken again to see whether it moves with x: far enough that a
+# gradient that depends on x moves by far more than rounding, near enough that a piecewise-linear f
+# keeps its piece.
+CONSTANCY_STEP = 1e-4
+
+
+def _fixed_direction(leaves: list) -> list:
+    """A fixed pseudo-random direction like ``leaves``, for a Hessian's constancy test."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    return [torch.rand(leaf.shape, generator=generator, dtype=torch.float64) - 0.5 for leaf in leaves]
+
+
+def _same_to_rounding(a: Any, b: Any) -> bool:
+    import torch
+
+    if a.numel() == 0:
+        return True
+    bound = 64 * torch.finfo(a.dtype).eps * max(1.0, float(a.abs().max()))
+    return bool((a.detach() - b.detach()).abs().max() <= bound)
 
 
 @functools.cache

@@ -82,10 +82,33 @@ class FDSettings:
 # When a reference's error estimate is too large to decide a cell, it is computed again with these,
 # in turn (smaller first steps, more iterations, another order, iterating to rounding level), and
 # each element keeps its most accurate value.
+def _from_one_step(step: float, direction: int) -> FDSettings:
+    """One-sided fourth-order stencils from ``step`` alone, for a few iterations: how a jump is stepped around.
+
+    A discontinuity (ceil, floor, round, a step in user code) within a stencil's reach makes its
+    estimates grow like the jump over the step; started below the distance to the jump, or on the
+    side away from it, the stencil never reaches it and converges at once. One-sided, because a
+    central stencil never evaluates f at x: jumps on both sides of x (a probe through several
+    elements near their jumps) cancel in it and leave a steady, wrong slope. A few iterations keep
+    the rounding small where the derivative is an exact zero (a piecewise-linear f's curvature),
+    which scipy's relative stopping rule never meets and so iterates into rounding. Second-order
+    stencils are central whatever the direction (scipy's hessian takes none).
+    """
+    return FDSettings(order=4, probe_order=4, line_probe_order=4, initial_steps=(step,), line_probe_steps=(step,),
+                      maxiter=3, step_directions=(direction,))
+
+
+# Steps from which ``_from_one_step`` starts, largest first, each from the right then the left: the
+# first that decides ends the search.
+SHRINKING_STEPS = (0.5, 0.05, 5e-3, 5e-4, 5e-5, 5e-6, 5e-7, 5e-8)
+
 REFINEMENTS = (
     FDSettings(relative_steps=True),
     FDSettings(order=8, probe_order=8, line_probe_order=8, initial_steps=INITIAL_STEPS[1:], maxiter=16,
                tolerances={"atol": 0.0, "rtol": 1e-12}),
+    # Only where both above leave the reference undecided (something looks wrong: a jump or a kink
+    # within the step, an exact zero lost in rounding), at no cost to a smooth f.
+    *(_from_one_step(step, direction) for step in SHRINKING_STEPS for direction in (1, -1)),
 )
 
 

@@ -22,6 +22,7 @@ from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
 from gradci.scenarios.reference.flat_function import FlatFunction
+from gradci.scenarios.reference.jumps import Jump, nearest_jump
 
 STEPS = (1e-2, 1e-3, 1e-4, 1e-5)
 REPRODUCIBLE_ULPS = 64
@@ -45,6 +46,8 @@ class StepSpread:
     irreproducible_by: float = 0.0
     # Where one-sided differences, each steady, disagree: (result element, left value, right value).
     kink: tuple[int, float, float] | None = None
+    # The nearest jump of f along the lines the references were differenced on, if any is within 0.1.
+    jump: Jump | None = None
 
     def widened(self, references: list[Reference]) -> list[Reference]:
         """The references with their error estimates widened by the spread."""
@@ -101,7 +104,8 @@ def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -
     """The spread of ``references`` (the scenario's, for ``tangent``) over the fixed steps."""
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
-    first, second = FlatFunction(scenario).y0, FlatFunction(scenario).y0  # fresh: no memo between them
+    flat = FlatFunction(scenario)
+    first, second = flat.y0, FlatFunction(scenario).y0  # fresh: no memo between them
     differ = float(np.max(np.abs(first - second), initial=0.0)) if first.shape == second.shape else float("inf")
     spreads: list[Any] = []
     coarse: list[Any] = []
@@ -112,7 +116,9 @@ def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -
         along = None if reference.is_full else [(p.u, p.w) for p in reference.probes]
         estimates = []
         for step in STEPS:
-            settings = FDSettings(order=4, probe_order=4, initial_steps=(step,), maxiter=1, relative_steps=True)
+            # Line probes take their own order and steps: set them too, or every step is the default 0.05.
+            settings = FDSettings(order=4, probe_order=4, line_probe_order=4, initial_steps=(step,),
+                                  line_probe_steps=(step,), maxiter=1, relative_steps=True)
             estimates.append(_values(recipe(ReferenceBuilder(scenario, settings, along=along), t)))
         stacked = np.stack([*estimates, _values(reference)])
         flat_spread = np.ptp(stacked, axis=0)
@@ -128,7 +134,14 @@ def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -
     rounding = REPRODUCIBLE_ULPS * np.finfo(np.float64).eps * float(np.max(np.abs(first), initial=1.0))
     return StepSpread(spreads=spreads, coarse=coarse, coarse_gap=gaps, worst=worst[0], worst_index=worst[1],
                       worst_estimates=worst[2], reproducible=bool(differ <= rounding), irreproducible_by=differ,
-                      kink=kink)
+                      kink=kink, jump=nearest_jump(scenario, _lines(flat.v0.size, references)))
+
+
+def _lines(size: int, references: list[Reference]) -> list[tuple[str, np.ndarray]]:
+    """The lines the references were differenced along: each of ``size`` input elements, or each probe's."""
+    if references and not references[0].is_full:
+        return [(f"probe {i}'s direction", p.u) for i, p in enumerate(p for ref in references for p in ref.probes)]
+    return [(f"input element {j} (flattened)", row) for j, row in enumerate(np.eye(size))]
 
 
 # One-sided second-order stencils at two small steps: steady on each side of a kink, as at a
@@ -143,7 +156,8 @@ def _kink(scenario: Scenario, recipe: Any, tangent: Any, along: Any, central: np
     for direction in (-1, 1):
         sides[direction] = [
             _values(recipe(ReferenceBuilder(scenario, FDSettings(
-                order=2, probe_order=2, initial_steps=(step,), maxiter=1, relative_steps=True,
+                order=2, probe_order=2, line_probe_order=2, initial_steps=(step,), line_probe_steps=(step,),
+                maxiter=1, relative_steps=True,
                 step_directions=(direction,)), along=along), tangent)) for step in ONE_SIDED_STEPS]
     scale = 1 + np.abs(central)
     steady = np.all([np.abs(a - b) <= STEADY * scale for a, b in (sides[-1], sides[1])], axis=0)

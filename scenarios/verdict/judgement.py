@@ -56,6 +56,9 @@ def _unless_noise(comparison: Comparison, result: Any, refs: list[Reference], to
         spread = answer.steadiness()
     except Exception:  # noqa: BLE001 -- fixed-step estimates failed (a domain edge within 1e-2): the verdict stands
         return comparison
+    if spread.jump is not None and comparison.unreliable:
+        # The reference could not step around a jump of f: not the backend's failure, nor gradci's error.
+        return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.jump.message())
     if spread.kink is not None:  # no derivative to check: whatever the backend answers is undecidable
         return dataclasses.replace(comparison, ok=True, message="", unreliable=spread.message())
     if undecided:
