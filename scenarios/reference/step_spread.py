@@ -88,9 +88,10 @@ class StepSpread:
             return (f"f is not reproducible: two evaluations at x differ by {self.irreproducible_by:.2g}: "
                     "finite differences cannot decide; make f deterministic or give an analytic reference")
         noise = self.worst * STEPS[-1]
-        estimates = ", ".join(f"{v:.4g}" for v in self.worst_estimates)
+        # The evidence itself, each estimate with its step: the user sees how it wanders.
+        estimates = ", ".join(f"{v:.4g} at step {step:g}" for v, step in zip(self.worst_estimates, STEPS))
         return (f"f is noisy at about {noise:.1g} near x (result element {self.worst_index}: the derivative is "
-                f"{estimates} at steps {STEPS[0]:g} to {STEPS[-1]:g}): finite differences cannot decide; "
+                f"{estimates}, where a smooth f gives one value): finite differences cannot decide; "
                 "give an analytic reference or a smoother point")
 
 

@@ -45,6 +45,8 @@ def test_a_correct_rule_on_a_noisy_function_is_an_error_never_a_fail(dtype):
     found = cell(1.0, noise=1e-6, dtype=dtype)
     assert found.status == "error", found
     assert "f is noisy" in found.message and "give an analytic reference or a smoother point" in found.message
+    # the evidence: each step with its estimate
+    assert all(f"at step {step:g}" in found.message for step in (1e-2, 1e-3, 1e-4, 1e-5)), found.message
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -109,3 +111,21 @@ def test_a_kink_says_f_may_not_be_differentiable_with_both_one_sided_values():
 def test_away_from_the_kink_the_derivative_is_decided():
     assert gradci.check([Scenario("near-kink", "gradient", leaky, np.array([1e-3, 1.0]))], backends=["torch-rev"],
                         devices=["cpu"], dtypes=["float64"]).ok
+
+
+def test_the_step_spread_along_a_probe_is_taken_at_its_own_steps():
+    """Line probes took the default step 0.05 whatever step the spread asked for: four equal estimates,
+    and one-sided 'kink' stencils at 0.05 whose gap is curvature. Each step must give its own."""
+    from gradci.scenarios.reference.finite_differences import compute_references
+    from gradci.scenarios.reference.step_spread import step_spread
+
+    def curved(x):
+        xp = gradci.namespace(x)
+        return xp.sum(xp.exp(3.0 * x))
+
+    s = Scenario("curved", "gradient", curved, np.linspace(-1.0, 1.0, 40))  # 40 elements: probes
+    tangent, refs = compute_references(s)
+    spread = step_spread(s, tangent, refs)
+    assert not refs[0].is_full
+    assert len(set(spread.worst_estimates)) == 4, spread.worst_estimates
+    assert spread.kink is None
