@@ -50,9 +50,22 @@ class ScenarioInfo:
                    requirements=Requirements.from_dict(data.get("requirements")), lacks=tuple(data.get("lacks", ())),
                    file=data.get("file"), line=data.get("line"))
 
-    def has_cells_for(self, framework: str | None) -> bool:
-        """Whether a backend of ``framework`` (None: not known) gets cells of this scenario."""
-        return framework not in self.lacks
+    def has_cells_for(self, scope: BackendScope | None) -> bool:
+        """Whether a backend of this scope (None: not known) gets cells of this scenario."""
+        if scope is None:
+            return True
+        return scope.framework not in self.lacks and (scope.operators is None or self.operator in scope.operators)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendScope:
+    """Which scenarios a backend has cells of: those giving f for its framework, of its operators.
+
+    ``operators`` None: every operator (a second-order-only backend names its own).
+    """
+
+    framework: str | None = None
+    operators: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +96,7 @@ class Plan:
     scenarios: tuple[ScenarioInfo, ...]
     jobs: tuple[JobSpec, ...]
     skipped: tuple[Skipped, ...] = ()
-    omitted: int = 0  # cells not made: backends of a framework a scenario gives no f for
+    omitted: int = 0  # cells not made: backends of a framework a scenario gives no f for, or of other operators
 
     @property
     def cell_count(self) -> int:
@@ -201,15 +214,15 @@ def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | 
 
 
 def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
-              gpus: GpuWorkers = GpuWorkers(), frameworks: Mapping[str, str] | None = None) -> list[JobSpec]:
+              gpus: GpuWorkers = GpuWorkers(), scopes: Mapping[str, BackendScope] | None = None) -> list[JobSpec]:
     """The jobs: device × backend × chunks of the scenarios that can run on the device, in a stable order.
 
-    The scenarios of a device are first grouped by the queue their needs route them to. ``frameworks``
-    (backend → its framework) leaves out the scenarios a backend has no cells of.
+    The scenarios of a device are first grouped by the queue their needs route them to. ``scopes``
+    (backend → what it has cells of) leaves out the scenarios a backend has no cells of.
     """
     specs = []
     assert matrix.devices is not None and matrix.backends is not None, "a resolved matrix"
-    framework_of = frameworks or {}
+    scope_of = scopes or {}
     for device in matrix.devices:
         queues: dict[str, list[ScenarioInfo]] = {}
         for info in runnable.get(device, ()):
@@ -217,21 +230,22 @@ def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, ch
             queues.setdefault(route(need, device, gpus), []).append(info)
         for backend in matrix.backends:
             for queue, infos in queues.items():
-                names = [info.name for info in infos if info.has_cells_for(framework_of.get(backend))]
+                names = [info.name for info in infos if info.has_cells_for(scope_of.get(backend))]
                 specs += [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
                           for chunk in chunked(names, chunk_size)]
     return specs
 
 
 def omitted_cells(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix,
-                  frameworks: Mapping[str, str]) -> int:
+                  scopes: Mapping[str, BackendScope]) -> int:
     """How many cells ``job_specs`` leaves out.
 
-    They are a backend × device × dtype of each scenario that gives no f for the backend's framework.
+    They are a backend × device × dtype of each scenario that gives no f for the backend's framework,
+    or whose operator the backend does not compute.
     """
     assert matrix.backends is not None, "a resolved matrix"
     return sum(len(cell_dtypes(info.dtypes, matrix.dtypes)) for infos in runnable.values() for info in infos
-               for backend in matrix.backends if not info.has_cells_for(frameworks.get(backend)))
+               for backend in matrix.backends if not info.has_cells_for(scopes.get(backend)))
 
 
 def split_runnable(scenarios: Sequence[ScenarioInfo], matrix: Matrix) -> tuple[dict[str, list[ScenarioInfo]],
@@ -261,7 +275,7 @@ def divide_into_jobs(
     default_devices: Sequence[str] = (CPU,),
     chunk_size: int = 25,
     gpus: GpuWorkers = GpuWorkers(),
-    frameworks: Mapping[str, str] | None = None,
+    scopes: Mapping[str, BackendScope] | None = None,
 ) -> Plan:
     """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
 
@@ -275,15 +289,15 @@ def divide_into_jobs(
         raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
                         "the repository declares no scenario")
     runnable, skipped = split_runnable(chosen, matrix)
-    jobs = job_specs(runnable, matrix, chunk_size, gpus, frameworks)
+    jobs = job_specs(runnable, matrix, chunk_size, gpus, scopes)
     if not jobs:
         if not skipped:
             raise PlanError(f"no backend of {', '.join(matrix.backends or ())} checks the chosen scenarios: "
-                            "they give f for other frameworks only")
+                            "they give f for other frameworks only, or are of operators those backends do not compute")
         first = skipped[0]
         raise PlanError(f"no cell of this run can ever run: scenario {first.scenario!r} {first.reason}")
     return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(jobs), skipped=tuple(skipped),
-                omitted=omitted_cells(runnable, matrix, frameworks or {}))
+                omitted=omitted_cells(runnable, matrix, scopes or {}))
 
 
 def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequence[str]],

@@ -79,7 +79,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
             default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
-            frameworks=source.frameworks,
+            scopes=source.scopes,
         )
     except (CheckoutError, RunnerError, planner.PlanError) as exc:
         _fail(database, run_id, str(exc))
@@ -105,12 +105,13 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
         jobs = store_jobs(session, run, the_plan.jobs)
         assert the_plan.matrix.backends is not None, "a plan's matrix is resolved"
         skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends
-                   if source.by_name[skip.scenario].has_cells_for(source.frameworks.get(backend))
+                   if source.by_name[skip.scenario].has_cells_for(source.scopes.get(backend))
                    for cell in skip_cells(source, backend, skip.device, [(skip.scenario, d) for d in skip.dtypes],
                                           skip.reason)]
         upsert_results(session, run_id, skipped)
         log.info("run %s: %d cells in %d jobs, %d skipped, %d not made (backends of frameworks a scenario "
-                 "gives no f for)", run_id, the_plan.cell_count, len(jobs), len(skipped), the_plan.omitted)
+                 "gives no f for, or of other operators)", run_id, the_plan.cell_count, len(jobs), len(skipped),
+                 the_plan.omitted)
         return [(job.id, job.queue) for job in jobs]
 
 

@@ -10,7 +10,7 @@ import functools
 
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.db.models import Run, Trigger
-from gradci.services.planner import ScenarioInfo
+from gradci.services.planner import BackendScope, ScenarioInfo
 from gradci.worker.checkout import Checkouts
 from gradci.worker.runner import WarmRunner
 from gradci.worker.runner_messages import BackendEntry
@@ -31,9 +31,10 @@ class Source:
         return {info.name: info for info in self.scenarios}
 
     @functools.cached_property
-    def frameworks(self) -> dict[str, str]:
-        """Each backend's framework (the planner leaves a scenario out of another framework's jobs)."""
-        return {name: info["framework"] for name, info in self.backends.items()}
+    def scopes(self) -> dict[str, BackendScope]:
+        """What each backend has cells of: the planner leaves other frameworks' scenarios and operators out."""
+        return {name: BackendScope(info["framework"], tuple(info["operators"]) if "operators" in info else None)
+                for name, info in self.backends.items()}
 
     @property
     def available_backends(self) -> list[str]:

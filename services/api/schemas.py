@@ -126,7 +126,8 @@ class RunOut(BaseModel):
     cancel_requested: bool
     counts: CellCounts
     omitted_cells: int = Field(0, description="cells not made: backends of a framework a scenario gives no f for "
-                                              "(a torch-only scenario has no jax cells); counted, never listed")
+                                              "(a torch-only scenario has no jax cells), or that compute no such "
+                                              "operator (second-order-only backends); counted, never listed")
     waiting: list[WaitingOut] = Field(default_factory=list,
                                       description="jobs waiting for a device no online worker offers")
     coverage: float | None = Field(description="pass / (pass + fail + error) × 100; null before any counted cell")

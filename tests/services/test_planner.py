@@ -5,7 +5,15 @@ import pytest
 
 from gradci.scenarios.contract.matrix import Matrix, exact_pattern, select_scenarios
 from gradci.services.broker.queues import queue_for_device
-from gradci.services.planner import PlanError, ScenarioInfo, chunked, divide_into_jobs, job_cells, resolve_matrix
+from gradci.services.planner import (
+    BackendScope,
+    PlanError,
+    ScenarioInfo,
+    chunked,
+    divide_into_jobs,
+    job_cells,
+    resolve_matrix,
+)
 
 KNOWN = ("jax-rev", "torch-rev", "fd")
 SCENARIOS = tuple(
@@ -93,14 +101,14 @@ def test_queues_by_device(device: str, queue: str) -> None:
     assert queue_for_device(device) == queue
 
 
-FRAMEWORKS = {"jax-rev": "jax", "torch-rev": "torch", "fd": "numpy"}
+SCOPES = {"jax-rev": BackendScope("jax"), "torch-rev": BackendScope("torch"), "fd": BackendScope("numpy")}
 
 
 def test_a_single_framework_scenario_has_no_jobs_of_the_other_frameworks_backends() -> None:
     torch_only = ScenarioInfo(name="rules/torch", dtypes=("float64", "float32"), lacks=("jax",))
     both = ScenarioInfo(name="rules/both", dtypes=("float64", "float32"))
     result = divide_into_jobs((torch_only, both), run_matrix=Matrix.of(backends=["jax-rev", "torch-rev", "fd"]),
-                      file_matrix=Matrix(), available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)
+                      file_matrix=Matrix(), available_backends=KNOWN, known_backends=KNOWN, scopes=SCOPES)
     checked = {(job.backend, name) for job in result.jobs for name in job.scenarios}
     assert ("jax-rev", "rules/torch") not in checked  # not listed as skips: not made at all
     assert {("torch-rev", "rules/torch"), ("fd", "rules/torch"), ("jax-rev", "rules/both")} <= checked
@@ -108,4 +116,16 @@ def test_a_single_framework_scenario_has_no_jobs_of_the_other_frameworks_backend
     assert result.cell_count == 3 * 2 * 2 - 2
     with pytest.raises(PlanError, match="no backend of jax-rev checks the chosen scenarios"):
         divide_into_jobs((torch_only,), run_matrix=Matrix.of(backends=["jax-rev"]), file_matrix=Matrix(),
-                 available_backends=KNOWN, known_backends=KNOWN, frameworks=FRAMEWORKS)
+                 available_backends=KNOWN, known_backends=KNOWN, scopes=SCOPES)
+
+
+def test_a_second_order_only_backend_gets_jobs_of_second_order_scenarios_only() -> None:
+    gradient = ScenarioInfo(name="f/gradient", operator="gradient", dtypes=("float64",))
+    hvp = ScenarioInfo(name="f/hvp", operator="hvp", dtypes=("float64",))
+    scopes = {**SCOPES, "jax-fwd-rev": BackendScope("jax", ("hvp", "hessian", "second_derivative"))}
+    known = [*KNOWN, "jax-fwd-rev"]
+    result = divide_into_jobs((gradient, hvp), run_matrix=Matrix.of(backends=["jax-rev", "jax-fwd-rev"]),
+                              file_matrix=Matrix(), available_backends=known, known_backends=known, scopes=scopes)
+    checked = {(job.backend, name) for job in result.jobs for name in job.scenarios}
+    assert checked == {("jax-rev", "f/gradient"), ("jax-rev", "f/hvp"), ("jax-fwd-rev", "f/hvp")}
+    assert result.omitted == 1  # jax-fwd-rev × the gradient's one dtype: counted, not a skip cell
