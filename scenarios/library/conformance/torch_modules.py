@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.expectations import Expect
 from gradci.scenarios.authoring.scenario import Scenario
 
@@ -37,8 +38,8 @@ class Known:
     """A PyTorch bug or missing derivative that some cases of some modules meet, declared as an xfail.
 
     ``raises``/``match``: the exception the cells raise (a missing derivative), or None for a wrong
-    value (a bug). ``applies``: which cases of the modules, by their module object. A declared cell
-    that passes is ``xpass``: the family then says PyTorch changed.
+    value (a bug). ``applies``: which cases of the modules. A declared cell that passes is ``xpass``:
+    the family then says PyTorch changed.
     """
 
     modules: tuple[str, ...]
@@ -48,20 +49,21 @@ class Known:
     dtype: str = "*"
     raises: type[BaseException] | None = None
     match: str | None = None
-    applies: Callable[[Any], bool] = lambda module: True
+    applies: Callable[[ModuleCase], bool] = lambda case: True
 
 
-def _input_statistics(module: Any) -> bool:
-    """Whether a normalisation layer normalises by the input's own statistics in eval mode."""
-    return type(module).__name__ == "LayerNorm" or getattr(module, "running_mean", 1) is None
+def _input_statistics(case: ModuleCase) -> bool:
+    """Whether a normalisation layer normalises by the input's own statistics in eval mode (a non-empty one)."""
+    uses_them = type(case.module).__name__ == "LayerNorm" or getattr(case.module, "running_mean", 1) is None
+    return uses_them and all(np.size(a) for a in case.x.get("inputs", []))
 
 
-def _mkldnn_lstm(module: Any) -> bool:
-    return getattr(module, "proj_size", 0) == 0  # float32 LSTMs without projections run on oneDNN's kernel
+def _mkldnn_lstm(case: ModuleCase) -> bool:
+    return getattr(case.module, "proj_size", 0) == 0  # float32 LSTMs without projections run on oneDNN's kernel
 
 
-def _chunked(module: Any) -> bool:
-    return getattr(module, "options", None) is not None  # its chunked loss is an old-style autograd.Function
+def _python_function(case: ModuleCase) -> bool:
+    return case.python_function  # the chunked loss, say: an old-style autograd.Function
 
 
 NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
@@ -85,15 +87,16 @@ KNOWN: tuple[Known, ...] = (
           match="forward AD"),
     Known(("nn.LSTM",), OPERATORS, "torch-func-fwd", NO_FORWARD_AD + " for oneDNN's float32 LSTM kernel",
           dtype="float32", raises=NotImplementedError, match="mkldnn", applies=_mkldnn_lstm),
-    # Chunked LinearCrossEntropyLoss is an autograd.Function without setup_context: torch.func refuses
-    # it in reverse mode, and in forward mode silently returns a zero derivative (not yet filed).
+    # Chunked LinearCrossEntropyLoss (where its sizes make it chunk) is an autograd.Function without
+    # setup_context: torch.func refuses it in reverse mode, and in forward mode silently returns a zero
+    # derivative (not yet filed).
     Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-rev", "torch.func needs setup_context on the "
-          "chunked loss's autograd.Function", raises=RuntimeError, match="setup_context", applies=_chunked),
+          "chunked loss's autograd.Function", raises=RuntimeError, match="setup_context", applies=_python_function),
     Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-fwd", "torch.func.jvp through the chunked loss's "
           "autograd.Function (no jvp rule) returns 0 instead of raising: a silent wrong derivative, not yet filed",
-          applies=_chunked),
+          applies=_python_function),
     Known(("nn.LinearCrossEntropyLoss",), ("hvp",), "torch-rev", "the chunked loss's backward is computed without "
-          "a graph: no second order", raises=RuntimeError, applies=_chunked),
+          "a graph: no second order", raises=RuntimeError, applies=_python_function),
 )
 
 
@@ -103,11 +106,25 @@ class ModulesUnavailable(RuntimeError):
 
 @functools.cache
 def _module_db() -> list[Any]:
+    """torch's module database, imported without letting its test harness change this process.
+
+    Importing torch's test helpers freezes torch.backends' flags for the whole process (its test suite
+    wants them set only in ``with`` blocks), which would break every later scenario that pins a
+    precision: the freeze is undone, and the frameworks' global state restored, right after.
+    """
+    import torch.backends
+
+    before = global_state.capture()
+    frozen = torch.backends.flags_frozen()
     try:
         from torch.testing._internal.common_modules import module_db
     except ImportError as exc:
         raise ModulesUnavailable(f"the {FAMILY} family needs torch and expecttest ({exc}): "
                                  "pip install 'gradci[modules]'") from exc
+    finally:
+        # torch.backends is a wrapper module: the flag lives in its functions' own globals
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = not frozen
+        global_state.restore(before, current=global_state.capture())
     return list(module_db)
 
 
@@ -120,6 +137,7 @@ class ModuleCase:
     x: dict[str, Any]
     buffers: dict[str, np.ndarray]
     call: Callable[..., Any]
+    python_function: bool = False  # its graph goes through a Python torch.autograd.Function
 
 
 def scenarios() -> list[Scenario]:
@@ -187,12 +205,28 @@ def _case(info: Any, index: int, sample: Any) -> ModuleCase | None:
     x = {**({"params": params} if params else {}), **({"inputs": inputs} if inputs else {})}
     call = _call(module, template, spec)
     try:
-        value = call({key: _torch_tree(value) for key, value in x.items()}, _torch_tree(buffers))
+        value = call({key: _torch_tree(value, grad=True) for key, value in x.items()}, _torch_tree(buffers))
     except Exception:  # noqa: BLE001 -- a sample torch's own harness runs another way: no case
         return None
     if not bool(torch.isfinite(value)):
         return None
-    return ModuleCase(f"{info.name}[{index}]", module, x, buffers, call)
+    return ModuleCase(f"{info.name}[{index}]", module, x, buffers, call, _through_python_function(value))
+
+
+def _through_python_function(value: Any) -> bool:
+    """Whether ``value``'s autograd graph has a node of a Python torch.autograd.Function."""
+    import torch
+
+    seen, stack = set(), [value.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 def _differentiable(leaf: Any) -> bool:
@@ -208,14 +242,14 @@ def _constant(leaf: Any) -> Any:
     return leaf.detach() if isinstance(leaf, torch.Tensor) else leaf
 
 
-def _torch_tree(tree: Any) -> Any:
+def _torch_tree(tree: Any, grad: bool = False) -> Any:
     import torch
 
     if isinstance(tree, dict):
-        return {key: _torch_tree(value) for key, value in tree.items()}
+        return {key: _torch_tree(value, grad) for key, value in tree.items()}
     if isinstance(tree, list):
-        return [_torch_tree(value) for value in tree]
-    return torch.as_tensor(tree)
+        return [_torch_tree(value, grad) for value in tree]
+    return torch.tensor(tree, requires_grad=grad)
 
 
 def _call(module: Any, template: list[Any], spec: Any) -> Callable[..., Any]:
@@ -268,7 +302,7 @@ def _scenarios_of(case: ModuleCase) -> list[Scenario]:
     for operator in OPERATORS:
         xfail = [Expect(known.reason, backend=known.backend, dtype=known.dtype, raises=known.raises, match=known.match)
                  for known in KNOWN if module_name in known.modules and operator in known.operators
-                 and known.applies(case.module)]
+                 and known.applies(case)]
         made.append(Scenario(
             name=f"{FAMILY}/{case.name}/{operator}", operator=operator, f={"torch": case.call}, x=case.x,
             contexts=(case.buffers,), state=(0,), xfail=xfail,

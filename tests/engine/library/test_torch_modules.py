@@ -64,3 +64,12 @@ def test_nested_forward_mode_through_layer_norm_is_caught_as_the_known_pytorch_b
     statuses = {(c.scenario, c.backend): c.status for c in report.cells}
     assert {status for (_, backend), status in statuses.items() if backend == "torch-func-fwd"} == {"xfail"}, statuses
     assert {status for (_, backend), status in statuses.items() if backend == "torch-func-rev"} == {"pass"}, statuses
+
+
+def test_listing_the_family_leaves_torchs_global_switches_settable(modules):
+    # torch's test helpers freeze torch.backends' flags at import: a later scenario pinning a precision
+    # (or a GPU check setting TF32) would then crash in this process.
+    import torch
+
+    assert modules and not torch.backends.flags_frozen()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32
