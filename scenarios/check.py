@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from gradci.scenarios.adapters import global_state
 from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.expectations import first_applying
@@ -18,13 +20,16 @@ from gradci.scenarios.backends import Backend, CellSkipped, get_backend, registr
 from gradci.scenarios.contract.cell import COUNTED, DIFFERENTIATING, FAILING, MESSAGE_LIMIT, Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA, agreement_device, compared_device, computing_on, simulated
 from gradci.scenarios.contract.simulated_gpus import simulated_gpus
+from gradci.scenarios.numerics.reference_values import flat_leaves
 from gradci.scenarios.numerics.tolerances import Tolerance, agreement_tolerance, tolerance_for
 from gradci.scenarios.reference.answer import ReferenceAnswer, ReferenceCache, shared_cache
+from gradci.scenarios.reference.second_point import at_second_point, described
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
 from gradci.scenarios.verdict.judgement import judge
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
+from gradci.scenarios.verdict.prepared_elsewhere import Elsewhere, judge_elsewhere
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
 
 # Steady-state timing, where timings are asked for (``timings=True``: ``gradci check --timings``,
@@ -174,6 +179,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
     repeats = scenario.repeats if repeats is None else repeats
     cells, results, raised = [], {}, {}
     reference = None  # computed for the first cell that runs: an all-skipped scenario never evaluates f
+    second = SecondPoint(scenario, references)  # its reference too, for the first cell that runs there
     for device in computed:
         for dtype in (dtypes if dtypes is not None else scenario.dtypes):
             for backend in backends:
@@ -184,7 +190,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                         raised[cell.key] = reference.exception
                     else:
                         results[cell.key] = run_cell(cell, scenario, backend, reference, raised=raised,
-                                                     repeats=repeats, timings=timings)
+                                                     repeats=repeats, timings=timings, second=second)
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
@@ -199,6 +205,44 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
         if progress:
             progress(cell)
     return cells
+
+
+class SecondPoint:
+    """The scenario at its second point x₁ and x₁'s reference answer, made for the first cell that asks.
+
+    See ``gradci.scenarios.reference.second_point``. ``answer`` gives the answer and what x₁ is, or
+    None and why no cell runs there (no point to move to, f not finite there, no reference there).
+    """
+
+    def __init__(self, scenario: Scenario, references: ReferenceCache):
+        self.scenario, self.references = scenario, references
+        self._found: tuple[ReferenceAnswer | None, str] | None = None
+
+    def answer(self, tangent: Any) -> tuple[ReferenceAnswer | None, str]:
+        if self._found is None:
+            self._found = self._made(tangent)
+        return self._found
+
+    def _made(self, tangent: Any) -> tuple[ReferenceAnswer | None, str]:
+        moved = at_second_point(self.scenario, tangent)
+        if isinstance(moved, str):
+            return None, moved
+        where = described(self.scenario, moved.x)
+        found = self.references.answer(moved)
+        if found.error:
+            return None, f"{where}: {found.error}"
+        if not all(np.all(np.isfinite(flat_leaves(ref.value))) for ref in found.refs):
+            return None, f"{where}: f is not finite there"
+        return found, where
+
+
+def _runs_elsewhere(prepared: Any, scenario: Scenario) -> bool:
+    """Whether a cell's program also runs at the second point.
+
+    A compiled one always (it keeps what it traced); any backend's where the scenario declares the
+    point (what a custom rule keeps between calls shows on eager backends too).
+    """
+    return prepared.at is not None and (prepared.compiled or scenario.second_point is not None)
 
 
 def _declined(cell: Cell, scenario: Scenario) -> bool:
@@ -315,7 +359,8 @@ def _unavailable(backend: Backend, device: str, dtype: str) -> str | None:
 
 
 def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: ReferenceAnswer,
-             raised: dict | None = None, repeats: int = 1, timings: bool = False) -> Any:
+             raised: dict | None = None, repeats: int = 1, timings: bool = False,
+             second: SecondPoint | None = None) -> Any:
     """Fill in ``cell`` and return the backend's numpy result, or None when there is none.
 
     ``reference`` is the scenario's reference answer, with references (its tangent is what the
@@ -323,7 +368,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
 
     An exception the backend raised is kept in ``raised`` under the cell's key (an xfail may name its
     type). ``repeats`` > 1 computes the derivative that many times and records their spread;
-    ``timings``: see ``_timed_calls``.
+    ``timings``: see ``_timed_calls``. ``second``: where a cell that passed runs its program again, at
+    the scenario's second point and back at x (``_runs_elsewhere``).
     """
     reason = _unavailable(backend, cell.device, cell.dtype)
     if reason:
@@ -364,9 +410,40 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
     message = comparison.message if cell.status == Status.FAIL else comparison.unreliable
     if changed:  # the culprit first: the comparison of a mutated computation says little
         cell.status, message = changed[0], "; ".join(filter(None, (changed[1], comparison.message)))
-    notes = (message, spread_message(cell.repeat_spread or 0.0, repeats), note)
+    elsewhere = ""
+    if second is not None and cell.status == Status.PASS and _runs_elsewhere(prepared, scenario):
+        cell.status, elsewhere = _run_elsewhere(cell, scenario, prepared, adapter, reference, second, numpy_result,
+                                                tol)
+    # a failure at the second point first (the cell's own message is then empty); a note after the rest
+    notes = [message, spread_message(cell.repeat_spread or 0.0, repeats), note]
+    notes.insert(0 if cell.status != Status.PASS else len(notes), elsewhere)
     cell.message = "; ".join(filter(None, notes))[:MESSAGE_LIMIT]
     return numpy_result
+
+
+def _run_elsewhere(cell: Cell, scenario: Scenario, prepared: Any, adapter: Any, reference: ReferenceAnswer,
+                   second: SecondPoint, first: Any, tol: Tolerance) -> tuple[Status, str]:
+    """Run the cell's program at x₁ and at x again; the cell's status and what to say.
+
+    See ``gradci.scenarios.verdict.prepared_elsewhere``. Where x₁ has no reference (f not finite there,
+    no point to move to) it is a note, never a flag; a program that raises there is an error.
+    """
+    answer, where = second.answer(reference.tangent)
+    if answer is None:
+        return Status.PASS, f"note: not run at x₁ ({where})"
+    caught: CapturedWarnings | None = None
+    try:
+        with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
+            at_second = prepared.to_numpy(prepared.at(answer.scenario.x, answer.tangent)())
+            back = prepared.to_numpy(prepared.call())
+    except Exception as exc:  # noqa: BLE001 - f runs at x₁ (its reference says so): the program does not
+        cell.detail = full_text(exc)
+        return Status.ERROR, f"the program, prepared at x₀, raised at x₁ ({where}): {_describe(exc)}"
+    finally:
+        if caught is not None:
+            cell.warnings = merged(cell.warnings, caught.lines)
+    found = judge_elsewhere(Elsewhere(first, at_second, back), scenario, reference, answer, tol, where)
+    return found.status, found.message
 
 
 def _pinned(adapter, setting: str | None):

@@ -254,3 +254,62 @@ def wrong_by(f, eps: float):
         return f(x, *contexts) + eps * (x - x.detach()).sum()
 
     return planted
+
+
+def jax_branch_frozen_when_traced(frozen: bool = True):
+    """sum(x²) where x[0] > 0, else sum(x³), the branch taken in Python from x[0]'s value.
+
+    Eagerly the branch follows x. A traced x (under jit, or jax.grad op by op) has no value (``float``
+    of it raises): the planted one
+    (``frozen``) then takes the branch of the first concrete x it met, as code that remembers a mode
+    from its first call does, so a program traced once keeps that branch for every later input. The
+    correct twin (``frozen=False``) traces both branches and selects with ``jnp.where``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    first: dict[str, bool] = {}
+
+    def f(x):
+        if not frozen:
+            return jnp.where(x[0] > 0, jnp.sum(x ** 2), jnp.sum(x ** 3))
+        try:
+            positive = float(x[0]) > 0
+            first.setdefault("positive", positive)
+        except jax.errors.ConcretizationTypeError:
+            positive = first.get("positive", True)
+        return jnp.sum(x ** 2) if positive else jnp.sum(x ** 3)
+
+    return f
+
+
+def torch_sin_with_cached_derivative(cached: bool = True):
+    """torch.sin through an autograd.Function whose backward keeps cos(x) from its first call.
+
+    As a rule that caches "the Jacobian" on its class to save recomputing it: right at the point of
+    its first backward pass, wrong everywhere else. The correct twin (``cached=False``) computes
+    cos(x) from the saved input at every call.
+    """
+    import torch
+
+    kept: dict[str, torch.Tensor] = {}
+
+    class CachedSin(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return torch.sin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            if not cached:
+                return grad * torch.cos(x)
+            if "cos" not in kept:
+                kept["cos"] = torch.cos(x).detach()
+            return grad * kept["cos"]
+
+    return CachedSin.apply

@@ -101,6 +101,11 @@ class Scenario:
     arithmetic its cells run with (``gradci.scenarios.numerics.precision``); ``repeats=N`` computes each derivative N
     times and records whether the results were bitwise identical (``Cell.repeat_spread``).
 
+    ``second_point`` is another x (structured like x, each array as large or smaller) that every
+    cell's prepared program also runs at, between x and x again, each result against its own
+    reference: a point in another branch of f, or a smaller input after preparing at the larger (a
+    compiled backend's cells draw one near x where none is declared).
+
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
     enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
     *contexts)`` for operators that take a tangent or cotangent — that computes it in numpy.
@@ -127,6 +132,9 @@ class Scenario:
     requirements: Any = None
     precision: str | None = None
     repeats: int = 1
+    # Another x to run each cell's prepared program at, after x and before x again (None: compiled
+    # backends draw one near x; see gradci.scenarios.reference.second_point).
+    second_point: Any = None
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
@@ -159,11 +167,25 @@ class Scenario:
         else:
             self._hint_wrt()
         self.x = operator_input(self.operator, self.x, self.name)
+        if self.second_point is not None:
+            self.second_point = self._checked_second_point(self.second_point)
         like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
         self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
         if self._models:  # fingerprinted now, before per-dtype copies of the models exist
             self._read_code()
+
+    def _checked_second_point(self, point: Any) -> Any:
+        """``second_point`` as float64 arrays, refused unless it is x's structure, no leaf larger than x's."""
+        point = operator_input(self.operator, point, f"{self.name}: second_point")
+        (leaves, spec), (x_leaves, x_spec) = (optree.tree_flatten(tree, none_is_leaf=True) for tree in (point, self.x))
+        larger = spec != x_spec or any(p.ndim != a.ndim or any(m > n for m, n in zip(p.shape, a.shape))
+                                       for p, a in zip(leaves, x_leaves))
+        if larger:
+            raise ScenarioInputError(f"scenario {self.name!r}: second_point must be structured like x, each "
+                                     f"array of x's shape or smaller (another point, or a smaller input); "
+                                     f"got {describe(point)} for x {describe(self.x)}")
+        return point
 
     def _take_models(self) -> dict[str, CapturedModules]:
         """Turn a module given as x into its parameters, and note the torch modules f captures.

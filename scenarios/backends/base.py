@@ -49,6 +49,10 @@ class Prepared:
     # f(x) as the last ``call()``'s transform returned it beside the derivative (jax.vjp, jax.jvp, a
     # Jacobian's aux), or None where the operator's transform returns none.
     returned_primal: Callable[[], ReturnedPrimal | None] = lambda: None
+    # The same prepared program at another point: ``at(x, tangent)`` (numpy, as the scenario's) gives a
+    # call like ``call`` with those inputs in place of the cell's, converted the same way. None where
+    # the backend cannot run its preparation elsewhere.
+    at: Callable[[Any, Any], Callable[[], Any]] | None = None
 
 
 class Backend:

@@ -128,13 +128,16 @@ class FrameworkBackend(Backend):
                 raise CellSkipped(f"forward mode needs one JVP per input element: {size} elements is over "
                                   f"{FORWARD_INPUT_LIMIT} (the reverse-mode cells check this operator)")
         adapter = self.adapter
-        fx = adapter.to_framework(scenario.x, dtype, device, requires_grad=self.requires_grad)
-        ft = map_tangents(lambda t: adapter.to_framework(t, dtype, device), tangent)
-        fcontexts = adapter.to_framework(tuple(scenario.contexts), dtype, device)
 
-        batched = isinstance(ft, Tangents)
-        if batched:
-            ft = tuple(ft)  # a plain tuple: compilers (jax.jit) accept only their own pytree types
+        def converted(x, tangent):
+            fx = adapter.to_framework(x, dtype, device, requires_grad=self.requires_grad)
+            ft = map_tangents(lambda t: adapter.to_framework(t, dtype, device), tangent)
+            # a plain tuple: compilers (jax.jit) accept only their own pytree types
+            return fx, tuple(ft) if isinstance(ft, Tangents) else ft
+
+        fx, ft = converted(scenario.x, tangent)
+        fcontexts = adapter.to_framework(tuple(scenario.contexts), dtype, device)
+        batched = isinstance(tangent, Tangents)
         with_state = _state_resetter(adapter, scenario.state)
         context_arrays, contexts_with = arrays_apart(fcontexts)
 
@@ -158,11 +161,13 @@ class FrameworkBackend(Backend):
 
         last_primal: list[Any] = [None]
 
-        def call():
-            result = ready(compiled(fx, ft, context_arrays))
-            sync()
-            result, last_primal[0] = _primal_apart(result, batched)
-            return result
+        def call_at(x_, tangent_):
+            def call():
+                result = ready(compiled(x_, tangent_, context_arrays))
+                sync()
+                result, last_primal[0] = _primal_apart(result, batched)
+                return result
+            return call
 
         def returned_primal() -> ReturnedPrimal | None:
             if last_primal[0] is None:
@@ -175,8 +180,9 @@ class FrameworkBackend(Backend):
             return VALUE_DTYPES.get_or_make(key, lambda: adapter.value_dtypes(
                 lambda z: fn(z, *with_state(fcontexts)), fx))
 
-        return Prepared(call=call, to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts), value_dtypes=value_dtypes,
-                        compiled=self.compiles(), returned_primal=returned_primal)
+        return Prepared(call=call_at(fx, ft), to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
+                        value_dtypes=value_dtypes, compiled=self.compiles(), returned_primal=returned_primal,
+                        at=lambda x, tangent: call_at(*converted(x, tangent)))
 
 
 def _primal_apart(result: Any, batched: bool) -> tuple[Any, Any]:
