@@ -189,7 +189,9 @@ def _case(info: Any, index: int, sample: Any) -> ModuleCase | None:
         module = info.module_cls(*constructor.args, **constructor.kwargs).to(torch.float64).eval()
     except Exception:  # noqa: BLE001 -- not constructible here (a CUDA-only option, say): no case
         return None
-    if isinstance(module, torch.nn.modules.lazy.LazyModuleMixin):
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if isinstance(module, LazyModuleMixin):
         return None  # its parameters exist only after a first call; its eager twin is in module_db
     leaves, spec = tree_flatten((forward.args, forward.kwargs))
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
