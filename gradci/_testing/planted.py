@@ -313,3 +313,63 @@ def torch_sin_with_cached_derivative(cached: bool = True):
             return grad * kept["cos"]
 
     return CachedSin.apply
+
+
+# -- rules that break on an empty batch ----------------------------------------------------------
+# ``on_empty`` plants what such a rule does where x has no elements: "right" (the correct twin),
+# "shape" (returns a gradient of shape (1,) where x has shape (0,), as a rule that allocates its
+# result with ``max(n, 1)`` rows does) or "crash" (divides by the batch's largest entry, which an empty
+# batch does not have).
+def torch_batch_sin(on_empty: str = "right"):
+    """sin through an autograd.Function (setup_context style, with a jvp rule) planted as ``on_empty`` says."""
+    import torch
+
+    def rule(x, incoming):
+        if x.shape[0] == 0 and on_empty == "shape":
+            return torch.zeros((1,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+        if on_empty == "crash":
+            scale = incoming.abs().amax() / incoming.abs().amax()  # amax of nothing raises
+            return incoming * torch.cos(x) * scale
+        return incoming * torch.cos(x)
+
+    class BatchSin(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return torch.sin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return rule(ctx.saved_tensors[0], grad)
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            return rule(ctx.saved_tensors[0], tangent)
+
+    return BatchSin.apply
+
+
+def jax_batch_sin(on_empty: str = "right"):
+    """sin through a jax.custom_vjp planted as ``on_empty`` says (see ``torch_batch_sin``)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def sin(x):
+        return jnp.sin(x)
+
+    def bwd(x, g):
+        if x.shape[0] == 0 and on_empty == "shape":
+            return (jnp.zeros((1,) + x.shape[1:], dtype=x.dtype),)
+        if on_empty == "crash":
+            return (g * jnp.cos(x) * (jnp.max(jnp.abs(g)) / jnp.max(jnp.abs(g))),)  # max of nothing raises
+        return (g * jnp.cos(x),)
+
+    sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
+    return sin

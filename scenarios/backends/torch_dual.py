@@ -98,8 +98,8 @@ def dual_jacfwd(f: Callable, has_aux: bool = False) -> Callable[[Any], Any]:
                     out, aux = out
                     tangent = tangent[0]
                 columns.append(tangent)
-        if out is None:  # x has no elements: f still decides the result's structure
-            out = f(x)[0] if has_aux else f(x)
+        if out is None:  # x has no elements: f still decides the result's structure (and gives the aux)
+            out, aux = f(x) if has_aux else (f(x), None)
         jac = _blocks(out, leaves, in_spec, columns)
         return (jac, aux) if has_aux else jac
 

@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gradci.scenarios.authoring.expectations import Expect
 from gradci.scenarios.authoring.namespace import namespace
 from gradci.scenarios.authoring.scenario import Scenario
-from gradci.scenarios.library._common import derived, operator_tags, rng, scenario_name
+from gradci.scenarios.library._common import FUNCTIONAL_ON_EMPTY, derived, operator_tags, rng, scenario_name
 
 FAMILY = "elementary"
 
@@ -85,6 +86,16 @@ def vec_to_vec_affine(x, a, b):
     return xp.tanh(a @ x + b)
 
 
+def batch_to_num(x):
+    xp = namespace(x)
+    return xp.sum(xp.sin(x) * x) + xp.log(1 + xp.sum(x ** 2))
+
+
+def batch_to_batch(x):
+    xp = namespace(x)
+    return xp.sin(x) * xp.exp(x / 2)
+
+
 def mat_to_mat_sandwich(x, b, c):
     xp = namespace(x)
     return b @ xp.sin(x) @ c
@@ -109,6 +120,26 @@ FUNCTIONS = [
     ("mat-to-mat-sandwich", mat_to_mat_sandwich, "matrix", "matrix", ARRAY_TO_ARRAY, ((3, 2), (3, 4))),
 ]
 
+# Edge shapes: an empty batch and a one-element vector through the vector functions. Real code gets
+# empty batches; a rule that crashes on one, or answers in the wrong shape (a gradient of shape (1,)
+# for x of shape (0,)), is a bug users hit. 0-d inputs are the number rows above.
+EDGE_SHAPES = {"empty": (0,), "one": (1,)}
+EDGE_FUNCTIONS = [
+    ("batch-to-num", batch_to_num, TO_NUMBER),
+    ("batch-to-batch", batch_to_batch, ARRAY_TO_ARRAY),
+]
+# torch's own functions that raise on an input with no elements: the cells say so as declared
+# failures (of that exception only), and an xpass says when torch fixed them.
+_VMAP_OVER_NOTHING = Expect(backend="torch-func-fwd", raises=(IndexError, RuntimeError),
+                            reason="torch.func.jacfwd vmaps over x's elements, and torch's vmap does not "
+                                   "support a dimension of size 0 (pytorch#46846)")
+EMPTY_INPUT_BUGS = {
+    **{("batch-to-num", op): [_VMAP_OVER_NOTHING]
+       for op in ("gradient", "value_and_gradient", "hvp", "jacobian", "vjp")},
+    ("batch-to-num", "hessian"): [_VMAP_OVER_NOTHING, FUNCTIONAL_ON_EMPTY],
+    ("batch-to-batch", "jacobian"): [FUNCTIONAL_ON_EMPTY],
+    ("batch-to-batch", "vjp"): [_VMAP_OVER_NOTHING],
+}
 
 # Elementwise functions with input points inside their domains and away from kinks.
 def _interval(low, high):
@@ -197,6 +228,19 @@ def _shaped_functions() -> list[Scenario]:
     return out
 
 
+def _edge_shapes() -> list[Scenario]:
+    """The vector functions at an empty batch and at one element, every operator they allow."""
+    out = []
+    for size, shape in EDGE_SHAPES.items():
+        for what, fn, operators in EDGE_FUNCTIONS:
+            x = rng(f"{FAMILY}/{size}-{what}").normal(size=shape) * 0.8
+            out += [Scenario(name=scenario_name(FAMILY, f"{size}-{what}", op), operator=op, f=fn, x=x,
+                             xfail=EMPTY_INPUT_BUGS.get((what, op), []) if size == "empty" else [],
+                             tags=(FAMILY, "edge-shape", f"{size}-input") + operator_tags(op))
+                    for op in operators]
+    return out
+
+
 def _elementwise_functions() -> list[Scenario]:
     out = []
     for kind, table, wrap in (("unary", UNARY, _summed_unary), ("binary", BINARY, _summed_binary)):
@@ -210,4 +254,4 @@ def _elementwise_functions() -> list[Scenario]:
 
 
 def scenarios() -> list[Scenario]:
-    return _shaped_functions() + _elementwise_functions()
+    return _shaped_functions() + _edge_shapes() + _elementwise_functions()

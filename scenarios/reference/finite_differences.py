@@ -256,6 +256,14 @@ def _hessian(rows_fn: Callable[[np.ndarray], np.ndarray], point: np.ndarray, set
     return res.ddf, res.error
 
 
+def _nothing(*shape: int) -> tuple[np.ndarray, np.ndarray]:
+    """An exact zero-sized (or zero) derivative and its error: an empty x or f(x) has nothing to difference.
+
+    scipy.differentiate is not asked about zero elements (it cannot reshape them).
+    """
+    return np.zeros(shape), np.zeros(shape)
+
+
 def _unit_directions(rng: np.random.Generator, size: int, count: int) -> list[np.ndarray]:
     """``count`` random unit vectors.
 
@@ -352,11 +360,15 @@ class ReferenceBuilder:
 
     # -- full results -------------------------------------------------------------------------
     def jacobian_matrix(self):
+        if self.input_size == 0 or self.output_size == 0:  # an empty batch: nothing to difference
+            return _nothing(self.output_size, self.input_size)
         jac, err = _jacobian(lambda z: self.evaluate(z * self.scale), self.g.v0 / self.scale, self.settings)
         return jac / self.scale, err / self.scale
 
     def hessian_matrix(self, output: int = 0):
         """The Hessian of one element of f's (flat) output."""
+        if self.input_size == 0:
+            return _nothing(0, 0)
         hess, err = _hessian(lambda z: self.evaluate(z * self.scale)[:, output], self.g.v0 / self.scale,
                              self.settings)
         outer = np.outer(self.scale, self.scale)
@@ -364,6 +376,8 @@ class ReferenceBuilder:
 
     def directional(self, flat_t: np.ndarray):
         """d/ds f(x + s·t) at 0, flat, and its error estimate."""
+        if self.input_size == 0 or self.output_size == 0:  # along an empty tangent f does not move
+            return _nothing(self.output_size)
         c = self.probe_scale
         line = self.evaluate.line(flat_t, c)
         d, err = _directional(line, self.settings, prefetch=line.prefetch)
