@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gradci.scenarios.adapters import global_state
+from gradci.scenarios.adapters.adapter import Compilations
 from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.expectations import first_applying
 from gradci.scenarios.authoring.scenario import Scenario
@@ -26,6 +27,7 @@ from gradci.scenarios.reference.answer import ReferenceAnswer, ReferenceCache, s
 from gradci.scenarios.reference.second_point import at_second_point, described
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
+from gradci.scenarios.verdict.dtypes import derivative_dtype_message
 from gradci.scenarios.verdict.judgement import judge
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
@@ -383,7 +385,9 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
             tol = _precision_and_tolerance(cell, scenario, adapter)
             prepared = backend.prepare(scenario, reference.tangent, cell.device, cell.dtype)
             before = snapshot(prepared.inputs)
-            result = _timed_calls(cell, backend, prepared, timings)
+            result, recompiled = _timed_calls(cell, backend, prepared, timings)
+            retraced = _retrace_message(recompiled, backend, scenario)
+            dtype_message = _derivative_dtype(prepared, result, cell.dtype)  # before to_numpy makes it float64
             numpy_result = prepared.to_numpy(result)
             if repeats > 1:
                 others = [prepared.to_numpy(prepared.call()) for _ in range(repeats - 1)]
@@ -408,6 +412,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol
     message = comparison.message if cell.status == Status.FAIL else comparison.unreliable
+    if dtype_message or retraced:  # whatever the values: wrong however close they are
+        cell.status, message = Status.FAIL, "; ".join(filter(None, (dtype_message, retraced, message)))
     if changed:  # the culprit first: the comparison of a mutated computation says little
         cell.status, message = changed[0], "; ".join(filter(None, (changed[1], comparison.message)))
     elsewhere = ""
@@ -495,8 +501,37 @@ def _wider_dtype_note(prepared, dtype: str) -> str:
     return ""
 
 
-def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) -> Any:
-    """Compute the cell's result, timed.
+def _derivative_dtype(prepared, result: Any, dtype: str) -> str:
+    """Why the backend's result is in another dtype than the cell's, or "" (``verdict.dtypes``)."""
+    if prepared.result_dtypes is None:
+        return ""
+    value_dtypes = prepared.value_dtypes
+    f_returns = (lambda: value_dtypes()[0]) if value_dtypes is not None else None
+    return derivative_dtype_message(prepared.result_dtypes(result), dtype, f_returns)
+
+
+class RetraceWarning(UserWarning):
+    """A compiled cell traced or compiled again at the same shapes, in a scenario that declared it may."""
+
+
+def _retrace_message(recompiled: Compilations | None, backend: Backend, scenario: Scenario) -> str:
+    """Why a compiled cell fails for tracing or compiling again on a later call, or "".
+
+    A scenario that declares ``retraces=True`` gets a warning on the cell instead.
+    """
+    if not recompiled:
+        return ""
+    text = (f"{backend.name} {recompiled} again on a later call at the same shapes and dtypes (the compiled "
+            f"program's cache missed: global configuration changed while tracing, a fresh closure or a "
+            f"non-hashable static argument per call?)")
+    if scenario.retraces:
+        warnings.warn(f"{text}; the scenario declares retraces=True", RetraceWarning, stacklevel=2)
+        return ""
+    return f"{text}; every call pays the compile: fix the cache miss, or declare retraces=True if expected"
+
+
+def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) -> tuple[Any, Compilations | None]:
+    """Compute the cell's result, timed, and what a compiled cell's later calls traced and compiled again.
 
     ``first_call_ms``: the first call, with its tracing and compiling where the backend compiles.
     ``time_ms``, the steady state: with ``timings``, the median of up to TIMING_REPEATS further calls
@@ -513,14 +548,18 @@ def _timed_calls(cell: Cell, backend: Backend, prepared, timings: bool = False) 
     wanted = TIMING_REPEATS if timings else int(prepared.compiled)
     durations: list[float] = []
     budget_end = time.perf_counter() + TIMING_BUDGET_S
-    while len(durations) < wanted and (not durations or time.perf_counter() < budget_end):
-        start = time.perf_counter()
-        result = prepared.call()
-        durations.append(time.perf_counter() - start)
+    # A compiled program's later calls at the same shapes only run it: a trace or compile among them is
+    # a cache miss that every call of the user's code pays too.
+    counting = adapter.counting_compilations() if adapter and prepared.compiled else contextlib.nullcontext()
+    with counting as recompiled:
+        while len(durations) < wanted and (not durations or time.perf_counter() < budget_end):
+            start = time.perf_counter()
+            result = prepared.call()
+            durations.append(time.perf_counter() - start)
     cell.time_ms = statistics.median(durations) * 1e3 if durations else None
     if adapter:
         cell.peak_memory_bytes = adapter.peak_memory(cell.device)
-    return result
+    return result, recompiled
 
 
 def _apply_xfail(cell: Cell, scenario: Scenario, exception: BaseException | None) -> None:

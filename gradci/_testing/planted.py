@@ -373,3 +373,95 @@ def jax_batch_sin(on_empty: str = "right"):
 
     sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
     return sin
+
+
+# -- rules that answer in another dtype than their input's ---------------------------------------
+def jax_sin_vjp_answering_in(dtype: str | None = None):
+    """sin through a jax.custom_vjp whose backward casts its result to ``dtype`` (None: the input's, correct).
+
+    jax passes a cotangent of another dtype through: a float32 model then gets float64 gradients.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def sin(x):
+        return jnp.sin(x)
+
+    def bwd(x, g):
+        gradient = g * jnp.cos(x)
+        return (gradient.astype(dtype) if dtype else gradient,)
+
+    sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
+    return sin
+
+
+def torch_sin_jvp_answering_in(dtype: str | None = None):
+    """sin through an autograd.Function whose jvp rule casts its tangent to ``dtype`` (None: correct).
+
+    torch casts a backward's gradient back to the input's dtype, but passes a jvp rule's tangent through.
+    """
+    import torch
+
+    class Sin(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return torch.sin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * torch.cos(ctx.saved_tensors[0])
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            tangent = tangent * torch.cos(ctx.saved_tensors[0])
+            return tangent.to(getattr(torch, dtype)) if dtype else tangent
+
+    return Sin.apply
+
+
+# -- compiled programs that miss their cache ------------------------------------------------------
+def jax_retracing_loss():
+    """sum(sin(x) · x) that sets jax's matmul precision from a Python-side counter each time it is traced.
+
+    The precision is part of jit's cache key, so the next call at the same shapes misses the cache and
+    traces and compiles again (as a library that flips a jax option inside the model's code does).
+    """
+    import itertools
+
+    import jax
+    import jax.numpy as jnp
+
+    traces = itertools.count()
+
+    def loss(x):
+        jax.config.update("jax_default_matmul_precision", ("highest", "float32", "bfloat16")[next(traces) % 3])
+        return jnp.sum(jnp.sin(x) * x)
+
+    return loss
+
+
+def jax_backend_jitting_a_fresh_closure_per_call(fresh: bool = True):
+    """A jax-rev-jit-like backend whose compiled call wraps the computation in a new closure each call.
+
+    jit caches by the function object: a fresh one is traced and compiled anew every call (as a
+    third-party backend with a non-hashable static argument is). ``fresh=False`` is the correct twin.
+    """
+    import jax
+
+    from gradci.scenarios.backends.jax_backends import JaxBackend
+
+    class FreshClosures(JaxBackend):
+        def compile(self, computation):
+            if not fresh:
+                return jax.jit(computation)
+            return lambda *args: jax.jit(lambda *inner: computation(*inner))(*args)
+
+    return FreshClosures("jax-rev-jit-fresh" if fresh else "jax-rev-jit-kept", "reverse", jit=True)

@@ -6,6 +6,7 @@ told apart.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,20 @@ from array_api_compat import is_jax_array, is_torch_array
 # unsigned integers): adapters hand them over as the framework's arrays of the same dtype; any other
 # non-float array (strings, objects) stays numpy.
 INDEXING_KINDS = "biu"
+
+
+@dataclasses.dataclass
+class Compilations:
+    """How many programs the framework traced and compiled while it was counting."""
+
+    traces: int = 0
+    compiles: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.traces or self.compiles)
+
+    def __str__(self) -> str:
+        return f"traced {self.traces} and compiled {self.compiles} program{'s' * (self.compiles != 1)}"
 
 
 class FrameworkAdapter:
@@ -34,10 +49,22 @@ class FrameworkAdapter:
         """
         return self.to_framework(tree, "float64", "cpu")
 
+    def result_dtypes(self, tree: Any) -> set[str]:
+        """The dtypes of a result's arrays, by gradci's names (``float32``, ``bfloat16``), read as they came.
+
+        Read before ``to_numpy``, which makes every leaf float64.
+        """
+        return {dtype_name(leaf.dtype) for leaf in optree.tree_leaves(tree, none_is_leaf=True)
+                if hasattr(leaf, "dtype")}
+
     def dtype_unavailable(self, device: str, dtype: str) -> str | None:
         if dtype not in self.dtypes:
             return f"{self.name} has no dtype {dtype}"
         return None
+
+    def counting_compilations(self) -> contextlib.AbstractContextManager[Compilations | None]:
+        """Count the programs traced and compiled inside the block (None: this framework compiles nothing)."""
+        return contextlib.nullcontext()
 
     # Precision beyond the dtype (``gradci.scenarios.numerics.precision``): what the framework's switches say now,
     # a pin applied around a cell, and whether float32 products on ``device`` run in TF32.
@@ -49,6 +76,11 @@ class FrameworkAdapter:
 
     def tf32_active(self, device: str, dtype: str) -> bool:
         return False
+
+
+def dtype_name(dtype: Any) -> str:
+    """A numpy, jax or torch dtype by its plain name: ``torch.float32`` and ``float32`` are both ``float32``."""
+    return str(dtype).removeprefix("torch.")
 
 
 def arrays_apart(tree: Any) -> tuple[list, Callable[[list], Any]]:

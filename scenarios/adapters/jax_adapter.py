@@ -38,7 +38,7 @@ import jax.numpy as jnp  # noqa: E402 - after x64 and the compile flags are set,
 import numpy as np  # noqa: E402 - as above: no array may exist before x64 is on
 import optree  # noqa: E402 - as above
 
-from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter  # noqa: E402 - as above
+from gradci.scenarios.adapters.adapter import INDEXING_KINDS, Compilations, FrameworkAdapter  # noqa: E402 - as above
 from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing  # noqa: E402 - as above
 
 
@@ -54,6 +54,35 @@ _DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
 PINS = {"highest": "highest", "tf32": "tensorfloat32"}
 # Settings under which float32 matmuls keep float32's precision on a GPU (XLA's default there is TF32).
 FULL_FLOAT32 = ("highest", "float32")
+
+
+# jax.monitoring's events (jax/_src/dispatch.py names them): one each time jit traces a function to a
+# jaxpr, and each time a jaxpr is lowered for the compiler. A lowering happens on every compile, the
+# persistent compilation cache's hits included, so it counts what the cache cannot save.
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWERING_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_COUNTING: list[Compilations] = []  # the counts open now; the listener is registered once a process
+
+
+def _count_event(event: str, duration_secs: float, **kwargs: Any) -> None:
+    for counts in _COUNTING:
+        if event == TRACE_EVENT:
+            counts.traces += 1
+        elif event == LOWERING_EVENT:
+            counts.compiles += 1
+
+
+@contextlib.contextmanager
+def _counting_compilations() -> Iterator[Compilations]:
+    if not getattr(_count_event, "registered", False):
+        jax.monitoring.register_event_duration_secs_listener(_count_event)
+        _count_event.registered = True  # type: ignore[attr-defined]  # a flag on the function, set once
+    counts = Compilations()
+    _COUNTING.append(counts)
+    try:
+        yield counts
+    finally:
+        _COUNTING.remove(counts)
 
 
 def _device(device: str):
@@ -109,6 +138,9 @@ class JaxAdapter(FrameworkAdapter):
         closed = jax.make_jaxpr(fn)(x)
         returned = {str(var.aval.dtype) for var in closed.jaxpr.outvars}
         return returned, set(_floating_dtypes(closed.jaxpr))
+
+    def counting_compilations(self):
+        return _counting_compilations()
 
     def fresh_copy(self, tree: Any) -> Any:
         """jax arrays are immutable: state cannot change between evaluations."""

@@ -105,6 +105,8 @@ class Scenario:
     cell's prepared program also runs at, between x and x again, each result against its own
     reference: a point in another branch of f, or a smaller input after preparing at the larger (a
     compiled backend's cells draw one near x where none is declared).
+    A compiled cell (jax-rev-jit, jax-fwd) that traces or compiles again when called again at the same
+    shapes fails, with the count; ``retraces=True`` declares that expected, and the cell warns instead.
 
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
     enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
@@ -135,6 +137,9 @@ class Scenario:
     # Another x to run each cell's prepared program at, after x and before x again (None: compiled
     # backends draw one near x; see gradci.scenarios.reference.second_point).
     second_point: Any = None
+    # Whether its compiled cells (jax-rev-jit, jax-fwd) may trace or compile again on a later call at
+    # the same shapes: a warning on the cell instead of a failure.
+    retraces: bool = False
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
@@ -158,6 +163,8 @@ class Scenario:
         if type(self.repeats) is not int or self.repeats < 1:
             raise ScenarioInputError(f"scenario {self.name!r}: repeats must be a whole number of at least 1 "
                                      f"(2 or more checks bitwise reproducibility); got {self.repeats!r}")
+        if not isinstance(self.retraces, bool):
+            raise ScenarioInputError(f"scenario {self.name!r}: retraces must be True or False; got {self.retraces!r}")
         wrong = [i for i in self.state if not (isinstance(i, int) and 0 <= i < len(self.contexts))]
         if wrong:
             raise ScenarioInputError(f"scenario {self.name!r}: state={self.state} names contexts by position; "

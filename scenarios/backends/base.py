@@ -43,6 +43,10 @@ class Prepared:
     # (a float64 constant in its closure) checks float64 arithmetic, and says so.
     # (dtypes f returns, floating dtypes computed inside f), for the cell's wider-dtype warning
     value_dtypes: Callable[[], tuple[set[str], set[str]]] | None = None
+    # The dtypes of a result's arrays as the backend returned them (before ``to_numpy`` makes them
+    # float64): a derivative in another dtype than its input's fails the cell. None: not read (fd, whose
+    # results are float64 numpy by construction).
+    result_dtypes: Callable[[Any], set[str]] | None = None
     # Whether the first ``call()`` compiles and later calls only run the compiled program (jax.jit):
     # one more call then measures the steady state at the cost of a run alone.
     compiled: bool = False

@@ -181,7 +181,8 @@ class FrameworkBackend(Backend):
                 lambda z: fn(z, *with_state(fcontexts)), fx))
 
         return Prepared(call=call_at(fx, ft), to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
-                        value_dtypes=value_dtypes, compiled=self.compiles(), returned_primal=returned_primal,
+                        value_dtypes=value_dtypes, result_dtypes=adapter.result_dtypes, compiled=self.compiles(),
+                        returned_primal=returned_primal,
                         at=lambda x, tangent: call_at(*converted(x, tangent)))
 
 

@@ -1,0 +1,41 @@
+"""A derivative must come back in its input's dtype: a float32 model's gradient in float64 is a bug.
+
+A rule that computes or returns in another dtype (a custom backward answering float64 for float32
+inputs, a bfloat16 gradient silently upcast to float32) costs memory and time, and hands the
+optimiser a dtype the model does not have. The frameworks' own derivatives keep the input's dtype.
+
+What is allowed, per result array: the cell's dtype (x's, cast to it), and any dtype f itself returns.
+f that answers float64 for float32 inputs (a float64 constant in its closure) already gets a note on
+the cell, and forward mode then carries f's dtype into Jacobians and JVPs (jax.jacfwd and torch.func's
+tangents are f(x)'s dtype, reverse mode's cotangents x's): both are the frameworks' rules, not a bug.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def derivative_dtype_message(got: set[str], dtype: str, f_returns: Callable[[], set[str]] | None) -> str:
+    """Why the result's dtypes are wrong for a cell of ``dtype``, or "" where they are right.
+
+    ``f_returns()`` gives the dtypes f returns for inputs of ``dtype``; it is asked only where a result
+    array is in another dtype than the cell's (it evaluates or traces f).
+    """
+    other = got - {dtype}
+    if not other:
+        return ""
+    returned = _dtypes_f_returns(f_returns)
+    other -= returned
+    if not other:
+        return ""
+    f_says = ", ".join(sorted(returned)) or "nothing readable"
+    return (f"the derivative comes back in {', '.join(sorted(other))} for {dtype} inputs (f returns {f_says}): "
+            f"a rule that casts its result? return the derivative in the input's dtype")
+
+
+def _dtypes_f_returns(f_returns: Callable[[], set[str]] | None) -> set[str]:
+    if f_returns is None:
+        return set()
+    try:
+        return set(f_returns())
+    except Exception:  # noqa: BLE001 -- f's dtypes only widen what is allowed; without them the cell's dtype stands
+        return set()
