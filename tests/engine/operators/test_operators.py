@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradci
-from gradci import Scenario, namespace
+from gradci import Expect, Scenario, namespace
 from gradci.scenarios.contract import cell
 from gradci.scenarios.operators import records as operators
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, Operator
@@ -39,7 +39,14 @@ def smooth_scenario(record: Operator) -> Scenario:
             return xp.sum(xp.sin(x) * x)
         return xp.stack([xp.sin(x) * x, xp.exp(x * 0.5)]) if scalar_in else xp.sin(x) * x[0]
 
-    return Scenario(f"smooth/{record.name}", record.name, f, x)
+    return Scenario(f"smooth/{record.name}", record.name, f, x, xfail=TORCH_FUNC_UPCASTS if scalar_in else ())
+
+
+# torch.func.jvp of ``x * 0.5`` for a 0-d float32 x answers a float64 tangent: the Python float's zero
+# tangent loses its wrapped-number mark and wins type promotion between two 0-d tensors.
+TORCH_FUNC_UPCASTS = [Expect("pytorch#90065: torch.func's forward mode upcasts a 0-d float32 x times a Python "
+                             "float to float64", backend="torch-func-fwd", dtype="float32",
+                             match="comes back in float64 for float32")]
 
 
 def failing(report):
@@ -50,7 +57,9 @@ def failing(report):
 def test_every_operator_passes_on_a_smooth_function(operator):
     report = gradci.check([smooth_scenario(OPERATOR_RECORDS[operator])], devices=["cpu"])
     assert report.ok, failing(report)
-    assert {c.status for c in report.cells} <= {"pass", "skip"}
+    declared = {(c.backend, c.dtype) for c in report.cells if c.status == "xfail"}
+    assert declared <= {("torch-func-fwd", "float32")}, declared
+    assert {c.status for c in report.cells} <= {"pass", "skip", "xfail"}
 
 
 def _trace_of_jacobian(jacobian):

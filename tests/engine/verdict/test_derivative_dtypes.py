@@ -66,3 +66,16 @@ def test_f_answering_in_float64_may_have_float64_derivatives():
     report = gradci.check([scenario], backends=["jax-fwd", "jax-rev-jit"], devices=["cpu"])
     assert {c.status for c in report.cells} == {"pass"}, [c.message for c in report.cells]
     assert all("f returns float64" in c.message for c in report.cells)
+
+
+def test_torch_func_forward_mode_upcasting_a_0d_float32_input_is_found():
+    """A framework bug, not a planted one: pytorch#90065 (open), found by this check.
+
+    torch.func.jvp of x * 0.5 for a 0-d float32 x answers float64; dual numbers (torch-fwd) do not.
+    """
+    scenario = Scenario("dtype/torch-func-0d", "derivative", lambda x: gradci.namespace(x).exp(x * 0.5), 0.4,
+                        dtypes=("float32",))
+    report = gradci.check([scenario], backends=["torch-func-fwd", "torch-fwd", "torch-rev"], devices=["cpu"])
+    got = {c.backend: (c.status, c.message) for c in report.cells}
+    assert got["torch-func-fwd"][0] == "fail" and "float64 for float32 inputs" in got["torch-func-fwd"][1]
+    assert got["torch-fwd"][0] == "pass" and got["torch-rev"][0] == "pass", got
