@@ -29,7 +29,8 @@ def derivative_dtype_message(got: set[str], dtype: str, f_returns: Callable[[], 
         return ""
     f_says = ", ".join(sorted(returned)) or "nothing readable"
     return (f"the derivative comes back in {', '.join(sorted(other))} for {dtype} inputs (f returns {f_says}): "
-            f"a rule that casts its result? return the derivative in the input's dtype")
+            f"a rule that casts its result? return the derivative in the input's dtype (in torch's forward "
+            f"mode, a 0-d tensor times a Python float is promoted: pytorch#90065)")
 
 
 def _dtypes_f_returns(f_returns: Callable[[], set[str]] | None) -> set[str]:

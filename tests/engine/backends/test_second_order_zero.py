@@ -30,14 +30,21 @@ def hinge(x):
     return xp.sum(xp.maximum(1.0 - 2.0 * x, 0.0)) + 0.5 * xp.sum(x)
 
 
+# Its 0.5 * (a 0-d sum): torch's forward mode answers float64 there for float32 x, which the derivative
+# dtype check fails, rightly, as the known upstream bug.
+EXPECTED = {hinge: {("torch-func-fwd", "*", "float32"): "upstream: https://github.com/pytorch/pytorch/issues/90065 "
+                                                         "(forward AD promotes a 0-d tensor times a float)"}}
+
+
 @pytest.mark.parametrize("f", [padded_sum, hinge])
 @pytest.mark.parametrize("operator", ["hvp", "hessian"])
 @pytest.mark.parametrize("size", [3, 30])
 def test_a_linear_or_piecewise_linear_loss_has_a_zero_hvp_that_passes_everywhere(f, operator, size):
     x = np.linspace(-1.0, 1.3, size) + 0.013
-    cells = gradci.check([Scenario(f"{f.__name__}-{size}", operator, f, x)], backends=BACKENDS, devices=["cpu"],
-                         dtypes=["float64", "float32"], references=ReferenceCache()).cells
-    judged = [c for c in cells if c.status != "skip"]
+    scenario = Scenario(f"{f.__name__}-{size}", operator, f, x, xfail=EXPECTED.get(f, {}))
+    cells = gradci.check([scenario], backends=BACKENDS, devices=["cpu"], dtypes=["float64", "float32"],
+                         references=ReferenceCache()).cells
+    judged = [c for c in cells if c.status not in ("skip", "xfail")]
     assert judged and all(c.status == "pass" for c in judged), [
         (c.backend, c.dtype, c.status, c.message) for c in judged if c.status != "pass"]
 
