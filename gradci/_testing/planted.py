@@ -294,25 +294,14 @@ def torch_sin_with_cached_derivative(cached: bool = True):
 
     kept: dict[str, torch.Tensor] = {}
 
-    class CachedSin(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return torch.sin(x)
+    def backward(x, grad):
+        if not cached:
+            return grad * torch.cos(x)
+        if "cos" not in kept:
+            kept["cos"] = torch.cos(x).detach()
+        return grad * kept["cos"]
 
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            if not cached:
-                return grad * torch.cos(x)
-            if "cos" not in kept:
-                kept["cos"] = torch.cos(x).detach()
-            return grad * kept["cos"]
-
-    return CachedSin.apply
+    return torch_sin_with_rules(backward=backward, jvp=lambda x, tangent: tangent * torch.cos(x))
 
 
 # -- rules that break on an empty batch ----------------------------------------------------------
@@ -332,37 +321,12 @@ def torch_batch_sin(on_empty: str = "right"):
             return incoming * torch.cos(x) * scale
         return incoming * torch.cos(x)
 
-    class BatchSin(torch.autograd.Function):
-        generate_vmap_rule = True
-
-        @staticmethod
-        def forward(x):
-            return torch.sin(x)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, grad):
-            return rule(ctx.saved_tensors[0], grad)
-
-        @staticmethod
-        def jvp(ctx, tangent):
-            return rule(ctx.saved_tensors[0], tangent)
-
-    return BatchSin.apply
+    return torch_sin_with_rules(backward=rule, jvp=rule)
 
 
 def jax_batch_sin(on_empty: str = "right"):
     """sin through a jax.custom_vjp planted as ``on_empty`` says (see ``torch_batch_sin``)."""
-    import jax
     import jax.numpy as jnp
-
-    @jax.custom_vjp
-    def sin(x):
-        return jnp.sin(x)
 
     def bwd(x, g):
         if x.shape[0] == 0 and on_empty == "shape":
@@ -371,8 +335,7 @@ def jax_batch_sin(on_empty: str = "right"):
             return (g * jnp.cos(x) * (jnp.max(jnp.abs(g)) / jnp.max(jnp.abs(g))),)  # max of nothing raises
         return (g * jnp.cos(x),)
 
-    sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
-    return sin
+    return jax_sin_with_bwd(bwd)
 
 
 # -- rules that answer in another dtype than their input's ---------------------------------------
@@ -381,19 +344,13 @@ def jax_sin_vjp_answering_in(dtype: str | None = None):
 
     jax passes a cotangent of another dtype through: a float32 model then gets float64 gradients.
     """
-    import jax
     import jax.numpy as jnp
-
-    @jax.custom_vjp
-    def sin(x):
-        return jnp.sin(x)
 
     def bwd(x, g):
         gradient = g * jnp.cos(x)
         return (gradient.astype(dtype) if dtype else gradient,)
 
-    sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
-    return sin
+    return jax_sin_with_bwd(bwd)
 
 
 def torch_sin_jvp_answering_in(dtype: str | None = None):
@@ -401,6 +358,17 @@ def torch_sin_jvp_answering_in(dtype: str | None = None):
 
     torch casts a backward's gradient back to the input's dtype, but passes a jvp rule's tangent through.
     """
+    import torch
+
+    def jvp(x, tangent):
+        tangent = tangent * torch.cos(x)
+        return tangent.to(getattr(torch, dtype)) if dtype else tangent
+
+    return torch_sin_with_rules(backward=lambda x, grad: grad * torch.cos(x), jvp=jvp)
+
+
+def torch_sin_with_rules(backward, jvp):
+    """sin through a setup_context-style autograd.Function whose rules are ``backward(x, g)``, ``jvp(x, t)``."""
     import torch
 
     class Sin(torch.autograd.Function):
@@ -417,14 +385,26 @@ def torch_sin_jvp_answering_in(dtype: str | None = None):
 
         @staticmethod
         def backward(ctx, grad):
-            return grad * torch.cos(ctx.saved_tensors[0])
+            return backward(ctx.saved_tensors[0], grad)
 
         @staticmethod
         def jvp(ctx, tangent):
-            tangent = tangent * torch.cos(ctx.saved_tensors[0])
-            return tangent.to(getattr(torch, dtype)) if dtype else tangent
+            return jvp(ctx.saved_tensors[0], tangent)
 
     return Sin.apply
+
+
+def jax_sin_with_bwd(bwd):
+    """sin through a jax.custom_vjp whose backward is ``bwd(x, g)`` (a tuple of one cotangent)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def sin(x):
+        return jnp.sin(x)
+
+    sin.defvjp(lambda x: (jnp.sin(x), x), bwd)
+    return sin
 
 
 # -- compiled programs that miss their cache ------------------------------------------------------

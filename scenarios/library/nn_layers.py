@@ -463,21 +463,8 @@ def _layer_params(p, layer):
     return {name.removeprefix(f"l{layer}_"): value for name, value in p.items() if name.startswith(f"l{layer}_")}
 
 
-def stacked_recurrent_torch(cell_name: str, depth: int) -> Callable:
-    """``depth`` recurrent layers, each unrolling torch's aten cell over the previous one's outputs."""
-    one = recurrent_torch(cell_name)
-
-    def forward(p, x, buffers):
-        for layer in range(1, depth + 1):
-            x = one(_layer_params(p, layer), x, buffers)
-        return x
-
-    return forward
-
-
-def stacked_recurrent_jax(step: Callable, depth: int) -> Callable:
-    one = recurrent_jax(step)
-
+def stacked(one: Callable, depth: int) -> Callable:
+    """``depth`` layers of ``one`` (parameters prefixed l1_, l2_, …), each over the previous one's outputs."""
     def forward(p, x, buffers):
         for layer in range(1, depth + 1):
             x = one(_layer_params(p, layer), x, buffers)
@@ -557,7 +544,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("conv-stack", {"w1": Param((3, 2, 3, 3)), "b1": Param((3,), scale=0.1), "w2": Param((2, 3, 3, 3)),
                          "b2": Param((2,), scale=0.1)}, (2, 2, 5, 5), (2, 2, 3, 3), conv_stack_torch, conv_stack_jax),
     Layer("lstm-stack", {**_prefixed(_cell(4, 3, 2), "l1_"), **_prefixed(_cell(4, 3, 3), "l2_")}, (T, B, 2),
-          (T, B, 3), stacked_recurrent_torch("lstm_cell", 2), stacked_recurrent_jax(_lstm_step, 2)),
+          (T, B, 3), stacked(recurrent_torch("lstm_cell"), 2), stacked(recurrent_jax(_lstm_step), 2)),
 )
 
 LARGE_MLP = ("tanh", "tanh", "tanh")
