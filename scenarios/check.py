@@ -407,7 +407,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
         if caught is not None:
             cell.warnings = caught.text()
     own_errors = prepared.error_estimate() if prepared.error_estimate is not None else None
-    comparison = judge(numpy_result, scenario, reference, tol, own_errors, prepared.returned_primal())
+    comparison = judge(numpy_result, scenario, reference, tol, own_errors, prepared.returned_primal(),
+                       prepared.computed_pattern())
     cell.status = comparison.status
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol

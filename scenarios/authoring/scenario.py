@@ -22,6 +22,7 @@ from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
 from gradci.scenarios.numerics.inputs import describe, differentiable, held_fixed
 from gradci.scenarios.numerics.precision import precision_setting
+from gradci.scenarios.numerics.sparsity import declared_pattern
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 
 # Keys of scenarios whose function could not be fingerprinted whole: one each, never shared.
@@ -107,6 +108,10 @@ class Scenario:
     compiled backend's cells draw one near x where none is declared).
     A compiled cell (jax-rev-jit, jax-fwd) that traces or compiles again when called again at the same
     shapes fails, with the count; ``retraces=True`` declares that expected, and the cell warns instead.
+    ``sparsity`` declares where a ``jacobian``'s or ``hessian``'s entries may be nonzero, for a single
+    array x: a boolean array shaped like the result (``f(x).shape + x.shape``, ``x.shape * 2``) or
+    its matrix (one row per element of f(x), one column per element of x). Every cell fails on a
+    nonzero outside it, naming the entry; a reference that contradicts it is the scenario's error.
 
     ``reference`` replaces the finite-difference reference where differencing cannot be accurate
     enough: the exact result, or a function ``reference(x, *contexts)`` — ``reference(x, tangent,
@@ -140,6 +145,9 @@ class Scenario:
     # Whether its compiled cells (jax-rev-jit, jax-fwd) may trace or compile again on a later call at
     # the same shapes: a warning on the cell instead of a failure.
     retraces: bool = False
+    # A jacobian's or hessian's sparsity pattern (gradci.scenarios.numerics.sparsity): every cell's
+    # result must be 0 outside it, and the reference must not contradict it.
+    sparsity: Any = None
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
@@ -176,6 +184,7 @@ class Scenario:
         self.x = operator_input(self.operator, self.x, self.name)
         if self.second_point is not None:
             self.second_point = self._checked_second_point(self.second_point)
+        self.sparsity = declared_pattern(self.sparsity, self.operator, self.x, self.name)
         like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
         self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)

@@ -25,6 +25,18 @@ class ReturnedPrimal:
     culprit: str
 
 
+@dataclasses.dataclass(frozen=True)
+class ComputedPattern:
+    """The sparsity pattern a sparse backend computed a Jacobian or Hessian from, to be held against the reference.
+
+    ``matrix``: boolean, one row per element of f(x) (of x for a Hessian), one column per element of
+    x. ``source`` names where it came from ("asdex's detected pattern").
+    """
+
+    matrix: Any
+    source: str
+
+
 @dataclasses.dataclass
 class Prepared:
     """One cell made ready to run: ``call()`` computes the operator and waits for the device.
@@ -57,6 +69,9 @@ class Prepared:
     # call like ``call`` with those inputs in place of the cell's, converted the same way. None where
     # the backend cannot run its preparation elsewhere.
     at: Callable[[Any, Any], Callable[[], Any]] | None = None
+    # The pattern a sparse backend (coloring) computed from, or None: an entry it leaves out comes
+    # out 0 whatever the derivative is there, so it is named before the values are compared.
+    computed_pattern: Callable[[], ComputedPattern | None] = lambda: None
 
 
 class Backend:

@@ -19,9 +19,13 @@ from gradci.scenarios.authoring.exceptions import describe_exception, full_text
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.contract.cell import MESSAGE_LIMIT
 from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
+from gradci.scenarios.numerics.sparsity import as_matrix, entry_name, first_entry
+from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, tolerance_for
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.finite_differences import compute_references
 from gradci.scenarios.reference.step_spread import StepSpread, step_spread
+
+FLOAT64 = tolerance_for("float64")
 
 
 @dataclasses.dataclass
@@ -100,6 +104,10 @@ class ReferenceCache:
         except Exception as exc:  # noqa: BLE001 - a broken scenario is an error cell, never a crashed run
             found = ReferenceAnswer(scenario, error=f"reference failed: {describe_exception(exc, MESSAGE_LIMIT)}",
                                     exception=exc, detail=full_text(exc))
+        # Checked outside the cache: the pattern is no part of the fingerprint the answer is kept by.
+        contradiction = pattern_contradiction(scenario, found.refs)
+        if contradiction:
+            found = dataclasses.replace(found, error=contradiction[:MESSAGE_LIMIT], refs=[])
         return dataclasses.replace(found, elapsed_ms=(time.perf_counter() - start) * 1e3)
 
     def _kept_or_computed(self, scenario: Scenario) -> ReferenceAnswer:
@@ -112,6 +120,31 @@ class ReferenceCache:
         if len(self._entries) > self._maxsize:
             self._entries.popitem(last=False)
         return found
+
+
+def pattern_contradiction(scenario: Scenario, refs: list[Reference]) -> str | None:
+    """Why the scenario's declared sparsity pattern is wrong for f, by its full reference, or None.
+
+    Wrong is a reference entry outside the pattern beyond float64's tolerance and the reference's own
+    error (an entry inside it that happens to be 0 is allowed: a pattern may be conservative). It is the
+    scenario's error, so every cell says so instead of failing a backend. Probes cannot tell: not checked.
+    """
+    pattern = scenario.sparsity
+    if pattern is None or len(refs) != 1 or not refs[0].is_full:
+        return None
+    ref = refs[0]
+    values = as_matrix(ref.full, scenario.x.size) if np.size(ref.full) == pattern.size else None
+    if values is None:
+        return (f"scenario {scenario.name!r}: sparsity= has {pattern.shape[0]}x{pattern.shape[1]} entries and the "
+                f"{scenario.operator} has {np.size(ref.full)} ({np.shape(ref.full)}): declare one entry per element")
+    error = as_matrix(ref.full_error, scenario.x.size) if ref.full_error is not None else np.zeros_like(values)
+    allowed = FLOAT64.atol * max(1.0, float(np.max(np.abs(values), initial=0.0))) + REFERENCE_ERROR_FACTOR * error
+    entry = first_entry(~pattern & (np.abs(values) > allowed))
+    if entry is None:
+        return None
+    return (f"scenario {scenario.name!r}: its declared sparsity pattern leaves out {entry_name(entry)}, where the "
+            f"{ref.method} reference is {values[entry]:.6g} (error estimate {error[entry]:.2g}): the pattern is "
+            f"wrong for f, the scenario's error and not a backend's; mark that entry True in sparsity=")
 
 
 @functools.cache

@@ -12,22 +12,27 @@ import dataclasses
 from typing import Any
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
-from gradci.scenarios.backends.base import ReturnedPrimal
+from gradci.scenarios.backends.base import ComputedPattern, ReturnedPrimal
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.numerics.reference_values import Reference
 from gradci.scenarios.numerics.tolerances import Tolerance
 from gradci.scenarios.reference.answer import ReferenceAnswer
 from gradci.scenarios.verdict.against_reference import Comparison, compare_to_reference
 from gradci.scenarios.verdict.returned_primal import compare_primal
+from gradci.scenarios.verdict.sparsity import check_sparsity
 
 
 def judge(result: Any, scenario: Scenario, answer: ReferenceAnswer, tol: Tolerance,
-          own_errors: list[Any] | None = None, primal: ReturnedPrimal | None = None) -> Comparison:
+          own_errors: list[Any] | None = None, primal: ReturnedPrimal | None = None,
+          computed_pattern: ComputedPattern | None = None) -> Comparison:
     """The cell's verdict: ``result`` against the reference, noise and kinks ruled out before a failure stands.
 
     ``own_errors``: the backend's own error estimate per tangent (a finite-difference backend's), added
     to the reference's. ``primal``: f(x) as the backend's transform returned it beside the derivative,
     which must be f(x) (``gradci.scenarios.verdict.returned_primal``); its failure comes first.
+    ``computed_pattern``: the sparsity pattern a sparse backend computed from. A nonzero outside the
+    scenario's declared pattern, or an entry the backend's pattern leaves out, fails before the values
+    (``gradci.scenarios.verdict.sparsity``): it names the entry, and no noise explains it.
     """
     refs = answer.refs
     if own_errors is not None:
@@ -35,6 +40,8 @@ def judge(result: Any, scenario: Scenario, answer: ReferenceAnswer, tol: Toleran
     comparison = compare_all(result, refs, tol, scenario, answer.tangent)
     derivative = _unless_noise(comparison, result, refs, tol, scenario, answer)
     returned = compare_primal(primal, answer.refs, tol, answer.tangent)
+    sparsity = check_sparsity(result, scenario, answer.refs, tol, computed_pattern)
+    derivative = derivative if sparsity.ok else sparsity.merge(derivative)
     return derivative if returned.ok else returned.merge(derivative)
 
 
