@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared
 from gradci.scenarios.backends.fd import fd_backends
 from gradci.scenarios.backends.jax_backends import jax_backends
+from gradci.scenarios.backends.sparse_backends import sparse_jax_backends
 from gradci.scenarios.backends.torch_backends import torch_backends
 from gradci.scenarios.backends.torch_dual import TorchDualBackend
 
@@ -18,7 +19,7 @@ ENTRY_POINT_GROUP = "gradci.backends"
 
 
 def _builtin() -> list[Backend]:
-    return [*jax_backends(), *torch_backends(), TorchDualBackend(), *fd_backends()]
+    return [*jax_backends(), *sparse_jax_backends(), *torch_backends(), TorchDualBackend(), *fd_backends()]
 
 
 def _from_entry_points() -> list[Backend]:

@@ -30,11 +30,15 @@ class ComputedPattern:
     """The sparsity pattern a sparse backend computed a Jacobian or Hessian from, to be held against the reference.
 
     ``matrix``: boolean, one row per element of f(x) (of x for a Hessian), one column per element of
-    x. ``source`` names where it came from ("asdex's detected pattern").
+    x. ``source`` names where it came from ("asdex's detected pattern"); ``dense`` is asked only for a
+    cell that fails against probes.
     """
 
     matrix: Any
     source: str
+    # The framework's dense derivative as the same matrix, computed on demand: where the reference is
+    # made of probes it cannot name an entry the pattern leaves out, and this can.
+    dense: Callable[[], Any] | None = None
 
 
 @dataclasses.dataclass

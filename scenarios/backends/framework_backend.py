@@ -12,7 +12,7 @@ from array_api_compat import is_jax_array, is_torch_array
 from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
 from gradci.scenarios.adapters.adapter import arrays_apart
 from gradci.scenarios.authoring.scenario import Tangents, map_tangents
-from gradci.scenarios.backends.base import Backend, CellSkipped, Prepared, ReturnedPrimal
+from gradci.scenarios.backends.base import Backend, CellSkipped, ComputedPattern, Prepared, ReturnedPrimal
 from gradci.scenarios.contract.devices import CPU, execution_device
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, WithPrimal
 from gradci.scenarios.operators.vocabulary import Transforms
@@ -104,6 +104,13 @@ class FrameworkBackend(Backend):
         transforms = self.transforms()
         return template.format(T=transforms.name if transforms else "")
 
+    def cell_operator(self, scenario) -> tuple[Callable, Callable[[], ComputedPattern | None]]:
+        """The operator function a cell of ``scenario`` runs, and the sparsity pattern it computed from.
+
+        ``operator_fn``, and no pattern, but for a sparse backend (``sparse_backends``).
+        """
+        return self.operator_fn, lambda: None
+
     def compile(self, computation: Callable) -> Callable:
         return computation
 
@@ -127,6 +134,7 @@ class FrameworkBackend(Backend):
             if size > FORWARD_INPUT_LIMIT:
                 raise CellSkipped(f"forward mode needs one JVP per input element: {size} elements is over "
                                   f"{FORWARD_INPUT_LIMIT} (the reverse-mode cells check this operator)")
+        operator_fn, computed_pattern = self.cell_operator(scenario)
         adapter = self.adapter
 
         def converted(x, tangent):
@@ -148,8 +156,8 @@ class FrameworkBackend(Backend):
                 return fn(z, *with_state(contexts_))
 
             if batched:
-                return tuple(self.operator_fn(operator, f, x_, t) for t in tangent_)
-            return self.operator_fn(operator, f, x_, tangent_)
+                return tuple(operator_fn(operator, f, x_, t) for t in tangent_)
+            return operator_fn(operator, f, x_, tangent_)
 
         traced = getattr(adapter, "value_dtypes_traced", False)
         function = _function_key(fn, scenario.state, fcontexts) if self.compiles() or traced else None
@@ -182,7 +190,7 @@ class FrameworkBackend(Backend):
 
         return Prepared(call=call_at(fx, ft), to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
                         value_dtypes=value_dtypes, result_dtypes=adapter.result_dtypes, compiled=self.compiles(),
-                        returned_primal=returned_primal,
+                        returned_primal=returned_primal, computed_pattern=computed_pattern,
                         at=lambda x, tangent: call_at(*converted(x, tangent)))
 
 

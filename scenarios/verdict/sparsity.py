@@ -20,8 +20,12 @@ from gradci.scenarios.verdict.against_reference import Comparison
 
 
 def check_sparsity(result: Any, scenario: Scenario, refs: list[Reference], tol: Tolerance,
-                   computed: ComputedPattern | None) -> Comparison:
-    """The result held against the declared pattern, and the reference against the backend's own pattern."""
+                   computed: ComputedPattern | None, failed: bool = False) -> Comparison:
+    """The result held against the declared pattern, and the derivative against the backend's own pattern.
+
+    ``failed``: whether the values failed against the reference (only then is a dense derivative
+    computed to name the entry a pattern leaves out, where the reference is made of probes).
+    """
     if scenario.operator not in ("jacobian", "hessian") or len(refs) != 1:
         return Comparison(ok=True)
     columns = scenario.x.size
@@ -29,14 +33,14 @@ def check_sparsity(result: Any, scenario: Scenario, refs: list[Reference], tol: 
         return Comparison(ok=True)  # a malformed result: the comparison says what is wrong with it
     values = as_matrix(result, columns)
     declared = _outside_declared(values, scenario.sparsity, refs[0], tol, columns)
-    return declared.merge(_left_out(computed, refs[0], tol, columns)) if computed else declared
+    return declared.merge(_left_out(computed, refs[0], tol, columns, values, failed)) if computed else declared
 
 
 def _outside_declared(values: np.ndarray, pattern: np.ndarray | None, ref: Reference, tol: Tolerance,
                       columns: int) -> Comparison:
     if pattern is None or values.shape != pattern.shape:
         return Comparison(ok=True)
-    allowed = _allowance(ref, tol, columns, values.shape)
+    allowed = _allowance(ref, tol, columns, values)
     entry = first_entry(~pattern & (np.abs(values) > allowed))
     if entry is None:
         return Comparison(ok=True)
@@ -46,27 +50,40 @@ def _outside_declared(values: np.ndarray, pattern: np.ndarray | None, ref: Refer
         f"stray term?)"))
 
 
-def _left_out(computed: ComputedPattern, ref: Reference, tol: Tolerance, columns: int) -> Comparison:
-    """An entry the reference has, beyond tolerance, that the backend's pattern leaves out (probes cannot tell)."""
-    if not ref.is_full:
+def _left_out(computed: ComputedPattern, ref: Reference, tol: Tolerance, columns: int,
+              values: np.ndarray, failed: bool) -> Comparison:
+    """An entry the derivative has, beyond tolerance, that the backend's pattern leaves out.
+
+    By the full reference; where the reference is made of probes (which cannot name an entry), by the
+    framework's dense derivative, asked only for a cell whose values already fail.
+    """
+    if ref.is_full:
+        expected, by = as_matrix(ref.full, columns), "the reference"
+    elif failed and computed.dense is not None:
+        dense = computed.dense()
+        expected, by = as_matrix(dense, columns), "the framework's dense derivative (the reference's probes fail)"
+    else:
         return Comparison(ok=True)
-    expected = as_matrix(ref.full, columns)
     pattern = np.asarray(computed.matrix, dtype=bool)
     if pattern.shape != expected.shape:
         return Comparison(ok=False, message=f"{computed.source} has shape {pattern.shape}; the {expected.shape[0]}x"
                                             f"{expected.shape[1]} matrix needs one entry per element")
-    allowed = _allowance(ref, tol, columns, expected.shape)
+    allowed = _allowance(ref, tol, columns, expected)
     entry = first_entry(~pattern & (np.abs(expected) > allowed))
     if entry is None:
         return Comparison(ok=True)
-    return Comparison(ok=False, max_abs_err=float(abs(expected[entry])), message=(
-        f"{computed.source} leaves out {entry_name(entry)}, where the reference is {expected[entry]:.6g}: the "
-        f"coloring then computes it as 0 (or mixes it into another entry), a silently wrong derivative"))
+    return Comparison(ok=False, max_abs_err=float(abs(expected[entry] - values[entry])), message=(
+        f"{computed.source} leaves out {entry_name(entry)}, where {by} is {expected[entry]:.6g} and the result "
+        f"{values[entry]:.6g}: the coloring computes an entry outside its pattern as 0 (or mixes it into "
+        f"another), a silently wrong derivative"))
 
 
-def _allowance(ref: Reference, tol: Tolerance, columns: int, shape: tuple[int, ...]) -> np.ndarray:
-    """How far from 0 an entry may be and count as 0: atol at the reference's scale, plus its error there."""
-    reference = as_matrix(ref.full, columns) if ref.is_full else np.zeros(shape)
-    error = as_matrix(ref.full_error, columns) if ref.is_full and ref.full_error is not None else np.zeros(shape)
+def _allowance(ref: Reference, tol: Tolerance, columns: int, values: np.ndarray) -> np.ndarray:
+    """How far from 0 an entry may be and count as 0: atol at the reference's scale, plus its error there.
+
+    The scale is the result's own where the reference is made of probes.
+    """
+    reference = as_matrix(ref.full, columns) if ref.is_full else values
+    error = as_matrix(ref.full_error, columns) if ref.is_full and ref.full_error is not None else 0.0
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
-    return tol.atol * scale + REFERENCE_ERROR_FACTOR * error
+    return tol.atol * scale + REFERENCE_ERROR_FACTOR * np.broadcast_to(error, values.shape)
