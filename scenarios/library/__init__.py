@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.library import conformance as frameworks
-from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees
+from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees, sparse
 from gradci.scenarios.library.conformance import torch_modules
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
@@ -25,6 +25,7 @@ FAMILIES = {
     linalg.FAMILY: linalg,
     control.FAMILY: control,
     delicate.FAMILY: delicate,
+    sparse.FAMILY: sparse,
     frameworks.FAMILY: frameworks,
     torch_modules.FAMILY: torch_modules,
 }

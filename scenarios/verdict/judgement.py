@@ -40,7 +40,7 @@ def judge(result: Any, scenario: Scenario, answer: ReferenceAnswer, tol: Toleran
     comparison = compare_all(result, refs, tol, scenario, answer.tangent)
     derivative = _unless_noise(comparison, result, refs, tol, scenario, answer)
     returned = compare_primal(primal, answer.refs, tol, answer.tangent)
-    sparsity = check_sparsity(result, scenario, answer.refs, tol, computed_pattern,
+    sparsity = check_sparsity(result, scenario, refs, tol, computed_pattern,
                               failed=derivative.status == Status.FAIL)
     derivative = derivative if sparsity.ok else sparsity.merge(derivative)
     return derivative if returned.ok else returned.merge(derivative)

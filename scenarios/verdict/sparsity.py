@@ -79,11 +79,14 @@ def _left_out(computed: ComputedPattern, ref: Reference, tol: Tolerance, columns
 
 
 def _allowance(ref: Reference, tol: Tolerance, columns: int, values: np.ndarray) -> np.ndarray:
-    """How far from 0 an entry may be and count as 0: atol at the reference's scale, plus its error there.
+    """How far from 0 an entry may be and count as 0: atol at the reference's scale, plus the errors there.
 
-    The scale is the result's own where the reference is made of probes.
+    The reference's error estimate, and a backend's own (finite differences); the scale is the result's
+    own where the reference is made of probes.
     """
     reference = as_matrix(ref.full, columns) if ref.is_full else values
     error = as_matrix(ref.full_error, columns) if ref.is_full and ref.full_error is not None else 0.0
+    if ref.backend_error is not None and np.size(ref.backend_error) == values.size:
+        error = error + np.nan_to_num(as_matrix(ref.backend_error, columns), nan=np.inf)
     scale = max(1.0, float(np.max(np.abs(reference), initial=0.0)))
     return tol.atol * scale + REFERENCE_ERROR_FACTOR * np.broadcast_to(error, values.shape)

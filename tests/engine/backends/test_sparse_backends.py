@@ -9,14 +9,15 @@ import gradci
 from gradci import Scenario
 from gradci.scenarios.backends import get_backend
 from gradci.scenarios.backends import sparse_backends as sparse
+from gradci.scenarios.library.sparse import arrow, arrowhead, band, tridiagonal
 from gradci.scenarios.reference.answer import ReferenceCache
-from tests.engine.verdict.test_sparsity import X, arrow, arrowhead, band, tridiagonal
 
 pytest.importorskip("jax")
 pytest.importorskip("asdex", reason="the sparse backends need asdex: pip install 'gradci[sparse]'")
 pytest.importorskip("sparsejac", reason="jax-sparse-sparsejac needs sparsejac: pip install 'gradci[sparse]'")
 
 SPARSE = ["jax-sparse-asdex", "jax-sparse-sparsejac"]
+X = np.array([0.3, -0.7, 1.1, 0.5, -0.2, 0.9])
 
 
 def check(scenario, backends=SPARSE, dtypes=("float64", "float32")):

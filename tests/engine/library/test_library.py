@@ -17,7 +17,7 @@ from gradci.scenarios.library._common import evaluate
 from gradci.scenarios.library.nn import layer_scenario
 from gradci.scenarios.library.nn_layers import LAYERS, MLP_100K
 
-FAMILIES = ("elementary", "pytree", "nn", "linalg", "control-flow", "delicate")
+FAMILIES = ("elementary", "pytree", "nn", "linalg", "control-flow", "delicate", "sparse")
 FLUX_LAYERS = {"dense", "chain", "scale", "skip-connection", "conv1d", "conv2d", "conv-meanpool", "maxout",
                "bilinear", "conv-transpose", "rnn", "lstm", "gru", "layer-norm", "batch-norm", "attention"}
 VARIANTS = {"closure", "batched"}
