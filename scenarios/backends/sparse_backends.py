@@ -28,7 +28,7 @@ INSTALL_HINT = "pip install 'gradci[sparse]'"
 
 def detected_pattern(operator: str, f_flat: Callable, x_flat: Any) -> np.ndarray:
     """asdex's detected pattern of the Jacobian or Hessian of ``f_flat`` (vector in, vector or scalar out)."""
-    import asdex
+    import asdex  # pyright: ignore[reportMissingImports]  # optional: gradci[sparse]
 
     detect = asdex.hessian_sparsity if operator == "hessian" else asdex.jacobian_sparsity
     return np.asarray(detect(f_flat, x_flat).todense(), dtype=bool)
@@ -36,7 +36,7 @@ def detected_pattern(operator: str, f_flat: Callable, x_flat: Any) -> np.ndarray
 
 def asdex_derivative(operator: str, f_flat: Callable, x_flat: Any, pattern: np.ndarray) -> Any:
     """The Jacobian or Hessian matrix of ``f_flat`` by asdex's coloring of ``pattern``, dense."""
-    import asdex
+    import asdex  # pyright: ignore[reportMissingImports]  # optional: gradci[sparse]
 
     if operator == "hessian":
         coloring = asdex.hessian_coloring_from_sparsity(pattern)
@@ -51,7 +51,7 @@ def sparsejac_derivative(operator: str, f_flat: Callable, x_flat: Any, pattern: 
     Not jacfwd: it builds its tangents as Python floats, float64 under x64, and a float32 x refuses them.
     """
     import jax
-    import sparsejac
+    import sparsejac  # pyright: ignore[reportMissingImports]  # optional: gradci[sparse]
     from jax.experimental import sparse
 
     sparsity = sparse.BCOO.fromdense(jax.numpy.asarray(pattern, dtype=x_flat.dtype))  # its dtype is the tangents'
