@@ -145,13 +145,9 @@ def scenarios() -> list[Scenario]:
     return [scenario for case in cases() for scenario in _scenarios_of(case)]
 
 
+@functools.cache
 def cases() -> list[ModuleCase]:
     """Every usable (module, sample input) of torch's module_db, built once per process."""
-    return _cases()
-
-
-@functools.cache
-def _cases() -> list[ModuleCase]:
     import torch
 
     found = []
