@@ -21,22 +21,6 @@ def torch_elementwise(forward, derivative, backward_scale=1.0, jvp_scale: float 
     It is written in setup_context style, so torch.func can use it. A scale of 1.0 is correct. Either
     scale may be a callable of x, to plant an error in some elements only.
     """
-    def backward(x, grad):
-        scale = backward_scale(x) if callable(backward_scale) else backward_scale
-        return grad * derivative(x) * scale
-
-    def jvp(x, tangent):
-        scale = jvp_scale(x) if callable(jvp_scale) else jvp_scale
-        return tangent * derivative(x) * scale
-
-    return torch_function_with_rules(forward, backward, jvp if jvp_rule else None)
-
-
-def torch_function_with_rules(forward, backward, jvp=None):
-    """An elementwise setup_context-style autograd.Function: ``forward(x)``, ``backward(x, g)``, ``jvp(x, t)``.
-
-    Without ``jvp`` it has no forward-mode rule (torch then refuses forward mode through it).
-    """
     import torch
 
     class Elementwise(torch.autograd.Function):
@@ -53,13 +37,17 @@ def torch_function_with_rules(forward, backward, jvp=None):
 
         @staticmethod
         def backward(ctx, grad):
-            return backward(ctx.saved_tensors[0], grad)
+            (x,) = ctx.saved_tensors
+            scale = backward_scale(x) if callable(backward_scale) else backward_scale
+            return grad * derivative(x) * scale
 
-    if jvp is not None:
-        def rule(ctx, tangent):
-            return jvp(ctx.saved_tensors[0], tangent)
+    if jvp_rule:
+        def jvp(ctx, tangent):
+            (x,) = ctx.saved_tensors
+            scale = jvp_scale(x) if callable(jvp_scale) else jvp_scale
+            return tangent * derivative(x) * scale
 
-        Elementwise.jvp = staticmethod(rule)  # type: ignore[method-assign] # the rule exists only when asked for
+        Elementwise.jvp = staticmethod(jvp)  # type: ignore[method-assign] # the rule exists only when asked for
     return Elementwise.apply
 
 
@@ -383,7 +371,27 @@ def torch_sin_with_rules(backward, jvp):
     """sin through a setup_context-style autograd.Function whose rules are ``backward(x, g)``, ``jvp(x, t)``."""
     import torch
 
-    return torch_function_with_rules(torch.sin, backward, jvp)
+    class Sin(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return torch.sin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return backward(ctx.saved_tensors[0], grad)
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            return jvp(ctx.saved_tensors[0], tangent)
+
+    return Sin.apply
 
 
 def jax_sin_with_bwd(bwd):
