@@ -117,9 +117,15 @@ def on_every(operators: tuple[str, ...], expected: Mapping[str, str]) -> dict:
     return dict.fromkeys(operators, expected)
 
 
-def lacks(backends: str, derivative: str) -> dict:
+# torch's two forward modes, torch.func.jvp and torch.autograd.forward_ad's dual numbers, run the
+# same forward-mode formulas: a formula torch lacks is missing from both.
+TORCH_FORWARD = ("torch-func-fwd", "torch-fwd")
+
+
+def lacks(backends: str | tuple[str, ...], derivative: str) -> dict:
     """A skip for cells the framework cannot compute at all: it raises NotImplementedError there."""
-    return {backends: f"the framework implements no {derivative} (NotImplementedError)"}
+    patterns = (backends,) if isinstance(backends, str) else backends
+    return dict.fromkeys(patterns, f"the framework implements no {derivative} (NotImplementedError)")
 
 
 def resolve(qualified: str) -> Callable:

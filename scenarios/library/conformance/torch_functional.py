@@ -1,7 +1,22 @@
 """torch.nn.functional: activations, normalisations, convolutions, pooling, resampling, losses."""
 from __future__ import annotations
 
-from ._table import FULL, JACOBIAN, JVP, LOSS, SCALAR, SECOND, VJP, Row, indices, lacks, signed, spread, uniform
+from ._table import (
+    FULL,
+    JACOBIAN,
+    JVP,
+    LOSS,
+    SCALAR,
+    SECOND,
+    TORCH_FORWARD,
+    VJP,
+    Row,
+    indices,
+    lacks,
+    signed,
+    spread,
+    uniform,
+)
 
 AREA = "torch.nn.functional"
 F = "torch.nn.functional."
@@ -40,7 +55,7 @@ ROWS = (
     Row(F + "leaky_relu", (6,), signed(0.2, 2), JVP, kwargs={"negative_slope": 0.1}),
     Row(F + "prelu", (2, 3), signed(0.2, 2), VJP, contexts=(((3,), uniform(0.1, 0.5)),)),
     Row(F + "rrelu", (6,), signed(0.2, 2), JVP, kwargs={"training": False},
-        skip=lacks("torch-func-fwd", "vmap rule for rrelu_with_noise (jacfwd batches its jvps)")),
+        skip=lacks(TORCH_FORWARD, "vmap rule for rrelu_with_noise (jacfwd batches its jvps)")),
     Row(F + "glu", (6,), (-2, 2), FULL),
     Row(F + "gelu", (6,), (-3, 3), FULL),
     Row(F + "gelu", (), (-3, 3), SCALAR, kwargs={"approximate": "tanh"}, label="tanh"),
@@ -102,10 +117,10 @@ ROWS = (
     Row(F + "interpolate", (1, 1, 3, 3), (-1, 1), JVP, label="nearest", kwargs={"scale_factor": 2.0}),
     Row(F + "grid_sample", (1, 1, 3, 3), (-1, 1), VJP, kwargs={"align_corners": False},
         contexts=(((1, 2, 2, 2), (-0.8, 0.8)),),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of grid_sampler_2d")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of grid_sampler_2d")),
     Row(F + "grid_sample", (1, 2, 2, 2), (-0.8, 0.8), JVP, label="grid",
         call=lambda f, grid, image: f(image, grid, align_corners=False), contexts=(((1, 1, 3, 3), (-1, 1)),),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of grid_sampler_2d")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of grid_sampler_2d")),
     Row(F + "affine_grid", (1, 2, 3), (-1, 1), FULL, kwargs={"size": (1, 1, 2, 3), "align_corners": False}),
     Row(F + "pad", (1, 2, 4), (-1, 1), VJP, kwargs={"pad": (2, 1), "mode": "reflect"}),
     Row(F + "pad", (1, 2, 4), (-1, 1), JVP, label="replicate", kwargs={"pad": (2, 1), "mode": "replicate"}),
@@ -117,12 +132,12 @@ ROWS = (
     Row(F + "pairwise_distance", (2, 4), (-1, 1), JVP + ("gradient",), call=lambda f, x: f(x[:1], x[1:])),
     # jacobian only: a jvp from reverse mode differentiates _pdist_backward, which has no derivative.
     Row(F + "pdist", (3, 3), (-1, 1), ("jacobian",),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of _pdist_forward")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of _pdist_forward")),
     Row(F + "embedding", (4, 3), (-1, 1), VJP + ("gradient",),
         call=lambda f, x: f(indices(x, (0, 2, 2, 3)), x)),
     # vjp only: a jvp from reverse mode differentiates _embedding_bag_backward, which has no derivative.
     Row(F + "embedding_bag", (4, 3), (-1, 1), ("vjp",),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of _embedding_bag"),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of _embedding_bag"),
         call=lambda f, x: f(indices(x, (0, 2, 1, 3)), x, indices(x, (0, 2)), mode="mean")),
     Row(F + "scaled_dot_product_attention", (1, 3, 4), (-1, 1), JVP + ("gradient",),
         call=lambda f, x: f(x, x * 0.5, x)),
@@ -165,5 +180,5 @@ ROWS = (
         call=lambda f, x: f(x[0:1], x[1:2], x[2:3], margin=5.0)),
     Row(F + "multi_margin_loss", (2, 4), (-1, 1), ("gradient",),
         call=lambda f, x: f(x, indices(x, (1, 3)), margin=5.0),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of multi_margin_loss")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of multi_margin_loss")),
 )

@@ -19,10 +19,12 @@ def singular_projector(f, x):
     return u @ u.mT
 
 
-# Differentiating the forward-mode rules of det, slogdet and solve again treats A⁻¹ as a constant.
-NESTED_FORWARD = on_every(SECOND, {"torch-func-fwd": "upstream: https://github.com/pytorch/pytorch/issues/196696 "
-                                                    "(also #192540, #196697) second derivatives through the "
-                                                    "forward-mode rule of det/slogdet/solve are wrong"})
+# Differentiating the forward-mode rules of det, slogdet and solve again, in either mode (forward
+# over forward, reverse over forward), treats A⁻¹ as a constant.
+NESTED_FORWARD = on_every(SECOND, dict.fromkeys(
+    ("torch-func-fwd", "torch-func-rev-fwd"),
+    "upstream: https://github.com/pytorch/pytorch/issues/196696 (also #192540, #196697) second derivatives "
+    "through the forward-mode rule of det/slogdet/solve are wrong"))
 
 
 def sorted_real(values):

@@ -1,7 +1,7 @@
 """Reductions, scans, sorting and strided views: torch functions whose backward gathers or scatters."""
 from __future__ import annotations
 
-from ._table import FULL, JACOBIAN, JVP, LOSS, SCALAR, SECOND, VJP, Row, signed, spread
+from ._table import FULL, JACOBIAN, JVP, LOSS, SCALAR, SECOND, VJP, Row, on_every, signed, spread
 
 AREA = "torch-reductions"
 
@@ -42,7 +42,11 @@ ROWS = (
     Row("torch.cumsum", (6,), (-1, 1), JACOBIAN, kwargs={"dim": 0}),
     Row("torch.cumprod", (6,), signed(0.3, 1.5), FULL, kwargs={"dim": 0}),
     Row("torch.cumprod", (6,), with_a_zero, JACOBIAN, label="zero", kwargs={"dim": 0}),
-    Row("torch.cumprod", (4,), with_a_zero, SECOND, label="zero-4", kwargs={"dim": 0}),
+    # cumprod's forward-mode formula, differentiated in reverse at a zero factor, is NaN.
+    Row("torch.cumprod", (4,), with_a_zero, SECOND, label="zero-4", kwargs={"dim": 0},
+        xfail=on_every(SECOND, {"torch-func-rev-fwd": "upstream: not yet filed (nearest: "
+                                                      "https://github.com/pytorch/pytorch/issues/196701) reverse "
+                                                      "over forward through cumprod at a zero factor is NaN"})),
     Row("torch.cummax", (6,), spread(-2, 2), VJP, call=lambda f, x: f(x, dim=0).values),
     Row("torch.cummin", (6,), spread(-2, 2), JVP, call=lambda f, x: f(x, dim=0).values),
     # Reverse mode builds a jvp by differentiating the vjp at a zero cotangent (as

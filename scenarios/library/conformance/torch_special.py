@@ -1,7 +1,7 @@
 """torch.special: error functions, gamma family, Bessel functions, logits and entropies."""
 from __future__ import annotations
 
-from ._table import FIRST, FULL, JACOBIAN, JVP, SCALAR, SECOND, VJP, Row, lacks, on_every, signed
+from ._table import FIRST, FULL, JACOBIAN, JVP, SCALAR, SECOND, TORCH_FORWARD, VJP, Row, lacks, on_every, signed
 
 AREA = "torch.special"
 S = "torch.special."
@@ -41,11 +41,11 @@ ROWS = (
     Row(S + "xlogy", (2, 4), (0.2, 2), VJP, call=lambda f, x: f(x[0], x[1])),
     Row(S + "xlog1py", (2, 4), (0.2, 2), JVP, call=lambda f, x: f(x[0], x[1])),
     Row(S + "zeta", (5,), (1.5, 4), VJP, call=lambda f, q, s: f(s, q), contexts=(((5,), (1.5, 3)),),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of special_zeta")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of special_zeta")),
     Row(S + "gammainc", (5,), (0.3, 3), JVP, call=lambda f, x, a: f(a, x), contexts=(((5,), (1, 3)),),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of igamma")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of igamma")),
     Row(S + "gammaincc", (5,), (0.3, 3), VJP, call=lambda f, x, a: f(a, x), contexts=(((5,), (1, 3)),),
-        skip=lacks("torch-func-fwd", "forward-mode derivative of igammac")),
+        skip=lacks(TORCH_FORWARD, "forward-mode derivative of igammac")),
     Row(S + "logsumexp", (2, 3), (-2, 2), JACOBIAN, kwargs={"dim": 1}),
     Row(S + "softmax", (4,), (-2, 2), SECOND, kwargs={"dim": 0}),
     Row(S + "log_softmax", (2, 3), (-2, 2), FULL, kwargs={"dim": 1}),
