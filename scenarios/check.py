@@ -384,6 +384,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
         with captured_warnings() as caught, computing_on(cell.device), _pinned(adapter, scenario.precision):
             tol = _precision_and_tolerance(cell, scenario, adapter)
             prepared = backend.prepare(scenario, reference.tangent, cell.device, cell.dtype)
+            if prepared.convention:  # complex x: the dtype it ran in and the convention it was read in
+                cell.precision = "; ".join(filter(None, (cell.precision, prepared.convention)))
             before = snapshot(prepared.inputs)
             result, recompiled = _timed_calls(cell, backend, prepared, timings)
             retraced = _retrace_message(recompiled, backend, scenario)
@@ -413,6 +415,8 @@ def run_cell(cell: Cell, scenario: Scenario, backend: Backend, reference: Refere
     cell.max_abs_err, cell.max_rel_err = comparison.max_abs_err, comparison.max_rel_err
     cell.atol = comparison.atol or cell.atol
     message = comparison.message if cell.status == Status.FAIL else comparison.unreliable
+    if cell.status == Status.FAIL and prepared.convention:  # the elements it names are of the pairs
+        message = f"{message} (complex x: elements are (real, imaginary) pairs, [..., 1] an imaginary part)"
     if dtype_message or retraced:  # whatever the values: wrong however close they are
         cell.status, message = Status.FAIL, "; ".join(filter(None, (dtype_message, retraced, message)))
     if changed:  # the culprit first: the comparison of a mutated computation says little

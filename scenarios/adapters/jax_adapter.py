@@ -40,6 +40,7 @@ import optree  # noqa: E402 - as above
 
 from gradci.scenarios.adapters.adapter import INDEXING_KINDS, Compilations, FrameworkAdapter  # noqa: E402 - as above
 from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing  # noqa: E402 - as above
+from gradci.scenarios.numerics.complex_parts import COMPLEX_DTYPES  # noqa: E402 - as above
 
 
 def _matmul_precision() -> str | None:
@@ -118,6 +119,9 @@ class JaxAdapter(FrameworkAdapter):
             # A copy: on the CPU jax may otherwise alias the caller's numpy memory.
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
                 return jax.device_put(jnp.array(leaf, dtype=jax_dtype, copy=True), target)
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "c":  # parts of the cell's dtype
+                complex_dtype = COMPLEX_DTYPES.get(dtype, "complex64")  # jax has no complex32
+                return jax.device_put(jnp.array(leaf, dtype=complex_dtype, copy=True), target)
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind in INDEXING_KINDS:
                 return jax.device_put(jnp.array(leaf, copy=True), target)  # its own dtype, not cast
             if isinstance(leaf, np.ndarray):
@@ -127,7 +131,9 @@ class JaxAdapter(FrameworkAdapter):
         return optree.tree_map(convert, tree, none_is_leaf=True)
 
     def to_numpy(self, tree: Any) -> Any:
-        return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.float64), tree, none_is_leaf=True)
+        """float64 numpy; complex leaves (a derivative with respect to complex x) complex128."""
+        return optree.tree_map(lambda leaf: np.asarray(leaf, dtype=np.complex128 if np.iscomplexobj(leaf)
+                                                       else np.float64), tree, none_is_leaf=True)
 
     def value_dtypes(self, fn, x: Any) -> tuple[set[str], set[str]]:
         """The dtypes f returns and those of the values made inside it, found by tracing.

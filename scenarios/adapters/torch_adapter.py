@@ -11,6 +11,7 @@ import torch
 
 from gradci.scenarios.adapters.adapter import INDEXING_KINDS, FrameworkAdapter
 from gradci.scenarios.contract.devices import execution_device, simulated, simulated_device_missing
+from gradci.scenarios.numerics.complex_parts import COMPLEX_DTYPES
 from gradci.scenarios.numerics.precision import on_off
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32,
@@ -24,6 +25,11 @@ def _matmul_tf32() -> bool:
     (other attributes it serves are strings); ``allow_tf32`` is always a bool.
     """
     return cast(bool, torch.backends.cuda.matmul.allow_tf32)
+
+
+def _complex_of(dtype: str) -> torch.dtype:
+    """The complex dtype whose parts are ``dtype`` (complex64 where there is none: float16, bfloat16)."""
+    return getattr(torch, COMPLEX_DTYPES.get(dtype, "complex64"))
 
 
 class TorchAdapter(FrameworkAdapter):
@@ -54,8 +60,9 @@ class TorchAdapter(FrameworkAdapter):
         device = execution_device(device)
 
         def convert(leaf):
-            if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-                tensor = torch.tensor(leaf, dtype=torch_dtype, device=device)
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind in "fc":
+                cast = torch_dtype if leaf.dtype.kind == "f" else _complex_of(dtype)
+                tensor = torch.tensor(leaf, dtype=cast, device=device)
                 return tensor.requires_grad_(True) if requires_grad else tensor
             if isinstance(leaf, np.ndarray) and leaf.dtype.kind in INDEXING_KINDS:
                 return torch.tensor(leaf, device=device)  # an index array or mask: its own dtype, not cast
@@ -74,11 +81,13 @@ class TorchAdapter(FrameworkAdapter):
         return optree.tree_map(share, tree, none_is_leaf=True)
 
     def to_numpy(self, tree: Any) -> Any:
+        """float64 numpy; complex leaves (a derivative with respect to complex x) complex128."""
         def convert(leaf):
             if isinstance(leaf, torch.Tensor):
+                wide = torch.complex128 if leaf.is_complex() else torch.float64
                 # force: a ZeroTensor (torch's lazy zeros, e.g. the gradient of sgn) has no memory to share
-                return leaf.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
-            return np.asarray(leaf, dtype=np.float64)
+                return leaf.detach().to(device="cpu", dtype=wide).numpy(force=True)
+            return np.asarray(leaf, dtype=np.complex128 if np.iscomplexobj(leaf) else np.float64)
 
         return optree.tree_map(convert, tree, none_is_leaf=True)
 

@@ -20,7 +20,8 @@ from gradci.scenarios.authoring.modules import CapturedModules, ModuleAsInput, i
 from gradci.scenarios.contract.cell import DIFFERENTIATING, FRAMEWORKS
 from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.contract.requirements import requirements_of
-from gradci.scenarios.numerics.inputs import describe, differentiable, held_fixed
+from gradci.scenarios.numerics.complex_parts import ComplexParts, is_complex, tree_as_pairs
+from gradci.scenarios.numerics.inputs import describe, differentiable, held_fixed, on_host
 from gradci.scenarios.numerics.precision import precision_setting
 from gradci.scenarios.numerics.sparsity import declared_pattern
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
@@ -148,6 +149,9 @@ class Scenario:
     # A jacobian's or hessian's sparsity pattern (gradci.scenarios.numerics.sparsity): every cell's
     # result must be 0 outside it, and the reference must not contradict it.
     sparsity: Any = None
+    # Set by gradci, not by authors: which leaves of x were complex (``gradci.scenarios.numerics.complex_parts``),
+    # x then holding them as (real, imaginary) pairs. None: x is real.
+    complex_parts: ComplexParts | None = None
     wrt: dataclasses.InitVar[int | tuple[int, ...] | None] = None
 
     def __post_init__(self, wrt: int | tuple[int, ...] | None) -> None:
@@ -181,15 +185,35 @@ class Scenario:
             self._hold_fixed_all_but(wrt)
         else:
             self._hint_wrt()
+        self._take_complex_apart()
         self.x = operator_input(self.operator, self.x, self.name)
         if self.second_point is not None:
-            self.second_point = self._checked_second_point(self.second_point)
+            self.second_point = self._checked_second_point(tree_as_pairs(_on_host(self.second_point)))
         self.sparsity = declared_pattern(self.sparsity, self.operator, self.x, self.name)
         like = "x" if OPERATOR_RECORDS[self.operator].takes_tangent else "f(x)"
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
-        self.tangent = map_tangents(lambda t: differentiable(t, "tangent", needs, self.name), self.tangent)
+        if self.complex_parts is not None:
+            needs += " (complex where it is complex)"
+        self.tangent = map_tangents(lambda t: differentiable(tree_as_pairs(_on_host(t)), "tangent", needs, self.name),
+                                    self.tangent)
         if self._models:  # fingerprinted now, before per-dtype copies of the models exist
             self._read_code()
+
+    def _take_complex_apart(self) -> None:
+        """Keep complex leaves of x as (real, imaginary) pairs, and note which they were.
+
+        A scenario made again from one whose x is already pairs (``dataclasses.replace``) keeps its note.
+        """
+        leaves = optree.tree_leaves(_on_host(self.x), none_is_leaf=True)
+        mask = tuple(is_complex(leaf) for leaf in leaves)
+        if not any(mask):
+            return
+        if self.operator not in COMPLEX_OPERATORS:
+            raise ScenarioInputError(
+                f"scenario {self.name!r}: x is complex, and gradci checks complex x for "
+                f"{', '.join(COMPLEX_OPERATORS)}, not {self.operator} (second order on complex x is not checked "
+                f"yet): write f as a real function of (x.real, x.imag) to check its {self.operator}")
+        self.x, self.complex_parts = tree_as_pairs(_on_host(self.x)), ComplexParts(mask)
 
     def _checked_second_point(self, point: Any) -> Any:
         """``second_point`` as float64 arrays, refused unless it is x's structure, no leaf larger than x's."""
@@ -326,6 +350,7 @@ class Scenario:
     def _compute_fingerprint(self) -> str:
         digest = hashlib.sha256()
         digest.update(f"{self.name}\0{self.operator}\0{self._code_fingerprint()}".encode())
+        _hash_complex_parts(digest, self.complex_parts)
         if callable(self.reference):
             digest.update(fingerprint_of(self.reference)[0].encode())
         given = None if callable(self.reference) else self.reference
@@ -396,11 +421,26 @@ class Scenario:
         digest.update(self._code_fingerprint().encode())
         leaves, spec = optree.tree_flatten(self.x, none_is_leaf=True)
         digest.update(f"{spec}{[np.shape(leaf) for leaf in leaves]}{self.state}".encode())
+        _hash_complex_parts(digest, self.complex_parts)
         contexts_whole = _hash_tree(digest, self.contexts)
         if not (self._code_fully_read() and contexts_whole):  # something could not be hashed: never shared
             digest.update(self._unshared_token().encode())
         return digest.hexdigest()[:20]
 
+
+
+# The operators checked on complex x (the first-order ones of any x: see numerics.complex_conventions).
+COMPLEX_OPERATORS = ("gradient", "value_and_gradient", "jacobian", "jvp", "vjp")
+
+
+def _on_host(tree: Any) -> Any:
+    return optree.tree_map(on_host, tree, none_is_leaf=True)
+
+
+def _hash_complex_parts(digest, parts: ComplexParts | None) -> None:
+    """Tell a complex x kept as pairs from a real x of the same numbers (nothing for a real x)."""
+    if parts is not None:
+        digest.update(f"\0complex{parts.mask}".encode())
 
 
 # Leaves whose repr is exact and complete: hashed by it. Any other leaf by everything it holds.

@@ -76,6 +76,9 @@ class Prepared:
     # The pattern a sparse backend (coloring) computed from, or None: an entry it leaves out comes
     # out 0 whatever the derivative is there, so it is named before the values are compared.
     computed_pattern: Callable[[], ComputedPattern | None] = lambda: None
+    # For complex x: the complex dtype it ran in and the convention its result was read in
+    # (``gradci.scenarios.numerics.complex_conventions``), for the cell's record; "" for a real x.
+    convention: str = ""
 
 
 class Backend:

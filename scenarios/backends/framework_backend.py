@@ -13,6 +13,7 @@ from gradci.scenarios.adapters import FrameworkUnavailable, get_framework
 from gradci.scenarios.adapters.adapter import arrays_apart
 from gradci.scenarios.authoring.scenario import Tangents, map_tangents
 from gradci.scenarios.backends.base import Backend, CellSkipped, ComputedPattern, Prepared, ReturnedPrimal
+from gradci.scenarios.backends.complex_cells import ComplexCell
 from gradci.scenarios.contract.devices import CPU, execution_device
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, WithPrimal
 from gradci.scenarios.operators.vocabulary import Transforms
@@ -73,6 +74,8 @@ class FrameworkBackend(Backend):
     definition = ""
     # What most likely made a transform's primal differ from f(x), for the cell's message.
     primal_culprit = "a custom derivative rule whose forward pass returns another value than the function?"
+    # Why it has no cells of complex x (None: it has, ``complex_cells``).
+    complex_refused: str | None = None
 
     @property
     def adapter(self):
@@ -136,8 +139,13 @@ class FrameworkBackend(Backend):
                                   f"{FORWARD_INPUT_LIMIT} (the reverse-mode cells check this operator)")
         operator_fn, computed_pattern = self.cell_operator(scenario)
         adapter = self.adapter
+        complex_cell = self._complex_cell(scenario, dtype)
+        if complex_cell is not None:
+            fn = complex_cell.function(fn)
 
         def converted(x, tangent):
+            if complex_cell is not None:
+                x, tangent = complex_cell.inputs(x, tangent)
             fx = adapter.to_framework(x, dtype, device, requires_grad=self.requires_grad)
             ft = map_tangents(lambda t: adapter.to_framework(t, dtype, device), tangent)
             # a plain tuple: compilers (jax.jit) accept only their own pytree types
@@ -188,10 +196,22 @@ class FrameworkBackend(Backend):
             return VALUE_DTYPES.get_or_make(key, lambda: adapter.value_dtypes(
                 lambda z: fn(z, *with_state(fcontexts)), fx))
 
-        return Prepared(call=call_at(fx, ft), to_numpy=adapter.to_numpy, inputs=(fx, ft, fcontexts),
-                        value_dtypes=value_dtypes, result_dtypes=adapter.result_dtypes, compiled=self.compiles(),
+        to_numpy, result_dtypes = adapter.to_numpy, adapter.result_dtypes
+        if complex_cell is not None:
+            to_numpy, result_dtypes = complex_cell.to_numpy(to_numpy), complex_cell.result_dtypes(result_dtypes)
+        return Prepared(call=call_at(fx, ft), to_numpy=to_numpy, inputs=(fx, ft, fcontexts),
+                        value_dtypes=value_dtypes, result_dtypes=result_dtypes, compiled=self.compiles(),
                         returned_primal=returned_primal, computed_pattern=computed_pattern,
-                        at=lambda x, tangent: call_at(*converted(x, tangent)))
+                        at=lambda x, tangent: call_at(*converted(x, tangent)),
+                        convention=complex_cell.convention if complex_cell is not None else "")
+
+    def _complex_cell(self, scenario, dtype: str) -> ComplexCell | None:
+        """How a cell of complex x runs here (``complex_cells``); None for a real x."""
+        if scenario.complex_parts is None:
+            return None
+        if self.complex_refused:
+            raise CellSkipped(self.complex_refused)
+        return ComplexCell(scenario, self.framework, self.definition, dtype)
 
 
 def _primal_apart(result: Any, batched: bool) -> tuple[Any, Any]:

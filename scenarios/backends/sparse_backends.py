@@ -63,6 +63,8 @@ def sparsejac_derivative(operator: str, f_flat: Callable, x_flat: Any, pattern: 
 class SparseJaxBackend(JaxBackend):
     """A jax backend computing a Jacobian or Hessian from a sparsity pattern, by coloring."""
 
+    complex_refused = "sparse Jacobians of complex x are not checked (the dense backends check them)"
+
     def __init__(self, name: str, library: str, derivative: Callable, uses_declared: bool, note: str):
         super().__init__(name, "reverse", default=False, composition_note=note)
         self.library, self.derivative, self.uses_declared = library, derivative, uses_declared

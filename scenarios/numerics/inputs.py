@@ -6,7 +6,10 @@ that every backend and the reference start from the same values:
 
 - x and tangents are what is differentiated: every leaf must be floating point (a Python int is taken
   as a float) and becomes a float64 array, later cast to each cell's dtype.
-- In contexts only floating-point leaves become float64 arrays (cast to each cell's dtype later);
+- Complex x and tangents are kept as (real, imaginary) pairs of float64 (``complex_parts``), by the
+  scenario, before they get here.
+- In contexts only floating-point leaves become float64 arrays (cast to each cell's dtype later), and
+  complex ones complex128 arrays (cast to the complex type of each cell's dtype);
   integers, booleans, index arrays, strings and None pass through unchanged, since a function indexes
   or counts with them and a cast would break it.
 """
@@ -66,12 +69,14 @@ def differentiable(tree: Any, what: str, needs: str, name: str) -> Any:
 
 
 def held_fixed(tree: Any) -> Any:
-    """A context with its floating-point leaves as float64 arrays.
+    """A context with its floating-point leaves as float64 arrays, its complex ones as complex128.
 
     Every other leaf stays as given (framework arrays on the host).
     """
     def convert(leaf):
         leaf = on_host(leaf)
+        if isinstance(leaf, (np.ndarray, complex, np.complexfloating)) and np.iscomplexobj(leaf):
+            return np.asarray(leaf, dtype=np.complex128)
         return np.asarray(leaf, dtype=np.float64) if _is_float(leaf) else leaf
 
     return optree.tree_map(convert, tree, none_is_leaf=True)

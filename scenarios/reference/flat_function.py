@@ -49,8 +49,7 @@ def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
     float64, so that every framework is held to the same reference.
     """
     framework = reference_framework(scenario)
-    fn = scenario.implementation(framework)
-    assert fn is not None, "reference_framework picks a framework the scenario implements"
+    fn = reference_implementation(scenario, framework)
     if framework == "numpy":
         own_x = (lambda x: x) if adopting else owned_copy
         return lambda x, *contexts: fn(own_x(x), *owned_copy(contexts))
@@ -64,6 +63,17 @@ def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
         return fw.to_numpy(fn(*args))
 
     return through_framework
+
+
+def reference_implementation(scenario: Scenario, framework: str) -> Callable:
+    """The scenario's f for ``framework`` as the reference differentiates it: a real function.
+
+    Where x is complex, x's complex leaves come in as (real, imaginary) pairs and f's complex outputs go
+    out as pairs (``gradci.scenarios.numerics.complex_parts``); otherwise f itself.
+    """
+    fn = scenario.implementation(framework)
+    assert fn is not None, "reference_framework picks a framework the scenario implements"
+    return fn if scenario.complex_parts is None else scenario.complex_parts.over_pairs(fn)
 
 
 def reference_framework(scenario: Scenario) -> str:
@@ -148,6 +158,10 @@ class ScenarioOutputError(ValueError):
 
 
 def _float_array(leaf: Any) -> np.ndarray:
+    if np.iscomplexobj(leaf):  # complex x has its outputs made pairs before they get here
+        raise ScenarioOutputError(f"f returns complex values ({np.asarray(leaf).dtype}) for a real x: gradci "
+                                  f"compares complex outputs of complex x; give x as complex (x + 0j) to "
+                                  f"differentiate over the complex plane, or return (f.real, f.imag)")
     try:
         return np.asarray(leaf, dtype=np.float64)
     except (TypeError, ValueError):

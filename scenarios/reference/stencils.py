@@ -21,7 +21,7 @@ import optree
 
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
-from gradci.scenarios.reference.flat_function import FlatFunction, reference_framework
+from gradci.scenarios.reference.flat_function import FlatFunction, reference_framework, reference_implementation
 
 # "off": every stencil point evaluated on its own, as before batching (for comparison).
 BATCHING_ENV = "GRADCI_REFERENCE_BATCHING"
@@ -152,8 +152,7 @@ def _jax_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     from gradci.scenarios.adapters.adapter import arrays_apart
 
     fw = get_framework("jax")  # float64 needs the adapter's x64 switch, before any array exists
-    fn, unravel = scenario.implementation("jax"), _unraveller(scenario.x)
-    assert fn is not None, "built only for the scenario's reference framework, which it implements"
+    fn, unravel = reference_implementation(scenario, "jax"), _unraveller(scenario.x)
     cpu = jax.devices("cpu")[0]
     # The contexts' arrays are the compiled function's arguments (not constants baked into it); the
     # rest (counts, strings) stays as the function would see it.
@@ -184,8 +183,7 @@ def _torch_batched(scenario: Scenario) -> Callable[[np.ndarray], np.ndarray]:
     from gradci.scenarios.adapters import get_framework
 
     fw = get_framework("torch")
-    fn, unravel = scenario.implementation("torch"), _unraveller(scenario.x)
-    assert fn is not None, "built only for the scenario's reference framework, which it implements"
+    fn, unravel = reference_implementation(scenario, "torch"), _unraveller(scenario.x)
 
     def flat_f(v, contexts):
         out = fn(unravel(v), *contexts)
