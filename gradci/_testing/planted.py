@@ -445,3 +445,104 @@ def jax_backend_jitting_a_fresh_closure_per_call(fresh: bool = True):
             return lambda *args: jax.jit(lambda *inner: computation(*inner))(*args)
 
     return FreshClosures("jax-rev-jit-fresh" if fresh else "jax-rev-jit-kept", "reverse", jit=True)
+
+
+# -- complex x: rules that must follow their framework's convention (numerics.complex_conventions) ---
+Z = np.array([1.0 + 2.0j, -0.5 + 0.3j, 0.7 - 0.4j])
+
+
+def torch_complex_square(conjugate_in_backward: bool = True):
+    """z ↦ z² as a setup_context-style autograd.Function on complex tensors.
+
+    torch's backward of a holomorphic f takes the cotangent times conj(f'(z)) (its convention: the
+    gradient of a real L is ∂L/∂Re z + i ∂L/∂Im z); ``conjugate_in_backward=False`` forgets the conjugate,
+    the classic bug. The jvp rule is right either way: a tangent is pushed forward by f'(z) itself.
+    """
+    import torch
+
+    class ComplexSquare(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(z):
+            return z * z
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (z,) = ctx.saved_tensors
+            return grad * ((2 * z).conj() if conjugate_in_backward else 2 * z)
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            (z,) = ctx.saved_tensors
+            return tangent * 2 * z
+
+    return ComplexSquare.apply
+
+
+def torch_squared_modulus(convention: str = "torch"):
+    """L(z) = Σ|z|² as an autograd.Function whose backward answers in ``convention``.
+
+    torch's is ∂L/∂Re z + i ∂L/∂Im z = 2z; "jax" answers jax's, its conjugate 2·conj(z): a real-valued
+    function of complex z whose gradient is reported in the wrong convention for torch.
+    """
+    import torch
+
+    class SquaredModulus(torch.autograd.Function):
+        @staticmethod
+        def forward(z):
+            return (z.real**2 + z.imag**2).sum()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (z,) = ctx.saved_tensors
+            return grad * 2 * (z if convention == "torch" else z.conj())
+
+    return SquaredModulus.apply
+
+
+def jax_complex_square_vjp(conjugate_in_bwd: bool = False):
+    """z ↦ z² through a jax.custom_vjp.
+
+    jax's bwd of a holomorphic f is ``g · f'(z)``, with no conjugate (its convention is torch's
+    conjugated); ``conjugate_in_bwd=True`` writes torch's rule into jax, ``g · conj(f'(z))``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def square(z):
+        return z * z
+
+    def bwd(z, g):
+        derivative = 2 * z
+        return (g * (jnp.conj(derivative) if conjugate_in_bwd else derivative),)
+
+    square.defvjp(lambda z: (z * z, z), bwd)
+    return square
+
+
+def jax_complex_square_jvp(conjugate_tangent: bool = False):
+    """z ↦ z² through a jax.custom_jvp whose rule pushes the tangent by f'(z), or its conjugate (wrong)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_jvp
+    def square(z):
+        return z * z
+
+    @square.defjvp
+    def rule(primals, tangents):
+        (z,), (t,) = primals, tangents
+        return z * z, 2 * z * (jnp.conj(t) if conjugate_tangent else t)
+
+    return square

@@ -3,7 +3,7 @@
 The reference differentiates f as a real map of (Re z, Im z) (``gradci.scenarios.numerics.complex_parts``):
 its gradient of a real L is (∂L/∂a, ∂L/∂b) for z = a + ib, its JVP the real-linear pushforward, its VJP
 the transpose of the real Jacobian. The frameworks answer in complex numbers, and not alike (checked
-against the installed versions by ``tests/engine/numerics/test_complex_conventions.py``):
+against the installed versions by ``tests/engine/test_complex.py``):
 
 - torch (torch.autograd, torch.func): the gradient of a real L is ∂L/∂a + i ∂L/∂b, the conjugate
   Wirtinger derivative times 2; a VJP takes the cotangent ∂L/∂Re y + i ∂L/∂Im y, so that for a
