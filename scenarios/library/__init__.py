@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gradci.scenarios.authoring.scenario import Scenario
+from gradci.scenarios.library import complex_numbers, control, delicate, elementary, linalg, nn, pytrees, sparse
 from gradci.scenarios.library import conformance as frameworks
-from gradci.scenarios.library import control, delicate, elementary, linalg, nn, pytrees, sparse
 from gradci.scenarios.library.conformance import torch_modules
 from gradci.scenarios.library.nn import mlp_100k
 from gradci.scenarios.library.variants import derive, with_batched_tangents, with_closure
@@ -26,6 +26,7 @@ FAMILIES = {
     control.FAMILY: control,
     delicate.FAMILY: delicate,
     sparse.FAMILY: sparse,
+    complex_numbers.FAMILY: complex_numbers,
     frameworks.FAMILY: frameworks,
     torch_modules.FAMILY: torch_modules,
 }
