@@ -24,6 +24,7 @@ differentiates over (Re z, Im z) instead, f joining them into z inside, and says
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import optree
@@ -79,7 +80,7 @@ def applied(framework: str, operator: str, over_pairs: str) -> str:
     return f"{framework} convention: d/dz is {convention.gradient}, {reading} ({convention.doc})"
 
 
-def read(framework: str, tree: object, over_pairs: bool) -> object:
+def read(framework: str, tree: Any, over_pairs: bool) -> Any:
     """A framework's numpy result in torch's convention: jax's reverse-mode results conjugated."""
     if over_pairs or not CONVENTIONS[framework].conjugated:
         return tree
