@@ -213,6 +213,13 @@ class Scenario:
                 f"scenario {self.name!r}: x is complex, and gradci checks complex x for "
                 f"{', '.join(COMPLEX_OPERATORS)}, not {self.operator} (second order on complex x is not checked "
                 f"yet): write f as a real function of (x.real, x.imag) to check its {self.operator}")
+        declared = [name for name, value in (("reference", self.reference), ("sparsity", self.sparsity))
+                    if value is not None]
+        if declared:
+            raise ScenarioInputError(
+                f"scenario {self.name!r}: x is complex, and {' and '.join(declared)} for complex x is not "
+                f"supported yet (it would be read as (real, imaginary) pairs): leave it out; the finite-difference "
+                f"reference over (Re z, Im z) serves complex x")
         self.x, self.complex_parts = tree_as_pairs(_on_host(self.x)), ComplexParts(mask)
 
     def _checked_second_point(self, point: Any) -> Any:

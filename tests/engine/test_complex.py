@@ -116,6 +116,13 @@ def test_second_order_on_complex_x_is_refused_with_what_to_do():
         Scenario("hvp", "hvp", lambda z: (abs(z) ** 2).sum(), Z)
 
 
+def test_an_analytic_reference_or_sparsity_for_complex_x_is_refused_rather_than_misread():
+    with pytest.raises(ScenarioInputError, match="reference for complex x is not supported yet"):
+        Scenario("z^2", "jacobian", lambda z: z * z, Z, reference=np.diag(2 * Z))
+    with pytest.raises(ScenarioInputError, match="sparsity for complex x"):
+        Scenario("z^2", "jacobian", lambda z: z * z, Z, sparsity=np.eye(3, dtype=bool))
+
+
 def test_complex_output_of_a_real_x_is_an_error_that_says_what_to_do():
     import torch
 
