@@ -204,8 +204,7 @@ class Scenario:
 
         A scenario made again from one whose x is already pairs (``dataclasses.replace``) keeps its note.
         """
-        leaves = optree.tree_leaves(_on_host(self.x), none_is_leaf=True)
-        mask = tuple(is_complex(leaf) for leaf in leaves)
+        mask = tuple(is_complex(leaf) for leaf in optree.tree_leaves(self.x, none_is_leaf=True))
         if not any(mask):
             return
         if self.operator not in COMPLEX_OPERATORS:

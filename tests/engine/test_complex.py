@@ -175,9 +175,11 @@ def test_a_jax_bwd_that_conjugates_a_holomorphic_derivative_fails_and_its_twin_p
     assert statuses(bad) == {"jax-rev-jit": "fail"}
 
 
-def test_a_jax_jvp_rule_that_conjugates_the_tangent_fails_and_its_twin_passes():
+@pytest.mark.parametrize("operator", ["jvp", "jacobian"])
+def test_a_jax_jvp_rule_that_conjugates_the_tangent_fails_and_its_twin_passes(operator):
+    # jvp takes z and a complex tangent; jax.jacfwd's Jacobian runs over (Re z, Im z), tangents 1 and i.
     def scenario(square):
-        return Scenario("z^2/jax-jvp", "jvp", {"jax": square}, Z)
+        return Scenario(f"z^2/jax-{operator}", operator, {"jax": square}, Z)
 
     assert statuses(run(scenario(planted.jax_complex_square_jvp()), ["jax-fwd"])) == {"jax-fwd": "pass"}
     bad = run(scenario(planted.jax_complex_square_jvp(conjugate_tangent=True)), ["jax-fwd"])
@@ -199,3 +201,12 @@ def test_a_convention_table_that_reads_jax_as_torch_fails_jax_cells(monkeypatch)
     wrong = dataclasses.replace(complex_conventions.CONVENTIONS["jax"], conjugated=False)
     monkeypatch.setitem(complex_conventions.CONVENTIONS, "jax", wrong)
     assert statuses(run(scenario, ["jax-rev-jit"])) == {"jax-rev-jit": "fail"}
+
+
+def test_complex_and_real_arguments_through_wrt_with_a_complex_context_pass_every_backend():
+    # a and c complex, b real; c held fixed is a complex context, cast to each cell's complex dtype.
+    r, w = np.array([0.4, 0.9, 1.3]), np.array([0.3 - 0.2j, 1.1 + 0.1j, -0.6 + 0.8j])
+    scenario = Scenario("wrt", "vjp", lambda a, b, c: a * b + c * a, (Z, r, w), wrt=(0, 1))
+    assert scenario.complex_parts == ComplexParts((True, False)) and scenario.contexts[0].dtype == np.complex128
+    report = run(scenario, [*JAX, *TORCH], dtypes=("float64", "float32"))
+    assert {cell.status for cell in report.cells} == {"pass"}, [(c.backend, c.message) for c in report.failing()]
