@@ -25,6 +25,7 @@ from gradci.scenarios.numerics.reference_values import flat_leaves
 from gradci.scenarios.numerics.tolerances import Tolerance, agreement_tolerance, tolerance_for
 from gradci.scenarios.reference.answer import ReferenceAnswer, ReferenceCache, shared_cache
 from gradci.scenarios.reference.second_point import at_second_point, described
+from gradci.scenarios.rules.tracing import cell_lines, not_a_cells_lines
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
 from gradci.scenarios.verdict.dtypes import derivative_dtype_message
@@ -191,8 +192,9 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                         cell.status, cell.message, cell.detail = Status.ERROR, reference.error, reference.detail
                         raised[cell.key] = reference.exception
                     else:
-                        results[cell.key] = run_cell(cell, scenario, backend, reference, raised=raised,
-                                                     repeats=repeats, timings=timings, second=second)
+                        with cell_lines(cell.key, cell.framework):  # rule coverage, where it is recorded
+                            results[cell.key] = run_cell(cell, scenario, backend, reference, raised=raised,
+                                                         repeats=repeats, timings=timings, second=second)
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
@@ -222,7 +224,8 @@ class SecondPoint:
 
     def answer(self, tangent: Any) -> tuple[ReferenceAnswer | None, str]:
         if self._found is None:
-            self._found = self._made(tangent)
+            with not_a_cells_lines():  # a reference, made in the first cell that needs it
+                self._found = self._made(tangent)
         return self._found
 
     def _made(self, tangent: Any) -> tuple[ReferenceAnswer | None, str]:

@@ -17,6 +17,7 @@ from gradci.scenarios.backends.complex_cells import ComplexCell
 from gradci.scenarios.contract.devices import CPU, execution_device
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, WithPrimal
 from gradci.scenarios.operators.vocabulary import Transforms
+from gradci.scenarios.rules.tracing import kept_program
 
 # Forward mode builds some operators (``Operator.per_input_in_forward``) from one JVP per input
 # element, all at once, vectorised: past this many elements that is too much memory and time to be
@@ -55,6 +56,9 @@ class KeptPrograms:
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
 
 
 PROGRAMS = KeptPrograms(PROGRAMS_KEPT)  # (backend, operator, batched, function key) -> compiled computation
@@ -170,6 +174,8 @@ class FrameworkBackend(Backend):
         traced = getattr(adapter, "value_dtypes_traced", False)
         function = _function_key(fn, scenario.state, fcontexts) if self.compiles() or traced else None
         reusable = None if function is None or not self.compiles() else (self, operator, batched, function)
+        if reusable is not None:  # a reused program runs its trace's rules without their Python
+            kept_program(reusable, made=reusable not in PROGRAMS)
         compiled = PROGRAMS.get_or_make(reusable, lambda: self.compile(computation))
         ready = self.result_ready
         # Decided once, not per timed call: a simulated GPU computes on the CPU, with nothing to wait for.

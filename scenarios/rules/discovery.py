@@ -1,0 +1,224 @@
+"""Find the derivative rules a project defines, after its modules are imported.
+
+A rule is a ``torch.autograd.Function`` subclass (its ``forward``, ``setup_context``, ``backward``,
+``vjp``, ``jvp``, ``vmap``), a ``jax.custom_vjp`` (``fun``, ``fwd``, ``bwd``), a ``jax.custom_jvp``
+(``fun``, ``jvp``) or a ``torch.library.custom_op`` with an autograd registration (its function as
+``forward``, ``setup_context``, ``backward``). Only methods whose code lies in the project's own
+files count: the defaults torch's ``Function`` provides are not the user's rule.
+
+Nothing is imported here: torch and jax are looked for among the modules already loaded, so a project
+that uses neither costs nothing. Functions are found by walking the project's imported modules (their
+globals, and the attributes of the classes they define); ``autograd.Function`` subclasses through
+torch's own subclass list, so that classes defined inside functions count once they exist.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gradci.scenarios.authoring.exceptions import is_users_file
+
+TORCH_FUNCTION = "torch.autograd.Function"
+CUSTOM_VJP = "jax.custom_vjp"
+CUSTOM_JVP = "jax.custom_jvp"
+CUSTOM_OP = "torch.library.custom_op"
+KINDS = (TORCH_FUNCTION, CUSTOM_VJP, CUSTOM_JVP, CUSTOM_OP)
+
+TORCH_METHODS = ("forward", "setup_context", "backward", "vjp", "jvp", "vmap")
+# The methods that compute a derivative: a rule none of whose derivative methods ran was not exercised
+# (its forward runs whenever the function is called, differentiated or not).
+DERIVATIVE_METHODS = frozenset({"backward", "vjp", "jvp", "fwd", "bwd"})
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleMethod:
+    """One method of a rule and the lines of its body: any of them run means the method ran."""
+
+    name: str
+    file: str  # relative to the project's root, with forward slashes
+    first_line: int  # its first line (a decorator's, where it has one)
+    lines: tuple[int, ...]
+
+    @property
+    def last_line(self) -> int:
+        return max(self.lines, default=self.first_line)
+
+    def ran(self, lines_by_file: dict[str, Any]) -> bool:
+        ran = lines_by_file.get(self.file)
+        return bool(ran) and not set(self.lines).isdisjoint(ran)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A derivative rule of the project, named by its file and qualified name (stable across commits)."""
+
+    kind: str
+    name: str  # the class's or the primal function's qualified name; a custom op's "namespace::name"
+    file: str
+    methods: tuple[RuleMethod, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}::{self.name}"
+
+    def method(self, name: str) -> RuleMethod | None:
+        return next((m for m in self.methods if m.name == name), None)
+
+    def derivative_methods(self) -> list[str]:
+        return [m.name for m in self.methods if m.name in DERIVATIVE_METHODS]
+
+    def reached(self, lines_by_file: dict[str, Any]) -> list[str]:
+        """The methods of which a line ran, given the lines that ran per file."""
+        return [m.name for m in self.methods if m.ran(lines_by_file)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "name": self.name, "file": self.file,
+                "methods": [{"name": m.name, "file": m.file, "first_line": m.first_line, "lines": list(m.lines)}
+                            for m in self.methods]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rule:
+        methods = tuple(RuleMethod(m["name"], m["file"], int(m["first_line"]), tuple(int(n) for n in m["lines"]))
+                        for m in data["methods"])
+        return cls(kind=data["kind"], name=data["name"], file=data["file"], methods=methods)
+
+
+def discover_rules(root: str | Path) -> list[Rule]:
+    """The derivative rules defined in the project's files at ``root``, in file and line order."""
+    root = Path(root).resolve()
+    found: dict[str, Rule] = {}
+    for rule in (*_torch_functions(root), *_module_rules(root)):
+        if rule.methods:
+            # A class made per call of a function is made again with the same name: one rule.
+            found.setdefault(rule.id, rule)
+    return sorted(found.values(), key=lambda r: (r.file, min(m.first_line for m in r.methods), r.name))
+
+
+def project_modules(root: Path) -> list[types.ModuleType]:
+    """The imported modules whose file lies in the project (not in an environment inside it)."""
+    return [module for module in list(sys.modules.values())
+            if isinstance(module, types.ModuleType) and _in_project(getattr(module, "__file__", None), root)]
+
+
+def project_jitted(root: str | Path) -> list[Any]:
+    """The ``jax.jit`` functions the project's modules hold, at module level or in their classes.
+
+    A jitted function keeps its trace: a later call runs the compiled program and none of the rule's
+    Python. ``tracing`` clears their caches before each jax cell so that every cell traces its rules.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return []
+    jitted_type = type(jax.jit(lambda x: x))
+    return [obj for obj in _members(Path(root).resolve()) if isinstance(obj, jitted_type)
+            and _in_project(_code_file(getattr(obj, "__wrapped__", None)), Path(root).resolve())]
+
+
+def _torch_functions(root: Path) -> Iterator[Rule]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for cls in _subclasses(torch.autograd.Function):
+        methods = []
+        for name in TORCH_METHODS:
+            defined = next((klass.__dict__[name] for klass in cls.__mro__ if name in klass.__dict__), None)
+            method = _method(name, defined, root)
+            if method is not None:
+                methods.append(method)
+        if methods:
+            module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+            file = _relative(module_file, root) if _in_project(module_file, root) else methods[0].file
+            yield Rule(TORCH_FUNCTION, cls.__qualname__, file, tuple(methods))
+
+
+def _module_rules(root: Path) -> Iterator[Rule]:
+    jax = sys.modules.get("jax")
+    custom_ops = sys.modules.get("torch._library.custom_ops")
+    for obj in _members(root):
+        if jax is not None and isinstance(obj, jax.custom_vjp):
+            yield _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
+        elif jax is not None and isinstance(obj, jax.custom_jvp):
+            yield _rule(CUSTOM_JVP, obj.fun, {"fun": obj.fun, "jvp": obj.jvp}, root)
+        elif custom_ops is not None and isinstance(obj, custom_ops.CustomOpDef):
+            parts = {"forward": getattr(obj, "_init_fn", None),
+                     "setup_context": getattr(obj, "_setup_context_fn", None),
+                     "backward": getattr(obj, "_backward_fn", None)}
+            if parts["backward"] is not None:  # no autograd registration: no rule of the user's
+                yield _rule(CUSTOM_OP, parts["forward"], parts, root, name=getattr(obj, "_qualname", None))
+
+
+def _rule(kind: str, primal: Any, parts: dict[str, Any], root: Path, name: str | None = None) -> Rule:
+    methods = tuple(m for m in (_method(part, fn, root) for part, fn in parts.items()) if m is not None)
+    primal_method = methods[0] if methods else None
+    file = primal_method.file if primal_method else ""
+    return Rule(kind, name or getattr(primal, "__qualname__", repr(primal)), file, methods)
+
+
+def _members(root: Path) -> Iterator[Any]:
+    """The values of the project's modules' globals, and of the attributes of the classes they define."""
+    seen: set[int] = set()
+    for module in project_modules(root):
+        for value in list(vars(module).values()):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            yield value
+            if isinstance(value, type) and _in_project(getattr(sys.modules.get(value.__module__), "__file__", None),
+                                                       root):
+                for attribute in list(vars(value).values()):
+                    inner = getattr(attribute, "__func__", attribute)  # a staticmethod's function
+                    if id(inner) not in seen:
+                        seen.add(id(inner))
+                        yield inner
+
+
+def _method(name: str, defined: Any, root: Path) -> RuleMethod | None:
+    """The method ``name`` where its code lies in the project; None for torch's or jax's own."""
+    code = _code(defined)
+    if code is None or not _in_project(code.co_filename, root):
+        return None
+    lines = {line for _, _, line in code.co_lines() if line is not None}
+    # The first line is the def's (or its first decorator's): it runs when the module is imported, not
+    # when the method is called. A one-line function has only that one.
+    body = sorted(lines - {code.co_firstlineno}) or [code.co_firstlineno]
+    return RuleMethod(name, _relative(code.co_filename, root), code.co_firstlineno, tuple(body))
+
+
+def _code(defined: Any) -> types.CodeType | None:
+    function = getattr(defined, "__func__", defined)  # staticmethod, classmethod
+    try:
+        function = inspect.unwrap(function)  # once_differentiable, functools.wraps decorators
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    return getattr(function, "__code__", None)
+
+
+def _code_file(function: Callable | None) -> str | None:
+    code = _code(function)
+    return code.co_filename if code is not None else None
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    pending, seen = list(cls.__subclasses__()), set()
+    while pending:
+        sub = pending.pop()
+        if sub not in seen:
+            seen.add(sub)
+            yield sub
+            pending.extend(sub.__subclasses__())
+
+
+def _in_project(filename: str | None, root: Path) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    path = Path(filename).resolve()
+    return path.is_relative_to(root) and is_users_file(str(path))
+
+
+def _relative(filename: str | None, root: Path) -> str:
+    return Path(filename or "").resolve().relative_to(root).as_posix()

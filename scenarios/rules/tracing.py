@@ -1,0 +1,205 @@
+"""Record, with coverage.py, the lines of a project's own files that each cell ran.
+
+One ``coverage.Coverage`` per project, measuring only files under its root that are the user's (not
+an environment inside it, not gradci's), started around each cell's computation and labelled with
+the cell by a dynamic context (``switch_context``): the per-cell record is that context's lines.
+Starting and stopping costs microseconds; a ``Coverage`` per cell, or erasing its data, costs
+milliseconds (measured: bench/rule_coverage.py). On Python 3.12+ coverage.py's ``sys.monitoring``
+core runs, on 3.11 its C tracer.
+
+What runs under ``jax.jit`` is the trace: a rule's Python runs when its program is traced, and a
+later call of a cached program runs none of it. Two caches would hide a rule from later cells:
+
+- the engine's own kept programs (``gradci.scenarios.backends.framework_backend.PROGRAMS``): a cell
+  that reuses a program another cell traced is given the lines that program's trace ran
+  (``kept_program``), so the record follows the trace, once per trace, to every cell that runs it;
+- the project's own ``jax.jit`` functions (a module-level ``@jax.jit``): their caches are cleared
+  before each jax cell, so that each cell traces through them (the cost of a trace and a compile of
+  those functions alone: ``jax.clear_caches()`` would recompile every primitive of every cell).
+
+Torch runs a CUDA backward on its own device threads, which a tracer set with ``sys.settrace`` (3.11)
+does not see: there, torch's multithreaded backward is switched off while a cell runs, so that the
+backward runs on the cell's thread (the same kernels, in the same order).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import warnings
+from collections.abc import Hashable, Iterator
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from gradci.scenarios.authoring.exceptions import is_users_file
+from gradci.scenarios.rules.discovery import Rule, discover_rules, project_jitted
+from gradci.scenarios.rules.records import CellRules, LinesByFile
+
+CellKey = tuple[str, str, str, str]
+# coverage.py's own warnings that say nothing about the user's code here.
+QUIET = ["no-data-collected", "module-not-measured", "module-not-imported", "already-imported", "no-sysmon"]
+
+
+@dataclasses.dataclass
+class _Recording:
+    label: str
+    made: set[Hashable] = dataclasses.field(default_factory=set)
+    reused: set[Hashable] = dataclasses.field(default_factory=set)
+
+
+class RuleTracer:
+    """The lines of one project's files that each cell ran, and the project's rules."""
+
+    def __init__(self, root: str | Path) -> None:
+        import coverage
+
+        self.root = Path(root).resolve()
+        self._coverage = coverage.Coverage(data_file=None, include=[f"{self.root}/*"], omit=_not_users_under(self.root),
+                                           config_file=False, branch=False)
+        self._coverage.set_option("run:disable_warnings", QUIET)
+        if hasattr(sys, "monitoring"):  # 3.12+: the sys.monitoring core, which per-cell contexts allow
+            self._coverage.set_option("run:core", "sysmon")
+        self._records: dict[CellKey, LinesByFile] = {}
+        self._programs: dict[Hashable, LinesByFile] = {}
+        self._current: _Recording | None = None
+        self._count = 0
+        self._jitted: list[Any] | None = None
+
+    @contextlib.contextmanager
+    def cell(self, key: CellKey, framework: str) -> Iterator[None]:
+        """Record the lines the cell ``key`` runs inside this block (nested blocks add to the outer one)."""
+        if self._current is not None:
+            yield
+            return
+        self._count += 1
+        recording = self._current = _Recording(f"cell {self._count}")
+        if framework == "jax":
+            self._clear_jitted()
+        try:
+            with _backward_on_this_thread(framework), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # coverage.py's own, about measuring: nothing of the cell's
+                self._coverage.start()
+                try:
+                    self._coverage.switch_context(recording.label)
+                    yield
+                finally:
+                    self._coverage.stop()
+        finally:
+            self._current = None
+            self._store(key, recording)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """A block inside a cell whose lines are not the cell's (a reference computed on the way)."""
+        recording = self._current
+        if recording is None:
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._coverage.stop()
+        try:
+            yield
+        finally:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._coverage.start()
+                self._coverage.switch_context(recording.label)
+
+    def kept_program(self, key: Hashable, made: bool) -> None:
+        """A cell made (``made``) or reused a kept compiled program: its trace's lines follow it."""
+        if self._current is not None:
+            (self._current.made if made else self._current.reused).add(key)
+
+    def lines(self, key: CellKey) -> LinesByFile:
+        return self._records.get(key, {})
+
+    def take(self, key: CellKey, rules: list[Rule]) -> CellRules:
+        """The cell's record (forgotten here: a runner's cells are sent once)."""
+        return CellRules.of(self._records.pop(key, {}), rules)
+
+    def rules(self) -> list[Rule]:
+        """The project's rules as they are now (classes made inside functions count once made)."""
+        return discover_rules(self.root)
+
+    def _store(self, key: CellKey, recording: _Recording) -> None:
+        lines = self._read(recording.label)
+        for program in recording.made:
+            self._programs[program] = _union(self._programs.get(program, {}), lines)
+        for program in recording.reused - recording.made:
+            lines = _union(lines, self._programs.get(program, {}))
+        self._records[key] = _union(self._records.get(key, {}), lines)
+
+    def _read(self, label: str) -> LinesByFile:
+        data = self._coverage.get_data()
+        data.set_query_context(label)
+        found: LinesByFile = {}
+        for filename in data.measured_files():
+            lines = data.lines(filename)
+            if lines:
+                found[Path(filename).resolve().relative_to(self.root).as_posix()] = sorted(lines)
+        return found
+
+    def _clear_jitted(self) -> None:
+        if self._jitted is None:  # the project's modules are imported by the first cell
+            self._jitted = project_jitted(self.root)
+        for function in self._jitted:
+            function.clear_cache()
+
+
+_active: ContextVar[RuleTracer | None] = ContextVar("gradci_rule_tracer", default=None)
+
+
+@contextlib.contextmanager
+def tracing(tracer: RuleTracer | None) -> Iterator[None]:
+    """Cells checked inside this block record their lines with ``tracer`` (None: nothing recorded)."""
+    token = _active.set(tracer)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+def cell_lines(key: CellKey, framework: str) -> contextlib.AbstractContextManager[None]:
+    """The block where the cell ``key`` computes: its lines are recorded where a tracer is active."""
+    tracer = _active.get()
+    return tracer.cell(key, framework) if tracer is not None else contextlib.nullcontext()
+
+
+def not_a_cells_lines() -> contextlib.AbstractContextManager[None]:
+    """A block inside a cell that computes no derivative of it (a reference): its lines are left out."""
+    tracer = _active.get()
+    return tracer.paused() if tracer is not None else contextlib.nullcontext()
+
+
+def kept_program(key: Hashable, made: bool) -> None:
+    """See ``RuleTracer.kept_program``; nothing where no tracer is active."""
+    tracer = _active.get()
+    if tracer is not None:
+        tracer.kept_program(key, made)
+
+
+@contextlib.contextmanager
+def _backward_on_this_thread(framework: str) -> Iterator[None]:
+    torch = sys.modules.get("torch") if framework == "torch" and not hasattr(sys, "monitoring") else None
+    if torch is None or not torch.cuda.is_available():
+        yield
+        return
+    with torch.autograd.set_multithreading_enabled(False):
+        yield
+
+
+def _not_users_under(root: Path) -> list[str]:
+    """Patterns of folders under ``root`` that are not the user's code (a virtual environment in it)."""
+    candidates = {Path(entry).resolve() for entry in sys.path if entry and Path(entry).resolve().is_relative_to(root)}
+    candidates |= {path for path in root.glob("*/lib/python*/site-packages")}
+    return sorted(f"{path}/*" for path in candidates if path != root and not is_users_file(str(path / "x.py")))
+
+
+def _union(a: LinesByFile, b: LinesByFile) -> LinesByFile:
+    if not b:
+        return a
+    if not a:
+        return b
+    return {file: sorted(set(a.get(file, ())) | set(b.get(file, ()))) for file in sorted({*a, *b})}
