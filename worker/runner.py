@@ -161,6 +161,9 @@ class WarmRunner:
         # process that imported one checkout's code never serves another's (``_serve``).
         self._tenant: Tenant = BUILT_IN
         self.tenant_switches = 0
+        # The derivative rules its checkouts' answers named, by id (rule coverage asked for): a rule made
+        # inside a function appears once made, so each answer's rules are added to the earlier ones'.
+        self.rules: dict[str, dict[str, Any]] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -433,6 +436,7 @@ class WarmRunner:
         if isinstance(reply, messages.Refusal):
             return [spec.error_cell(reply.error) for spec in specs]
         assert isinstance(reply, messages.CellsReply)
+        self.rules.update((rule["id"], rule) for rule in reply.rules or ())
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         cells = [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
         if self._process_limit_reached:

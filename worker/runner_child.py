@@ -16,7 +16,9 @@ never corrupt the protocol. The messages are ``gradci.worker.runner_messages``'s
   With ``"peers"`` (backends of the other mode), where the scenario's reference is made of probes,
   the peers' cells are checked too, for the comparison only, and not returned
   (``gradci.scenarios.check.check_scenario``). ``"options"``: further keyword arguments of
-  ``check_scenario`` (the run's engine options, such as repeats).
+  ``check_scenario`` (the run's engine options, such as repeats), and ``"rule_coverage": true``: each
+  cell then carries its rule-coverage record (``gradci.scenarios.rules.records``) and the answer the
+  checkout's rules.
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
   illegal-address error (``DEVICE_FAULTS``) is an ``error`` cell saying so, and the answer carries
@@ -92,12 +94,21 @@ class SourceCache:
         # Every job lists its source: each scenario is fingerprinted once per runner, not per job.
         self.fingerprints: dict[str, str] = {}
         self.listing: list[messages.ScenarioEntry] = []
+        self._tracer: Any = None  # the checkout's RuleTracer, made when rule coverage is first asked for
+
+    def tracer(self) -> Any:
+        """The rule tracer of this checkout (None for the built-in library: it has no project files)."""
+        if self._tracer is None and self.root is not None:
+            from gradci.scenarios.rules.tracing import RuleTracer
+
+            self._tracer = RuleTracer(self.root)
+        return self._tracer
 
     def get(self, root: str | None, family: str | None = None) -> SourceCache:
         if self.loaded and (root, family) == (self.root, self.family):
             return self
         self._forget_modules_under(self.root)
-        self.root, self.family, self.loaded = root, family, False
+        self.root, self.family, self.loaded, self._tracer = root, family, False, None
         found, self.file_matrix = _load(root, family)
         self.scenarios = {scenario.name: scenario for scenario in found}
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
@@ -226,6 +237,8 @@ def check_cells(
     from gradci.scenarios.backends import get_backend
     from gradci.scenarios.check import check_scenario
     from gradci.scenarios.reference.answer import shared_cache
+    from gradci.scenarios.rules.records import RECORD_KEY
+    from gradci.scenarios.rules.tracing import tracing
     from gradci.scenarios.verdict.captured_warnings import captured_warnings, merged
 
     source = cache.get(request.source, request.family)
@@ -238,9 +251,11 @@ def check_cells(
 
     backends = announcing(request.backends)
     peers = announcing(name for name in request.peers if name not in request.backends)
-    with captured_warnings() as outside:  # the cells keep their own; these came from the reference
+    options = dict(request.options)
+    tracer = source.tracer() if options.pop("rule_coverage", False) else None
+    with captured_warnings() as outside, tracing(tracer):  # the cells keep their own; these came from the reference
         cells = check_scenario(scenario, backends, request.devices, request.dtypes, shared_cache(),
-                               peers=peers, **request.options)
+                               peers=peers, **options)
     restart = None
     for cell in cells:
         cell.warnings = merged(cell.warnings, outside.lines)
@@ -252,7 +267,12 @@ def check_cells(
             cell.message = f"out of memory ({_memory_limit()}): {cell.message}"
     fingerprint = source.fingerprints[scenario.name]
     stamped = [{**cell.to_dict(), "fingerprint": fingerprint} for cell in cells]
-    return messages.CellsReply(cells=stamped, restart=restart)
+    if tracer is None:
+        return messages.CellsReply(cells=stamped, restart=restart)
+    rules = tracer.rules()  # beside the verdict, never in it: the record is a key of its own
+    for record, cell in zip(stamped, cells):
+        record[RECORD_KEY] = tracer.take(cell.key, rules).to_dict()
+    return messages.CellsReply(cells=stamped, restart=restart, rules=[rule.to_dict() for rule in rules])
 
 
 def _memory_limit() -> str:

@@ -121,6 +121,9 @@ class WarmReply(Answer):
 class CellsReply(Answer):
     cells: list[dict[str, Any]]  # Cell.to_dict() records, each with its scenario's fingerprint
     restart: str | None = None  # a device fault: why the runner must be restarted before the next request
+    # With rule coverage asked for (options' "rule_coverage"): the checkout's derivative rules as they are
+    # after these cells (gradci.scenarios.rules.discovery.Rule.to_dict); each cell carries its own record.
+    rules: list[dict[str, Any]] | None = None
 
 
 def parse_answer(line: bytes | str, expected: type[M]) -> M | Ready | Refusal | Beat:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 import gradci
 from gradci.cli.client import coverage_text
+from gradci.cli.rule_coverage import RuleRecords, render_rules, write_rules_report
 from gradci.cli.sandboxed import (
     DEFAULT_CELL_TIMEOUT_S,
     Target,
@@ -35,6 +36,8 @@ from gradci.scenarios.contract.coverage import coverage_percent
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
+from gradci.scenarios.rules.reports import ReportError, report_format
+from gradci.scenarios.rules.summary import unexercised_severity
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
 
@@ -69,14 +72,17 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
-              parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None) -> int:
+              parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None,
+              rules: bool = True, cov_report: str | None = None) -> int:
     """Run ``gradci check`` and return its exit code.
 
     ``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
-    times over repeated calls (None: gradci.toml's ``[check] timings``, else one call).
+    times over repeated calls (None: gradci.toml's ``[check] timings``, else one call); ``rules``: record the
+    repository's rule coverage (``gradci.cli.rule_coverage``); ``cov_report``: write its lines to this file.
     """
     err = Console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
+    records = RuleRecords()
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
@@ -98,15 +104,20 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             shards(upload_to, config)
         wanted = parallel or default_parallelism(target.matrix)
         options = {**({} if repeats is None else {"repeats": repeats}), **({"timings": True} if timings else {})}
-        cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog)
+        traced = _rules_wanted(rules, cov_report, target)
+        severity = unexercised_severity(config)
+        if traced:
+            options["rule_coverage"] = True
+        cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog, records)
     except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     report = gradci.Report(cells, omitted)
     text = {"json": lambda: cells_to_json(report.cells), "junit": lambda: cells_to_junit(report.cells)}
+    rules_console = err
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
-        console = Console(file=stream, width=None if stream.isatty() else 160)
+        console = rules_console = Console(file=stream, width=None if stream.isatty() else 160)
         render_table(report.cells, console, verbose=verbose, omitted=report.omitted)
         if runners > 1:
             console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
@@ -115,6 +126,17 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         Path(output).write_text(text[fmt]())
     else:
         sys.stdout.write(text[fmt]() + "\n")
+    rules_fail = False
+    if traced and target.source:  # beside the cells' verdicts, never in them
+        summary = records.summary(report.cells)
+        rules_fail = render_rules(summary, rules_console, severity)
+        if cov_report:
+            try:
+                fmt_written = write_rules_report(cov_report, target.source, summary)
+            except (ReportError, OSError) as exc:
+                err.print(f"error: {exc}", markup=False, highlight=False)
+                return EXIT_USAGE
+            err.print(f"wrote the lines the cells ran to {cov_report} ({fmt_written})", markup=False, highlight=False)
     if upload_to is not None:
         try:
             err.print(upload(upload_to, report.cells, catalog, config), markup=False, highlight=False)
@@ -124,11 +146,23 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     if report.ok and (why := report.nothing_checked()):  # nothing that did not run reads as a pass
         err.print(f"nothing was checked: {why}", markup=False, highlight=False)
         return EXIT_FAILED
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return EXIT_OK if report.ok and not rules_fail else EXIT_FAILED
+
+
+def _rules_wanted(rules: bool, cov_report: str | None, target: Target) -> bool:
+    """Whether to record rule coverage: for a repository's own code, unless --no-rules."""
+    if cov_report is not None:
+        if not target.source:
+            raise UsageError("--cov-report measures a repository's own files: give it with --repo")
+        if not rules:
+            raise UsageError("--cov-report needs the rule coverage that --no-rules turns off")
+        report_format(cov_report)
+    return rules and target.source is not None
 
 
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
-                         parallel: int = 1, catalog: list[dict] | None = None) -> tuple[list[Cell], int, int]:
+                         parallel: int = 1, catalog: list[dict] | None = None,
+                         records: RuleRecords | None = None) -> tuple[list[Cell], int, int]:
     """Check the target's cells, with a progress bar on stderr when it is a terminal.
 
     Returns (the cells, the number of runners that checked them, the cells not made). The bar shows
@@ -156,12 +190,12 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
         count = min(parallel, len(set(functions.values())) or 1)
         if count <= 1:
-            return check_planned(_WithOptions(runner, options), planned, advance), 1, plan.omitted
+            return check_planned(_WithOptions(runner, options, records), planned, advance), 1, plan.omitted
         others = [local_runner_for(cell_timeout_s, target.matrix) for _ in range(count - 1)]
         for other in others:
             other.extra_env.update(thread_limits(parallel))
         try:
-            runners = [_WithOptions(one, options) for one in (runner, *others)]
+            runners = [_WithOptions(one, options, records) for one in (runner, *others)]
             return check_in_parallel(runners, planned, functions, advance), count, plan.omitted
         finally:
             for other in others:
@@ -181,13 +215,14 @@ def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
 
 
 class _WithOptions:
-    """A runner whose scenario requests carry the engine's options."""
+    """A runner whose scenario requests carry the engine's options; rule-coverage records go to ``records``."""
 
-    def __init__(self, runner: WarmRunner, options: dict) -> None:
-        self.runner, self.options = runner, options
+    def __init__(self, runner: WarmRunner, options: dict, records: RuleRecords | None = None) -> None:
+        self.runner, self.options, self.records = runner, options, records
 
     def run_cells(self, specs: list[CellSpec], **kwargs) -> list[dict]:
-        return self.runner.run_cells(specs, options=self.options, **kwargs)
+        cells = self.runner.run_cells(specs, options=self.options, **kwargs)
+        return self.records.take(cells, self.runner.rules) if self.records is not None else cells
 
 
 def render_table(cells: list[Cell], console: Console, verbose: bool = False, omitted: int = 0) -> None:

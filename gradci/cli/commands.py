@@ -74,6 +74,12 @@ def check(
                                           help="Compute each derivative N times and report whether the results "
                                                "are bitwise reproducible (default: each scenario's repeats)."),
     timings: Timings = None,
+    rules: bool = typer.Option(True, "--rules/--no-rules",
+                               help="Record which of the repository's derivative rules (autograd.Function, "
+                                    "custom_vjp, custom_jvp) each cell ran, and print which no cell reached."),
+    cov_report: str | None = typer.Option(None, "--cov-report", metavar="PATH",
+                                          help="Write the repository lines the cells ran as Cobertura XML "
+                                               "(PATH.xml) or LCOV (PATH.info, PATH.lcov)."),
     upload: str | None = typer.Option(None, "--upload", metavar="URL",
                                       help="Also send the cells to the gradci server at URL (its base URL), "
                                            "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
@@ -99,6 +105,7 @@ def check(
     Exit 0 iff no cell is fail, error or xpass and some cell was checked (not every one skipped).
     With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too.
     With --upload, the cells also go to a gradci server (exit 2 when it refuses them).
+    With --repo, a rule no cell reached fails the check too (gradci.toml's \\[rules] unexercised).
     """
     from gradci.cli.check import run_check
     from gradci.cli.upload import UploadOptions
@@ -108,7 +115,8 @@ def check(
         branch=branch, pr=pr, base_sha=base_sha)
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
-                               parallel=jobs, upload_to=upload_to, timings=timings))
+                               parallel=jobs, upload_to=upload_to, timings=timings, rules=rules,
+                               cov_report=cov_report))
 
 
 @app.command()
