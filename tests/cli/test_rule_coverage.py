@@ -1,0 +1,58 @@
+"""`gradci check`'s rule coverage as a user runs it: the sandboxed runner, the summary, the report file."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # gradci check subprocesses: seconds apiece
+
+PROJECT = Path(__file__).resolve().parents[1] / "data" / "projects" / "rule_coverage"
+GRADCI = [sys.executable, "-m", "gradci"]
+
+
+def gradci_check(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GRADCI, "check", "--repo", str(root), "-j", "1", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECT, root)
+    return root
+
+
+def test_check_prints_the_findings_fails_on_them_and_writes_cobertura(project, tmp_path):
+    report = tmp_path / "rules.xml"
+    out = gradci_check(project, "-k", "cube", "--cov-report", str(report))
+    assert out.returncode == 1, out.stderr
+    text = " ".join(out.stdout.split())  # rich folds long lines
+    assert "failing: Cube (torch.autograd.Function, rulecov/ops.py): backward exercised, jvp never" in text
+    assert "not exercised by any scenario" in text  # Square and WrongSquare: no scenario of -k cube reaches them
+    assert "3 pass 0 fail" in text  # the cells themselves all pass: the finding is its own line
+    hits = {int(line.get("number")): int(line.get("hits")) for c in ET.parse(report).iter("class")
+            if c.get("filename") == "rulecov/ops.py" for line in c.iter("line")}
+    source = (project / "rulecov" / "ops.py").read_text().splitlines()
+    backward = next(n for n, line in enumerate(source, 1) if "return 3 * x ** 2 * g" in line)
+    jvp = next(n for n, line in enumerate(source, 1) if "return 3 * x ** 2 * t" in line)
+    assert hits[backward] == 1 and hits[jvp] == 0
+
+
+def test_warning_severity_reports_without_failing_and_no_rules_turns_it_off(project):
+    with (project / "gradci.toml").open("a") as toml:
+        toml.write('\n[rules]\nunexercised = "warning"\n')
+    out = gradci_check(project, "-k", "cube")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warning: Cube" in " ".join(out.stdout.split())
+    out = gradci_check(project, "-k", "cube", "--no-rules")
+    assert out.returncode == 0 and "derivative rules" not in out.stdout
+
+
+def test_a_report_name_without_a_format_is_a_usage_error(project, tmp_path):
+    out = gradci_check(project, "--cov-report", str(tmp_path / "rules.txt"))
+    assert out.returncode == 2 and "*.xml (Cobertura) or *.info / *.lcov (LCOV)" in out.stderr
