@@ -14,6 +14,7 @@ torch's own subclass list, so that classes defined inside functions count once t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 import types
@@ -49,8 +50,8 @@ class RuleMethod:
         return max(self.lines, default=self.first_line)
 
     def ran(self, lines_by_file: dict[str, Any]) -> bool:
-        ran = lines_by_file.get(self.file)
-        return bool(ran) and not set(self.lines).isdisjoint(ran)
+        ran = lines_by_file.get(self.file) or ()
+        return not set(self.lines).isdisjoint(ran)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _rule(kind: str, primal: Any, parts: dict[str, Any], root: Path, name: str |
     methods = tuple(m for m in (_method(part, fn, root) for part, fn in parts.items()) if m is not None)
     primal_method = methods[0] if methods else None
     file = primal_method.file if primal_method else ""
-    return Rule(kind, name or getattr(primal, "__qualname__", repr(primal)), file, methods)
+    return Rule(kind, str(name or getattr(primal, "__qualname__", None) or repr(primal)), file, methods)
 
 
 def _members(root: Path) -> Iterator[Any]:
@@ -204,7 +205,8 @@ def _code_file(function: Callable | None) -> str | None:
 
 
 def _subclasses(cls: type) -> Iterator[type]:
-    pending, seen = list(cls.__subclasses__()), set()
+    pending: list[type] = list(cls.__subclasses__())
+    seen: set[type] = set()
     while pending:
         sub = pending.pop()
         if sub not in seen:
@@ -214,7 +216,13 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 
 def _in_project(filename: str | None, root: Path) -> bool:
-    if not filename or filename.startswith("<"):
+    return bool(filename) and _file_in_project(filename, root)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _file_in_project(filename: str, root: Path) -> bool:
+    # Cached: a walk asks about every loaded module's file, each a few path resolutions, once per request.
+    if filename.startswith("<"):
         return False
     path = Path(filename).resolve()
     return path.is_relative_to(root) and is_users_file(str(path))

@@ -35,7 +35,7 @@ def test_check_prints_the_findings_fails_on_them_and_writes_cobertura(project, t
     assert "failing: Cube (torch.autograd.Function, rulecov/ops.py): backward exercised, jvp never" in text
     assert "not exercised by any scenario" in text  # Square and WrongSquare: no scenario of -k cube reaches them
     assert "3 pass 0 fail" in text  # the cells themselves all pass: the finding is its own line
-    hits = {int(line.get("number")): int(line.get("hits")) for c in ET.parse(report).iter("class")
+    hits = {int(line.attrib["number"]): int(line.attrib["hits"]) for c in ET.parse(report).iter("class")
             if c.get("filename") == "rulecov/ops.py" for line in c.iter("line")}
     source = (project / "rulecov" / "ops.py").read_text().splitlines()
     backward = next(n for n, line in enumerate(source, 1) if "return 3 * x ** 2 * g" in line)

@@ -18,14 +18,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
-from gradci.scenarios.authoring.project import load_project, load_scenarios  # noqa: E402
-from gradci.scenarios.check import check_scenario, resolve_backends  # noqa: E402
-from gradci.scenarios.reference.answer import ReferenceCache  # noqa: E402
-from gradci.scenarios.rules.discovery import CUSTOM_VJP, TORCH_FUNCTION, Rule  # noqa: E402
-from gradci.scenarios.rules.records import CellRules  # noqa: E402
-from gradci.scenarios.rules.reports import write_report  # noqa: E402
-from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize  # noqa: E402
-from gradci.scenarios.rules.tracing import RuleTracer, tracing  # noqa: E402
+from gradci.scenarios.authoring.project import load_project, load_scenarios
+from gradci.scenarios.check import check_scenario, resolve_backends
+from gradci.scenarios.reference.answer import ReferenceCache
+from gradci.scenarios.rules.discovery import CUSTOM_VJP, TORCH_FUNCTION, Rule
+from gradci.scenarios.rules.records import CellRules
+from gradci.scenarios.rules.reports import write_report
+from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize
+from gradci.scenarios.rules.tracing import RuleTracer, tracing
 
 PROJECT = Path(__file__).resolve().parents[2] / "data" / "projects" / "rule_coverage"
 OPS = "rulecov/ops.py"
@@ -42,14 +42,18 @@ def project(tmp_path):
         del sys.modules[name]
 
 
-def checked(root: Path, scenarios, backends: list[str], traced: bool = True, tracer: RuleTracer | None = None):
-    """Each scenario's cells, and the tracer that recorded them (None: checked without)."""
-    tracer = tracer or (RuleTracer(root) if traced else None)
+def checked(root: Path, scenarios, backends: list[str], tracer: RuleTracer | None = None):
+    """Each scenario's cells, and the tracer that recorded them."""
+    tracer = tracer or RuleTracer(root)
+    return checked_by(scenarios, backends, tracer), tracer
+
+
+def checked_by(scenarios, backends: list[str], tracer: RuleTracer | None) -> list:
+    """Each scenario's cells, their lines recorded by ``tracer`` (None: checked without rule coverage)."""
     references = ReferenceCache()
     with tracing(tracer):
-        cells = [cell for scenario in scenarios for cell in
-                 check_scenario(scenario, resolve_backends(backends), ["cpu"], ["float64"], references)]
-    return cells, tracer
+        return [cell for scenario in scenarios for cell in
+                check_scenario(scenario, resolve_backends(backends), ["cpu"], ["float64"], references)]
 
 
 def summary_of(cells, tracer: RuleTracer):
@@ -127,8 +131,8 @@ def test_verdicts_are_the_same_with_and_without_rule_coverage(project):
     root, scenarios = project
     everything = list(scenarios.values())
     backends = ["torch-rev", "torch-fwd", "jax-rev", "jax-rev-jit"]
-    with_coverage, _ = checked(root, everything, backends)
-    without, _ = checked(root, everything, backends, traced=False)
+    with_coverage = checked_by(everything, backends, RuleTracer(root))
+    without = checked_by(everything, backends, None)
     verdicts = [(c.key, c.status, c.message) for c in with_coverage]
     assert verdicts == [(c.key, c.status, c.message) for c in without]
     assert {c.status for c in with_coverage if c.scenario == "wrong/gradient" and c.backend == "torch-rev"} == {"fail"}
@@ -146,6 +150,6 @@ def test_the_report_files_carry_the_lines_the_cells_ran(project, tmp_path):
     lcov = (tmp_path / "rules.info").read_text()
     assert f"SF:{OPS}" in lcov and f"DA:{ran.lines[0]},1" in lcov and f"DA:{missed.lines[0]},0" in lcov
     write_report(tmp_path / "rules.xml", root, summary.lines, [OPS])
-    hits = {(c.get("filename"), int(line.get("number"))): int(line.get("hits"))
+    hits = {(c.get("filename"), int(line.attrib["number"])): int(line.attrib["hits"])
             for c in ET.parse(tmp_path / "rules.xml").iter("class") for line in c.iter("line")}
     assert hits[(OPS, ran.lines[0])] == 1 and hits[(OPS, missed.lines[0])] == 0
