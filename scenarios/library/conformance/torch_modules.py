@@ -66,35 +66,54 @@ def _python_function(case: ModuleCase) -> bool:
     return case.python_function  # the chunked loss, say: an old-style autograd.Function
 
 
+def _mean_reduction(case: ModuleCase) -> bool:
+    return getattr(case.module, "reduction", None) == "mean"
+
+
 NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
          "nn.InstanceNorm3d")
 TRANSFORMERS = ("nn.Transformer", "nn.TransformerEncoder", "nn.TransformerEncoderLayer", "nn.TransformerDecoderLayer")
 MARGIN_LOSSES = ("nn.MultiLabelMarginLoss", "nn.MultiMarginLoss")
 NO_FORWARD_AD = "torch implements no forward-mode derivative here (NotImplementedError)"
 NO_DOUBLE_BACKWARD = "torch implements no derivative of this backward (no second order in reverse mode)"
+NO_FORWARD_OF_BACKWARD = ("torch implements no forward-mode derivative of this backward (no forward over reverse, "
+                          "NotImplementedError)")
+# The backends that run torch's forward-mode formulas: torch-func-fwd and torch-fwd at first order, and
+# at second order torch-func-fwd (forward over forward), torch-func-rev-fwd (reverse over forward) and
+# torch-fwd (forward over reverse: the formulas of the backward's ops).
+FORWARD = "torch-*fwd"
+NESTED_FORWARD = "torch-func-*fwd"  # forward-mode formulas differentiated again: torch-func-fwd, torch-func-rev-fwd
 KNOWN: tuple[Known, ...] = (
-    # Nested forward-mode AD through the normalisation kernels gives wrong second derivatives where they
-    # normalise by the input's own statistics (eval mode with running statistics is affine, and right).
-    Known(NORMS, ("hvp",), "torch-func-fwd", "upstream: https://github.com/pytorch/pytorch/issues/196699 (nested "
+    # Nested forward-mode AD through the normalisation kernels (their forward-mode formulas differentiated
+    # again, forward or reverse) gives wrong second derivatives where they normalise by the input's own
+    # statistics (eval mode with running statistics is affine, and right).
+    Known(NORMS, ("hvp",), NESTED_FORWARD, "upstream: https://github.com/pytorch/pytorch/issues/196699 (nested "
           "forward-mode AD through batch_norm gives a wrong second derivative)", applies=_input_statistics),
-    Known(("nn.LayerNorm",), ("hvp",), "torch-func-fwd", "upstream: https://github.com/pytorch/pytorch/issues/196700 "
+    Known(("nn.LayerNorm",), ("hvp",), NESTED_FORWARD, "upstream: https://github.com/pytorch/pytorch/issues/196700 "
           "(nested forward-mode AD through layer_norm gives a wrong second derivative)", applies=_input_statistics),
-    Known(TRANSFORMERS, OPERATORS, "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
+    Known(TRANSFORMERS, OPERATORS, FORWARD, NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
     Known(TRANSFORMERS, ("hvp",), "torch-*rev", NO_DOUBLE_BACKWARD, raises=RuntimeError, match="not implemented"),
-    Known(MARGIN_LOSSES, OPERATORS, "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
+    Known(MARGIN_LOSSES, OPERATORS, FORWARD, NO_FORWARD_AD, raises=NotImplementedError, match="forward AD"),
     Known(MARGIN_LOSSES, ("hvp",), "torch-*rev", NO_DOUBLE_BACKWARD, raises=RuntimeError, match="not implemented"),
     Known(("nn.SoftMarginLoss", "nn.GLU"), ("hvp",), "torch-func-fwd", NO_FORWARD_AD, raises=NotImplementedError,
           match="forward AD"),
-    Known(("nn.LSTM",), OPERATORS, "torch-func-fwd", NO_FORWARD_AD + " for oneDNN's float32 LSTM kernel",
+    Known(("nn.SoftMarginLoss", "nn.HuberLoss"), ("hvp",), "torch-fwd", NO_FORWARD_OF_BACKWARD,
+          raises=NotImplementedError, match="forward AD"),
+    Known(("nn.GLU",), ("hvp",), "torch-func-rev-fwd", "torch implements no reverse-mode derivative of glu's "
+          "forward-mode formula (no reverse over forward)", raises=RuntimeError, match="glu_jvp"),
+    Known(("nn.MSELoss",), ("hvp",), "torch-fwd", "upstream: https://github.com/pytorch/pytorch/issues/123996 "
+          "(fix proposed in #197723) forward over reverse through mse_loss with reduction='mean' raises 'ZeroTensors "
+          "are immutable'", raises=RuntimeError, match="ZeroTensors are immutable", applies=_mean_reduction),
+    Known(("nn.LSTM",), OPERATORS, FORWARD, NO_FORWARD_AD + " for oneDNN's float32 LSTM kernel",
           dtype="float32", raises=NotImplementedError, match="mkldnn", applies=_mkldnn_lstm),
     # Chunked LinearCrossEntropyLoss (where its sizes make it chunk) is an autograd.Function without
-    # setup_context: torch.func refuses it in reverse mode, and in forward mode silently returns a zero
-    # derivative (not yet filed).
+    # setup_context: torch.func refuses it in reverse mode, and first-order forward mode (torch.func or
+    # dual numbers) silently returns a zero derivative (not yet filed).
     Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-rev", "torch.func needs setup_context on the "
           "chunked loss's autograd.Function", raises=RuntimeError, match="setup_context", applies=_python_function),
-    Known(("nn.LinearCrossEntropyLoss",), OPERATORS, "torch-func-fwd", "torch.func.jvp through the chunked loss's "
-          "autograd.Function (no jvp rule) returns 0 instead of raising: a silent wrong derivative, not yet filed",
-          applies=_python_function),
+    Known(("nn.LinearCrossEntropyLoss",), OPERATORS, FORWARD, "forward mode through the chunked loss's "
+          "autograd.Function (no jvp rule): torch.func.jvp and dual numbers return 0 instead of raising, a silent "
+          "wrong derivative (not yet filed); second order raises", applies=_python_function),
     Known(("nn.LinearCrossEntropyLoss",), ("hvp",), "torch-rev", "the chunked loss's backward is computed without "
           "a graph: no second order", raises=RuntimeError, applies=_python_function),
 )

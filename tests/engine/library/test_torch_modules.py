@@ -13,13 +13,15 @@ import optree
 import pytest
 
 import gradci
+from gradci.scenarios.backends import registry
 from gradci.scenarios.library import family
 
 pytest.importorskip("torch")
 pytest.importorskip("expecttest")
 
 pytestmark = pytest.mark.slow  # listing the family builds every module of torch's database (~20 s)
-BACKENDS = ["torch-rev", "torch-func-rev", "torch-func-fwd", "fd"]
+# Every default torch backend, and the finite differences.
+BACKENDS = sorted(name for name, backend in registry().items() if backend.default and backend.framework in ("torch", "numpy"))
 SAMPLE_EVERY = 16
 
 
