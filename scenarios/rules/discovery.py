@@ -120,7 +120,21 @@ def project_jitted(root: str | Path) -> list[Any]:
             and _in_project(_code_file(getattr(obj, "__wrapped__", None)), Path(root).resolve())]
 
 
-def _torch_functions(root: Path) -> Iterator[Rule]:
+def rule_objects(root: str | Path) -> dict[str, list[Any]]:
+    """The live objects behind each rule id: its ``autograd.Function`` classes, its custom_vjp or custom_jvp.
+
+    Detection power (``gradci.scenarios.rules.planting``) swaps their derivative methods for a while. A
+    class made per call of a function is one rule with several classes, each listed.
+    """
+    root = Path(root).resolve()
+    found: dict[str, list[Any]] = {}
+    for rule, obj in (*_torch_functions(root, with_objects=True), *_module_rules(root, with_objects=True)):
+        if rule.methods:
+            found.setdefault(rule.id, []).append(obj)
+    return found
+
+
+def _torch_functions(root: Path, with_objects: bool = False) -> Iterator[Any]:
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -134,23 +148,27 @@ def _torch_functions(root: Path) -> Iterator[Rule]:
         if methods:
             module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
             file = _relative(module_file, root) if _in_project(module_file, root) else methods[0].file
-            yield Rule(TORCH_FUNCTION, cls.__qualname__, file, tuple(methods))
+            rule = Rule(TORCH_FUNCTION, cls.__qualname__, file, tuple(methods))
+            yield (rule, cls) if with_objects else rule
 
 
-def _module_rules(root: Path) -> Iterator[Rule]:
+def _module_rules(root: Path, with_objects: bool = False) -> Iterator[Any]:
     jax = sys.modules.get("jax")
     custom_ops = sys.modules.get("torch._library.custom_ops")
     for obj in _members(root):
         if jax is not None and isinstance(obj, jax.custom_vjp):
-            yield _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
+            rule = _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
+            yield (rule, obj) if with_objects else rule
         elif jax is not None and isinstance(obj, jax.custom_jvp):
-            yield _rule(CUSTOM_JVP, obj.fun, {"fun": obj.fun, "jvp": obj.jvp}, root)
+            rule = _rule(CUSTOM_JVP, obj.fun, {"fun": obj.fun, "jvp": obj.jvp}, root)
+            yield (rule, obj) if with_objects else rule
         elif custom_ops is not None and isinstance(obj, custom_ops.CustomOpDef):
             parts = {"forward": getattr(obj, "_init_fn", None),
                      "setup_context": getattr(obj, "_setup_context_fn", None),
                      "backward": getattr(obj, "_backward_fn", None)}
             if parts["backward"] is not None:  # no autograd registration: no rule of the user's
-                yield _rule(CUSTOM_OP, parts["forward"], parts, root, name=getattr(obj, "_qualname", None))
+                rule = _rule(CUSTOM_OP, parts["forward"], parts, root, name=getattr(obj, "_qualname", None))
+                yield (rule, obj) if with_objects else rule
 
 
 def _rule(kind: str, primal: Any, parts: dict[str, Any], root: Path, name: str | None = None) -> Rule:

@@ -1,0 +1,262 @@
+"""Plant a perturbation in one derivative method of a rule while a block runs, and restore it after.
+
+The method's output is changed in one of its outputs (its ``output``-th leaf: a torch ``backward``'s
+gradients in order, a ``jax.custom_vjp`` ``bwd``'s cotangent leaves, a ``jax.custom_jvp`` rule's
+tangent leaves): ``scale`` multiplies its largest-magnitude entry by 1 + δ, ``sign`` flips that entry's
+sign, ``drop`` zeroes it (a dropped term), ``transpose`` transposes a square matrix. Only functional
+ops, so that a plant runs as well under ``vmap`` and ``jax.jit`` tracing as on concrete values.
+
+Where the methods live, and so what is swapped:
+
+- ``torch.autograd.Function``: the class's ``backward``, ``vjp`` or ``jvp`` staticmethod. torch looks
+  them up on the class at each call (eager autograd, forward AD and ``torch.func`` alike).
+- ``jax.custom_vjp``: its ``bwd`` attribute; ``jax.custom_jvp``: its ``jvp`` attribute. jax reads them
+  when it traces a call, so a trace made before the plant keeps the old rule: entering and leaving a
+  plant clears jax's caches, the engine's kept programs and the project's own ``jax.jit`` functions
+  (``Planted.clear``); the programs made under a plant are never run after it.
+
+``Planted`` counts, per cell (the engine's ``cell_lines`` hook names the running cell), how often the
+plant ran and, where the values were concrete, whether it changed any: a cell the plant never reached
+is "not planted", not "missed", and a plant that changed nothing (an all-zero output, a symmetric
+matrix) is "no-op", not "missed".
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gradci.scenarios.rules.discovery import CUSTOM_JVP, CUSTOM_VJP, TORCH_FUNCTION, project_jitted
+
+SCALE, SIGN, DROP, TRANSPOSE = "scale", "sign", "drop", "transpose"
+PROBE = "probe"  # no change: learns the outputs' shapes
+# The methods a plant swaps, per kind of rule; the attribute holding each.
+PLANTABLE = {TORCH_FUNCTION: ("backward", "vjp", "jvp"), CUSTOM_VJP: ("bwd",), CUSTOM_JVP: ("jvp",)}
+
+CellKey = tuple[str, str, str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plant:
+    """One perturbation: its kind, the output (leaf) it changes, and δ for ``scale``."""
+
+    kind: str
+    output: int = 0
+    delta: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputShape:
+    """A leaf of a method's output as the probe saw it: its shape, and whether it is a floating array."""
+
+    shape: tuple[int, ...]
+    floating: bool
+
+    @property
+    def square(self) -> bool:
+        return len(self.shape) == 2 and self.shape[0] == self.shape[1] > 1
+
+
+class Planted:
+    """A plant in place, and what it did per cell: how often it ran, whether it changed a value."""
+
+    def __init__(self, plant: Plant, root: str | Path) -> None:
+        self.plant, self.root = plant, root
+        self.applied: Counter[CellKey] = Counter()
+        self.changed: Counter[CellKey] = Counter()
+        self.unchanged: Counter[CellKey] = Counter()
+        self.outputs: list[OutputShape] = []
+        self._cell: CellKey | None = None
+
+    # The engine's rule-coverage hook (``gradci.scenarios.rules.tracing.tracing``): which cell runs.
+    @contextlib.contextmanager
+    def cell(self, key: CellKey, framework: str) -> Iterator[None]:
+        if framework == "jax":  # an earlier cell's trace of the project's jax.jit would hide the plant from this one
+            for function in project_jitted(self.root):
+                function.clear_cache()
+        outer, self._cell = self._cell, key
+        try:
+            yield
+        finally:
+            self._cell = outer
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        yield
+
+    def kept_program(self, key: Hashable, made: bool) -> None:
+        pass
+
+    def perturbed(self, out: Any, kind_of_rule: str) -> Any:
+        """``out`` with the plant applied, counted for the running cell."""
+        if self._cell is not None:
+            self.applied[self._cell] += 1
+        if kind_of_rule == CUSTOM_JVP:  # (primal out, tangent out): only the tangent is the rule's derivative
+            primal, tangent = out
+            return primal, self._perturbed_leaves(tangent, _jax_tree)
+        return self._perturbed_leaves(out, _jax_tree if kind_of_rule == CUSTOM_VJP else _torch_tree)
+
+    def _perturbed_leaves(self, out: Any, tree: Callable[[Any], tuple[list[Any], Callable[[list[Any]], Any]]]) -> Any:
+        leaves, rebuild = tree(out)
+        if not self.outputs:
+            self.outputs = [OutputShape(tuple(getattr(leaf, "shape", ())), _floating(leaf)) for leaf in leaves]
+        index = self.plant.output
+        if self.plant.kind == PROBE or index >= len(leaves) or not _floating(leaves[index]):
+            return out
+        old = leaves[index]
+        new = _perturb(old, self.plant)
+        if self._cell is not None:
+            same = _concretely_equal(old, new)
+            if same is not None:
+                (self.unchanged if same else self.changed)[self._cell] += 1
+        leaves = [*leaves[:index], new, *leaves[index + 1:]]
+        return rebuild(leaves)
+
+
+@contextlib.contextmanager
+def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, root: str | Path) -> Iterator[Planted]:
+    """Swap ``method`` of the rule's live ``objects`` for one that perturbs its output, while the block runs."""
+    state = Planted(plant, root)
+    undo: list[Callable[[], None]] = []
+    try:
+        for obj in objects:
+            undo.append(_swap(obj, kind_of_rule, method, state))
+        clear(root, kind_of_rule)
+        yield state
+    finally:
+        for restore in reversed(undo):
+            restore()
+        clear(root, kind_of_rule)  # no program traced with the plant runs after it
+
+
+def clear(root: str | Path, kind_of_rule: str) -> None:
+    """Forget every compiled program that may hold a trace of the rule: the next call traces it anew."""
+    from gradci.scenarios.backends.framework_backend import PROGRAMS
+
+    PROGRAMS.clear()
+    jax = sys.modules.get("jax")
+    if jax is not None and kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
+        for function in project_jitted(root):
+            function.clear_cache()
+        jax.clear_caches()  # a jitted function made anywhere else (a scenario's own closure) keeps its trace too
+
+
+def _swap(obj: Any, kind_of_rule: str, method: str, state: Planted) -> Callable[[], None]:
+    if kind_of_rule == TORCH_FUNCTION:
+        entry = vars(obj).get(method)  # its own staticmethod, or None where inherited
+        original = getattr(obj, method)  # the function itself, read through the class
+
+        def torch_planted(*args: Any, **kwargs: Any) -> Any:
+            return state.perturbed(original(*args, **kwargs), kind_of_rule)
+
+        setattr(obj, method, staticmethod(torch_planted))
+
+        def restore_torch() -> None:
+            if entry is not None:
+                setattr(obj, method, entry)
+            else:  # inherited: the class's own entry goes, the base's shows again
+                delattr(obj, method)
+        return restore_torch
+    original_rule = getattr(obj, method)
+
+    def jax_planted(*args: Any, **kwargs: Any) -> Any:
+        return state.perturbed(original_rule(*args, **kwargs), kind_of_rule)
+
+    setattr(obj, method, jax_planted)
+    return lambda: setattr(obj, method, original_rule)
+
+
+def _torch_tree(out: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """A torch method's outputs: one tensor, or a tuple (or list) of tensors and Nones."""
+    if isinstance(out, (tuple, list)):
+        kind = type(out)
+        return list(out), lambda leaves: kind(leaves)
+    return [out], lambda leaves: leaves[0]
+
+
+def _jax_tree(out: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    return leaves, lambda new: jax.tree_util.tree_unflatten(treedef, new)
+
+
+def _floating(leaf: Any) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(leaf, torch.Tensor):
+        return leaf.is_floating_point() or leaf.is_complex()
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:
+        return False
+    import numpy as np
+
+    try:
+        return bool(np.issubdtype(dtype, np.inexact))
+    except TypeError:  # jax's float0, the cotangent of an integer input
+        return False
+
+
+def _perturb(leaf: Any, plant: Plant) -> Any:
+    """The leaf with the plant applied, by functional ops of its own framework."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(leaf, torch.Tensor):
+        ops: Any = _TorchOps(torch)
+    else:
+        import jax.numpy as jnp
+
+        ops = _JaxOps(jnp)
+    if plant.kind == DROP:
+        return ops.zeros_like(leaf)
+    if plant.kind == TRANSPOSE:
+        return ops.transpose(leaf) if len(leaf.shape) == 2 and leaf.shape[0] == leaf.shape[1] else leaf
+    mask = ops.largest_entry(leaf)  # 1 at the entry of largest magnitude, 0 elsewhere
+    factor = float(plant.delta or 0.0) if plant.kind == SCALE else -2.0  # sign: x - 2x = -x
+    return leaf + factor * mask * leaf
+
+
+class _TorchOps:
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+
+    def zeros_like(self, leaf: Any) -> Any:
+        return self.torch.zeros_like(leaf)
+
+    def transpose(self, leaf: Any) -> Any:
+        return leaf.transpose(-2, -1)
+
+    def largest_entry(self, leaf: Any) -> Any:
+        flat = leaf.reshape(-1)
+        positions = self.torch.arange(flat.shape[0], device=leaf.device)
+        return (positions == flat.abs().argmax()).to(leaf.dtype).reshape(leaf.shape)
+
+
+class _JaxOps:
+    def __init__(self, jnp: Any) -> None:
+        self.jnp = jnp
+
+    def zeros_like(self, leaf: Any) -> Any:
+        return self.jnp.zeros_like(leaf)
+
+    def transpose(self, leaf: Any) -> Any:
+        return self.jnp.swapaxes(leaf, -2, -1)
+
+    def largest_entry(self, leaf: Any) -> Any:
+        flat = self.jnp.reshape(leaf, (-1,))
+        positions = self.jnp.arange(flat.shape[0])
+        return (positions == self.jnp.argmax(self.jnp.abs(flat))).astype(leaf.dtype).reshape(leaf.shape)
+
+
+def _concretely_equal(old: Any, new: Any) -> bool | None:
+    """Whether the plant left the values as they were; None where they are traced (jit, vmap)."""
+    try:
+        if hasattr(old, "equal") and hasattr(old, "requires_grad"):  # torch
+            return bool(old.detach().equal(new.detach()))
+        import numpy as np
+
+        return bool(np.array_equal(np.asarray(old), np.asarray(new)))
+    except Exception:  # a tracer or a batched tensor has no concrete value  # noqa: BLE001
+        return None
