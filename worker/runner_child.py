@@ -18,7 +18,8 @@ never corrupt the protocol. The messages are ``gradci.worker.runner_messages``'s
   (``gradci.scenarios.check.check_scenario``). ``"options"``: further keyword arguments of
   ``check_scenario`` (the run's engine options, such as repeats), and ``"rule_coverage": true``: each
   cell then carries its rule-coverage record (``gradci.scenarios.rules.records``) and the answer the
-  checkout's rules.
+  checkout's rules; with ``"power": true`` too, each cell that reached a rule its detection-power
+  record (``gradci.scenarios.rules.power``), measured by re-running it with errors planted.
   Before the answer, a ``{"beat": true}`` line as each cell starts computing: the parent's timeout
   counts from the last one, so that it holds per cell. A cell that died of a CUDA out-of-memory or
   illegal-address error (``DEVICE_FAULTS``) is an ``error`` cell saying so, and the answer carries
@@ -253,6 +254,7 @@ def check_cells(
     peers = announcing(name for name in request.peers if name not in request.backends)
     options = dict(request.options)
     tracer = source.tracer() if options.pop("rule_coverage", False) else None
+    power = bool(options.pop("power", False)) and tracer is not None  # it re-runs the cells that reached a rule
     with captured_warnings() as outside, tracing(tracer):  # the cells keep their own; these came from the reference
         cells = check_scenario(scenario, backends, request.devices, request.dtypes, shared_cache(),
                                peers=peers, **options)
@@ -270,8 +272,17 @@ def check_cells(
     if tracer is None:
         return messages.CellsReply(cells=stamped, restart=restart)
     rules = tracer.rules()  # beside the verdict, never in it: the record is a key of its own
+    taken = {cell.key: tracer.take(cell.key, rules) for cell in cells}
     for record, cell in zip(stamped, cells):
-        record[RECORD_KEY] = tracer.take(cell.key, rules).to_dict()
+        record[RECORD_KEY] = taken[cell.key].to_dict()
+    if power:  # after the verdicts are stamped: the re-runs with plants cannot change them
+        from gradci.scenarios.rules.power import POWER_KEY
+        from gradci.scenarios.rules.power_check import measure_power
+
+        powers = measure_power(scenario, cells, taken, rules, tracer.root, backends, shared_cache(), peers=peers)
+        for record, cell in zip(stamped, cells):
+            if cell.key in powers:
+                record[POWER_KEY] = powers[cell.key].to_dict()
     return messages.CellsReply(cells=stamped, restart=restart, rules=[rule.to_dict() for rule in rules])
 
 

@@ -5,6 +5,7 @@ It checks a repository's scenarios (or the built-in library) in the sandboxed ru
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections import Counter, defaultdict
@@ -17,6 +18,7 @@ from rich.table import Table
 
 import gradci
 from gradci.cli.client import coverage_text
+from gradci.cli.power import PowerRecords, render_power
 from gradci.cli.rule_coverage import RuleRecords, render_rules, write_rules_report
 from gradci.cli.sandboxed import (
     DEFAULT_CELL_TIMEOUT_S,
@@ -73,16 +75,18 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
               parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None,
-              rules: bool = True, cov_report: str | None = None) -> int:
+              rules: bool = True, cov_report: str | None = None, power: bool = False) -> int:
     """Run ``gradci check`` and return its exit code.
 
     ``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
     times over repeated calls (None: gradci.toml's ``[check] timings``, else one call); ``rules``: record the
-    repository's rule coverage (``gradci.cli.rule_coverage``); ``cov_report``: write its lines to this file.
+    repository's rule coverage (``gradci.cli.rule_coverage``); ``cov_report``: write its lines to this file;
+    ``power``: re-run the cells that reached a rule with errors planted in it (``gradci.cli.power``).
     """
     err = Console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
     records = RuleRecords()
+    powers = PowerRecords()
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
@@ -104,16 +108,20 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             shards(upload_to, config)
         wanted = parallel or default_parallelism(target.matrix)
         options = {**({} if repeats is None else {"repeats": repeats}), **({"timings": True} if timings else {})}
-        traced = _rules_wanted(rules, cov_report, target)
+        traced = _rules_wanted(rules, cov_report, target, power)
         severity = unexercised_severity(config)
         if traced:
             options["rule_coverage"] = True
-        cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog, records)
+        if power:
+            options["power"] = True
+        cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog, records,
+                                                       powers)
     except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     report = gradci.Report(cells, omitted)
-    text = {"json": lambda: cells_to_json(report.cells), "junit": lambda: cells_to_junit(report.cells)}
+    text = {"json": lambda: _json(report.cells, powers if power else None),
+            "junit": lambda: cells_to_junit(report.cells)}
     rules_console = err
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
@@ -137,6 +145,8 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
                 err.print(f"error: {exc}", markup=False, highlight=False)
                 return EXIT_USAGE
             err.print(f"wrote the lines the cells ran to {cov_report} ({fmt_written})", markup=False, highlight=False)
+        if power:  # information beside the verdicts: it changes neither them nor the exit code
+            render_power(powers.summary(summary.rules, report.cells), powers, report.cells, rules_console)
     if upload_to is not None:
         try:
             err.print(upload(upload_to, report.cells, catalog, config), markup=False, highlight=False)
@@ -149,8 +159,20 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     return EXIT_OK if report.ok and not rules_fail else EXIT_FAILED
 
 
-def _rules_wanted(rules: bool, cov_report: str | None, target: Target) -> bool:
+def _json(cells: list[Cell], powers: PowerRecords | None) -> str:
+    """The cells as JSON; with --power, each measured cell with its ``power`` record."""
+    if powers is None:
+        return cells_to_json(cells)
+    return json.dumps(powers.json_cells([cell.to_dict() for cell in cells]), indent=2)
+
+
+def _rules_wanted(rules: bool, cov_report: str | None, target: Target, power: bool = False) -> bool:
     """Whether to record rule coverage: for a repository's own code, unless --no-rules."""
+    if power:  # the cells to re-run are those the coverage saw reach a rule
+        if not target.source:
+            raise UsageError("--power plants errors in a repository's own derivative rules: give it with --repo")
+        if not rules:
+            raise UsageError("--power re-runs the cells that rule coverage saw reach a rule: drop --no-rules")
     if cov_report is not None:
         if not target.source:
             raise UsageError("--cov-report measures a repository's own files: give it with --repo")
@@ -162,7 +184,8 @@ def _rules_wanted(rules: bool, cov_report: str | None, target: Target) -> bool:
 
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
                          parallel: int = 1, catalog: list[dict] | None = None,
-                         records: RuleRecords | None = None) -> tuple[list[Cell], int, int]:
+                         records: RuleRecords | None = None,
+                         powers: PowerRecords | None = None) -> tuple[list[Cell], int, int]:
     """Check the target's cells, with a progress bar on stderr when it is a terminal.
 
     Returns (the cells, the number of runners that checked them, the cells not made). The bar shows
@@ -190,12 +213,12 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
         count = min(parallel, len(set(functions.values())) or 1)
         if count <= 1:
-            return check_planned(_WithOptions(runner, options, records), planned, advance), 1, plan.omitted
+            return check_planned(_WithOptions(runner, options, records, powers), planned, advance), 1, plan.omitted
         others = [local_runner_for(cell_timeout_s, target.matrix) for _ in range(count - 1)]
         for other in others:
             other.extra_env.update(thread_limits(parallel))
         try:
-            runners = [_WithOptions(one, options, records) for one in (runner, *others)]
+            runners = [_WithOptions(one, options, records, powers) for one in (runner, *others)]
             return check_in_parallel(runners, planned, functions, advance), count, plan.omitted
         finally:
             for other in others:
@@ -217,11 +240,14 @@ def with_agreement(specs: list[CellSpec]) -> list[CellSpec]:
 class _WithOptions:
     """A runner whose scenario requests carry the engine's options; rule-coverage records go to ``records``."""
 
-    def __init__(self, runner: WarmRunner, options: dict, records: RuleRecords | None = None) -> None:
-        self.runner, self.options, self.records = runner, options, records
+    def __init__(self, runner: WarmRunner, options: dict, records: RuleRecords | None = None,
+                 powers: PowerRecords | None = None) -> None:
+        self.runner, self.options, self.records, self.powers = runner, options, records, powers
 
     def run_cells(self, specs: list[CellSpec], **kwargs) -> list[dict]:
         cells = self.runner.run_cells(specs, options=self.options, **kwargs)
+        if self.powers is not None:
+            cells = self.powers.take(cells)
         return self.records.take(cells, self.runner.rules) if self.records is not None else cells
 
 

@@ -80,6 +80,11 @@ def check(
     cov_report: str | None = typer.Option(None, "--cov-report", metavar="PATH",
                                           help="Write the repository lines the cells ran as Cobertura XML "
                                                "(PATH.xml) or LCOV (PATH.info, PATH.lcov)."),
+    power: bool = typer.Option(False, "--power",
+                               help="Detection power: re-run the cells that reached each rule with errors "
+                                    "planted in it (an output scaled by 1 + δ, δ = 1e-1 … 1e-8, a sign flipped, "
+                                    "a term dropped, a transpose) and print the smallest δ each cell caught "
+                                    "and what no cell catches. Costly: several re-runs per rule output."),
     upload: str | None = typer.Option(None, "--upload", metavar="URL",
                                       help="Also send the cells to the gradci server at URL (its base URL), "
                                            "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
@@ -106,6 +111,7 @@ def check(
     With cpu and cuda devices, CPU–GPU agreement cells (cuda:N-vs-cpu) come too.
     With --upload, the cells also go to a gradci server (exit 2 when it refuses them).
     With --repo, a rule no cell reached fails the check too (gradci.toml's \\[rules] unexercised).
+    --power adds information only: it never changes a cell's verdict nor the exit code.
     """
     from gradci.cli.check import run_check
     from gradci.cli.upload import UploadOptions
@@ -116,7 +122,7 @@ def check(
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
                                parallel=jobs, upload_to=upload_to, timings=timings, rules=rules,
-                               cov_report=cov_report))
+                               cov_report=cov_report, power=power))
 
 
 @app.command()

@@ -43,6 +43,7 @@ NOTABLE_DELTA = 1e-2
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 WHAT = {SCALE: "largest entry scaled by 1 + δ", SIGN: "sign of its largest entry flipped",
         DROP: "zeroed (a dropped term)", TRANSPOSE: "transposed"}
+SHORT = {SCALE: "scaled by 1.1", SIGN: "a sign flipped", DROP: "zeroed", TRANSPOSE: "transposed"}
 
 
 def output_name(method: str, output: int, outputs: int) -> str:
@@ -100,8 +101,16 @@ class CellPower:
         return min(caught, default=None)
 
     def missed(self) -> list[str]:
-        """The plants it missed outright (for ``scale``: even at δ = 1e-1)."""
-        return [p.describe() for p in self.plants if p.outcome == MISSED]
+        """The plants it missed outright (``scale``: even at δ = 1e-1), one line per output.
+
+        "Mul: `backward`'s second output (scaled by 1.1, a sign flipped, zeroed)".
+        """
+        by_output: dict[tuple[str, str, int, int], list[str]] = {}
+        for p in self.plants:
+            if p.outcome == MISSED:
+                by_output.setdefault((p.rule, p.method, p.output, p.outputs), []).append(SHORT[p.kind])
+        return [f"{rule.rsplit('::', 1)[-1]}: {output_name(method, output, outputs)} ({', '.join(kinds)})"
+                for (rule, method, output, outputs), kinds in by_output.items()]
 
     def to_dict(self) -> dict[str, Any]:
         return {"plants": [p.to_dict() for p in self.plants], "smallest_delta": self.smallest_delta,
@@ -171,15 +180,15 @@ class PlantPower:
             return None
         else:
             head = f"{where} {WHAT[self.kind]} is caught by no cell"
-        return f"{head}: {self._why(measured)}"
+        return f"{head}: {self.why(measured)}"
 
-    def _why(self, measured: list[Reacher]) -> str:
+    def why(self, measured: list[Reacher]) -> str:
         dtypes = sorted({c.dtype for c in measured})
         rtol = max((c.rtol for c in measured if c.rtol is not None), default=None)
         tolerance = f" (rtol up to {rtol:.0e})" if rtol is not None else ""
         if self.kind in (DROP, SIGN) or (self.kind == SCALE and self.smallest_delta is None):
-            return (f"the {len(measured)} cells that reach it ({', '.join(dtypes)}) pass with it: an output no cell "
-                    "compares, such as the gradient of an input no scenario differentiates?")
+            return (f"the {len(measured)} cells that reach it ({', '.join(dtypes)}) pass with it: no cell compares "
+                    "this output (the gradient of an input no scenario differentiates?)")
         if len(dtypes) == 1 and dtypes[0] != "float64":
             return f"only {dtypes[0]} cells reach it{tolerance}"
         return f"the {len(measured)} cells that reach it ({', '.join(dtypes)}) pass with it{tolerance}"
@@ -207,12 +216,30 @@ class RulePower:
         return f"{output_name(other.method, other.output, other.outputs)} {WHAT[other.kind]}" if other else None
 
     def findings(self) -> list[str]:
-        return [line for plant in self.plants if (line := plant.finding())]
+        """A line per perturbation no cell catches; one per output where every one of its plants is missed."""
+        lines = []
+        for (method, output), plants in _by_output(self.plants).items():
+            found = [(plant, line) for plant in plants if (line := plant.finding())]
+            if len(found) > 1 and len(found) == len(plants) and not any(p.caught_by for p in plants):
+                first = plants[0]
+                where = output_name(method, output, first.outputs)
+                kinds = ", ".join(SHORT[p.kind] for p in plants)
+                lines.append(f"{where}, {kinds}: caught by no cell: {first.why(first.measured)}")
+            else:
+                lines += [line for _, line in found]
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule.id, "name": self.rule.name, "kind": self.rule.kind, "file": self.rule.file,
                 "weakest_caught": self.weakest_caught(), "findings": self.findings(),
                 "plants": [p.to_dict() for p in self.plants]}
+
+
+def _by_output(plants: list[PlantPower]) -> dict[tuple[str, int], list[PlantPower]]:
+    grouped: dict[tuple[str, int], list[PlantPower]] = {}
+    for plant in plants:
+        grouped.setdefault((plant.method, plant.output), []).append(plant)
+    return grouped
 
 
 def summarize_power(rules: Iterable[Rule], cells: Iterable[tuple[Cell, CellPower]]) -> list[RulePower]:
