@@ -1,9 +1,10 @@
-"""Rules with two outputs each, of which the scenarios compare only the first (tests/engine/rules/test_power.py).
+"""Rules with two outputs each, an error in the second one caught only where w is differentiated.
 
-``Mul`` and ``jmul`` compute x * w; their backward returns the gradients for x and for w, but every
+``Mul`` and ``jmul`` compute x * w; their backward returns the gradients for x and for w. The "mul"
 scenario holds w constant: the second gradient is computed and thrown away, so an error in it is
-caught by no cell. ``WrongMul``'s backward is wrong in its first output: its cells fail with or
-without a plant.
+caught by none of its cells; "both" makes w depend on x, and there it is compared.
+``WrongMul``'s backward is wrong in its first output: its cells fail with or without a plant.
+(tests/engine/rules/test_power.py, tests/cli/test_power.py)
 """
 import jax
 import jax.numpy as jnp
@@ -64,3 +65,12 @@ def torch_wrong_sum(v):
 
 def jax_mul_sum(v):
     return jnp.sum(jmul(v, jnp.asarray(W, dtype=v.dtype)) ** 2)
+
+
+def torch_mul_both(v):
+    """w depends on v too: the backward's second output is compared (the twin of ``torch_mul_sum``)."""
+    return (Mul.apply(v, torch.as_tensor(W, dtype=v.dtype) * v) ** 2).sum()
+
+
+def jax_mul_both(v):
+    return jnp.sum(jmul(v, jnp.asarray(W, dtype=v.dtype) * v) ** 2)

@@ -1,0 +1,51 @@
+"""`gradci check --power` as a user runs it: the sandboxed runner, the tables, the JSON records."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # gradci check subprocesses: seconds apiece
+
+PROJECT = Path(__file__).resolve().parents[1] / "data" / "projects" / "power"
+GRADCI = [sys.executable, "-m", "gradci"]
+
+
+def gradci_check(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GRADCI, "check", "--repo", str(root), "-j", "1", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECT, root)
+    return root
+
+
+def test_power_prints_what_no_cell_catches_and_leaves_verdicts_and_exit_code_alone(project):
+    plain = gradci_check(project, "-k", "mul/*,wrong", "--format", "json")
+    powered = gradci_check(project, "-k", "mul/*,wrong", "--format", "json", "--power")
+    assert plain.returncode == powered.returncode == 1, powered.stderr  # WrongMul fails either way
+    cells, with_power = json.loads(plain.stdout), json.loads(powered.stdout)
+    verdict = ("scenario", "backend", "device", "dtype", "status", "max_abs_err", "message")
+    assert [[c[k] for k in verdict] for c in cells] == [[c[k] for k in verdict] for c in with_power]
+    power = {(c["scenario"], c["backend"], c["dtype"]): c.get("power") for c in with_power}
+    assert power[("mul/gradient", "torch-rev", "float64")]["smallest_delta"] <= 1e-3
+    assert any("second output" in line for line in power[("mul/gradient", "jax-rev-jit", "float64")]["missed"])
+    assert "fail without a plant" in power[("wrong/gradient", "torch-rev", "float64")]["not_measured"]
+    text = " ".join(powered.stderr.split())  # with --format json the rules' tables go to stderr
+    assert "power: Mul (powerops/ops.py): `backward`'s second output" in text and "caught by no cell" in text
+    assert "Mul: weakest perturbation caught: δ = 1e-05 in `backward`'s first output" in text
+
+
+def test_power_needs_a_repository_and_rule_coverage(project):
+    out = subprocess.run([*GRADCI, "check", "--family", "elementary", "--power"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "--power plants errors in a repository's own derivative rules" in out.stderr
+    out = gradci_check(project, "--power", "--no-rules")
+    assert out.returncode == 2 and "drop --no-rules" in out.stderr
