@@ -121,11 +121,11 @@ def test_every_import_points_down_the_layers() -> None:
 # Inside a layer, its folders are floors, bottom first: a module may use its own floor and those below.
 # The engine: the contracts (standard library only), the numeric records, the frameworks' adapters, the
 # operators, the authoring API, rule coverage, the references, the backends, the verdict, the driver
-# (check.py) and the built-in library on top. The server side: its small core modules, the settings, the queue, the
+# (check.py), detection power (which re-runs cells) and the built-in library on top. The server side: its small core modules, the settings, the queue, the
 # planner, the database (and its migrations), the reports, GitHub, uploads, read access and the API.
 FLOORS = {
     "gradci.scenarios": ("contract", "numerics", "adapters", "operators", "authoring", "rules", "reference",
-                         "backends", "verdict", "check", "library"),
+                         "backends", "verdict", "check", "power", "library"),
     "gradci.services": ("core", "settings", "broker", "planner", "db", "migrations", "reports", "github", "uploads",
                         "access", "api"),
 }

@@ -276,8 +276,8 @@ def check_cells(
     for record, cell in zip(stamped, cells):
         record[RECORD_KEY] = taken[cell.key].to_dict()
     if power:  # after the verdicts are stamped: the re-runs with plants cannot change them
+        from gradci.scenarios.power.measure import measure_power
         from gradci.scenarios.rules.power import POWER_KEY
-        from gradci.scenarios.rules.power_check import measure_power
 
         powers = measure_power(scenario, cells, taken, rules, tracer.root, backends, shared_cache(), peers=peers)
         for record, cell in zip(stamped, cells):

@@ -123,7 +123,7 @@ def project_jitted(root: str | Path) -> list[Any]:
 def rule_objects(root: str | Path) -> dict[str, list[Any]]:
     """The live objects behind each rule id: its ``autograd.Function`` classes, its custom_vjp or custom_jvp.
 
-    Detection power (``gradci.scenarios.rules.planting``) swaps their derivative methods for a while. A
+    Detection power (``gradci.scenarios.power.planting``) swaps their derivative methods for a while. A
     class made per call of a function is one rule with several classes, each listed.
     """
     root = Path(root).resolve()

@@ -33,8 +33,8 @@ from typing import Any
 
 from gradci.scenarios.contract.cell import Cell
 from gradci.scenarios.rules.discovery import Rule
-from gradci.scenarios.rules.planting import DROP, SCALE, SIGN, TRANSPOSE
 
+SCALE, SIGN, DROP, TRANSPOSE = "scale", "sign", "drop", "transpose"  # the plants
 POWER_KEY = "power"  # the key under which a runner's cell record carries it
 LADDER = tuple(10.0 ** -k for k in range(1, 9))  # 1e-1 … 1e-8
 CAUGHT, MISSED, NO_OP, NOT_PLANTED, ERROR = "caught", "missed", "no-op", "not planted", "error"

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from gradci.scenarios.rules.discovery import CUSTOM_JVP, CUSTOM_VJP, TORCH_FUNCTION, project_jitted
+from gradci.scenarios.rules.power import DROP, SCALE, TRANSPOSE
 
-SCALE, SIGN, DROP, TRANSPOSE = "scale", "sign", "drop", "transpose"
 PROBE = "probe"  # no change: learns the outputs' shapes
 # The methods a plant swaps, per kind of rule; the attribute holding each.
 PLANTABLE = {TORCH_FUNCTION: ("backward", "vjp", "jvp"), CUSTOM_VJP: ("bwd",), CUSTOM_JVP: ("jvp",)}

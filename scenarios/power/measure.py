@@ -19,15 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gradci.scenarios.contract.cell import Cell, Status
+from gradci.scenarios.power.planting import PLANTABLE, PROBE, Plant, Planted, planted
 from gradci.scenarios.rules.discovery import Rule, rule_objects
-from gradci.scenarios.rules.planting import DROP, PLANTABLE, PROBE, SCALE, SIGN, TRANSPOSE, Plant, Planted, planted
 from gradci.scenarios.rules.power import (
     CAUGHT,
+    DROP,
     ERROR,
     LADDER,
     MISSED,
     NO_OP,
     NOT_PLANTED,
+    SCALE,
+    SIGN,
+    TRANSPOSE,
     CellPower,
     PlantResult,
 )
