@@ -23,6 +23,7 @@ from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
 from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
 from gradci.services.broker.queues import queue_for_device
+from gradci.services.job_balance import Costs, cut_by_cost, longest_first, target_seconds
 
 
 class PlanError(ValueError):
@@ -74,6 +75,8 @@ class JobSpec:
     device: str
     queue: str
     scenarios: tuple[str, ...]
+    # What its cells are expected to take (seconds, from an earlier run's timings); None: not known.
+    cost_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,15 +217,32 @@ def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | 
 
 
 def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
-              gpus: GpuWorkers = GpuWorkers(), scopes: Mapping[str, BackendScope] | None = None) -> list[JobSpec]:
-    """The jobs: device × backend × chunks of the scenarios that can run on the device, in a stable order.
+              gpus: GpuWorkers = GpuWorkers(), scopes: Mapping[str, BackendScope] | None = None,
+              costs: Costs | None = None) -> list[JobSpec]:
+    """The jobs: device × backend × chunks of the scenarios that can run on the device.
 
     The scenarios of a device are first grouped by the queue their needs route them to. ``scopes``
-    (backend → what it has cells of) leaves out the scenarios a backend has no cells of.
+    (backend → what it has cells of) leaves out the scenarios a backend has no cells of. Without
+    ``costs`` every job holds ``chunk_size`` scenarios, in a stable order; with them, jobs are cut at
+    the run's target cost and ordered longest first (``gradci.services.job_balance``).
     """
-    specs = []
+    groups = _groups(runnable, matrix, gpus, scopes or {})
+    if costs is None:
+        return [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
+                for backend, device, queue, names in groups for chunk in chunked(names, chunk_size)]
+    seconds = [costs.of(names, backend, device) for backend, device, _, names in groups]
+    target = target_seconds(sum(map(sum, seconds)), costs.workers)
+    specs = [JobSpec(backend=backend, device=device, queue=queue, scenarios=piece, cost_s=cost)
+             for (backend, device, queue, names), group_seconds in zip(groups, seconds)
+             for piece, cost in cut_by_cost(names, group_seconds, target, chunk_size)]
+    return [specs[i] for i in longest_first([spec.cost_s or 0.0 for spec in specs])]
+
+
+def _groups(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, gpus: GpuWorkers,
+            scope_of: Mapping[str, BackendScope]) -> list[tuple[str, str, str, list[str]]]:
+    """(backend, device, queue, scenario names) of each group of scenarios a job may hold, in a stable order."""
     assert matrix.devices is not None and matrix.backends is not None, "a resolved matrix"
-    scope_of = scopes or {}
+    groups = []
     for device in matrix.devices:
         queues: dict[str, list[ScenarioInfo]] = {}
         for info in runnable.get(device, ()):
@@ -231,9 +251,9 @@ def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, ch
         for backend in matrix.backends:
             for queue, infos in queues.items():
                 names = [info.name for info in infos if info.has_cells_for(scope_of.get(backend))]
-                specs += [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
-                          for chunk in chunked(names, chunk_size)]
-    return specs
+                if names:
+                    groups.append((backend, device, queue, names))
+    return groups
 
 
 def omitted_cells(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix,
@@ -276,6 +296,7 @@ def divide_into_jobs(
     chunk_size: int = 25,
     gpus: GpuWorkers = GpuWorkers(),
     scopes: Mapping[str, BackendScope] | None = None,
+    costs: Costs | None = None,
 ) -> Plan:
     """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
 
@@ -289,7 +310,7 @@ def divide_into_jobs(
         raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
                         "the repository declares no scenario")
     runnable, skipped = split_runnable(chosen, matrix)
-    jobs = job_specs(runnable, matrix, chunk_size, gpus, scopes)
+    jobs = job_specs(runnable, matrix, chunk_size, gpus, scopes, costs)
     if not jobs:
         if not skipped:
             raise PlanError(f"no backend of {', '.join(matrix.backends or ())} checks the chosen scenarios: "

@@ -18,10 +18,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from gradci.scenarios.authoring.project import ProjectError, read_config
 from gradci.scenarios.contract.cell import Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.services import planner
+from gradci.services.db.cell_costs import last_timed_run, scenario_costs
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.results import upsert_results
@@ -29,6 +32,7 @@ from gradci.services.db.runs import mark_run_error
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
 from gradci.services.db.workers import gpu_workers, online_counts_by_device
+from gradci.services.job_balance import Costs
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
 from gradci.worker.runner import RunnerError
@@ -66,6 +70,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         else:  # the workers the plan's devices and routing follow
             online = online_counts_by_device(session, within_s=settings.worker_online_s)
             gpus = gpu_workers(session, within_s=settings.worker_online_s)
+            costs = _costs(session, run, online)
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
@@ -79,7 +84,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
             default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
-            scopes=source.scopes,
+            scopes=source.scopes, costs=costs,
         )
     except (CheckoutError, RunnerError, planner.PlanError) as exc:
         _fail(database, run_id, str(exc))
@@ -89,6 +94,14 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         _fail(database, run_id, f"planning failed: {type(exc).__name__}: {exc}")
         return
     _send_all(_store(database, run_id, source, the_plan), send_job)
+
+
+def _costs(session: Session, run: Run, online: Mapping[str, int]) -> Costs | None:
+    """The weights of the run's jobs: its repository's last timed run's cells (None: no such run)."""
+    earlier = last_timed_run(session, run)
+    if earlier is None:
+        return None
+    return Costs(scenario_costs(session, earlier), workers=max(1, sum(online.values())))
 
 
 def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -> list[tuple[int, str]]:
