@@ -44,6 +44,7 @@ by.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -57,24 +58,45 @@ REFERENCE_ERROR_FACTOR = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
+    """rtol and atol, and the floors the comparison's scale and threshold keep at f and x (``at``).
+
+    ``eps``: where given (float32), atol is relative to the result's own scale however small it is, down
+    to the rounding floor ``scale_floor``; None keeps ``max(1, max|r|)``. ``absolute_floor``: the least
+    threshold of a second-order result, what float64 rounding of f lets a second difference resolve.
+    """
+
     rtol: float
     atol: float
+    eps: float | None = None
+    scale_floor: float = 1.0
+    absolute_floor: float = 0.0
 
     def widened(self, rtol: float | None = None, atol: float | None = None) -> Tolerance:
         """The scenario's own overrides, where it gives them."""
-        return Tolerance(rtol=self.rtol if rtol is None else rtol, atol=self.atol if atol is None else atol)
+        return dataclasses.replace(self, rtol=self.rtol if rtol is None else rtol,
+                                   atol=self.atol if atol is None else atol)
+
+    def at(self, f_scale: float, x_scale: float, order: int) -> Tolerance:
+        """The tolerance with its floors for a derivative of ``order`` of f (|f(x)| ~ ``f_scale``) at x.
+
+        ``x_scale``: x's root-mean-square size, taken as at least 1. A derivative's natural size is
+        |f|/|x|^order; rounding of f makes what lies far below it undecidable (``rounding_floors``).
+        """
+        scale_floor, absolute_floor = rounding_floors(self, f_scale, x_scale, order)
+        return dataclasses.replace(self, scale_floor=scale_floor, absolute_floor=absolute_floor)
 
 
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-6, atol=1e-9),
-    "float32": Tolerance(rtol=2e-3, atol=2e-4),
+    "float32": Tolerance(rtol=2e-3, atol=2e-4, eps=FLOAT32_EPS),
     "float16": Tolerance(rtol=2e-2, atol=2e-2),
     "bfloat16": Tolerance(rtol=6e-2, atol=6e-2),
 }
 
 DTYPES = tuple(DEFAULT_TOLERANCES)
 # float32 whose matmuls and convolutions ran in TF32 on a GPU (``Tolerance`` tables' "float32 with TF32").
-TF32_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-3)
+TF32_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-3, eps=FLOAT32_EPS)
 
 AGREEMENT_TOLERANCES: dict[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-9, atol=1e-11),
@@ -85,9 +107,42 @@ AGREEMENT_TOLERANCES: dict[str, Tolerance] = {
 TF32_AGREEMENT_TOLERANCE = Tolerance(rtol=2e-3, atol=2e-4)
 
 
+# A float32 derivative's rounding, in ulps of f's own size over x's: what a correct kernel may be off by
+# where the derivative is far smaller than f/x (cancelling terms of that size). Its scale floor is that
+# over atol.
+RESULT_ROUNDING_ULPS = 64
+# Where f and the derivative are both 0 (a product with two zero factors) nothing gives a scale: atol is
+# relative to a thousandth at least, so a 5 % error still fails on derivatives of 1e-5.
+MIN_SCALE = 1e-3
+# A float64 second difference of f resolves K·eps·|f| / h² at best; at a step of 2.5e-4 of x's size
+# (where a reference started at 1e-3 to step over a kink or a max-switch further away ends) with K = 16
+# (the stencil's weights and f's own rounding), that is the least threshold a second-order result can be
+# held to.
+SECOND_DIFFERENCE_STEP = 2.5e-4
+SECOND_DIFFERENCE_ULPS = 16
+
+
+def rounding_floors(tol: Tolerance, f_scale: float, x_scale: float, order: int) -> tuple[float, float]:
+    """(scale_floor, absolute_floor) of ``Tolerance.at``."""
+    length = max(1.0, x_scale)
+    natural = f_scale / length ** order
+    scale_floor = 1.0 if tol.eps is None else max(MIN_SCALE, RESULT_ROUNDING_ULPS * tol.eps * natural / tol.atol)
+    absolute_floor = (SECOND_DIFFERENCE_ULPS * float(np.finfo(np.float64).eps) * natural / SECOND_DIFFERENCE_STEP ** 2
+                      if order >= 2 else 0.0)
+    return scale_floor, absolute_floor
+
+
+def at_point(tol: Tolerance, value: Any, x: Any, order: int) -> Tolerance:
+    """``tol`` with its rounding floors for a derivative of ``order`` of f, valued ``value`` at ``x`` (pytrees)."""
+    f_values, x_values = flat_leaves(value), flat_leaves(x)
+    f_scale = float(np.max(np.abs(f_values[np.isfinite(f_values)]), initial=0.0))
+    x_scale = float(np.sqrt(np.mean(x_values ** 2))) if x_values.size else 0.0
+    return tol.at(f_scale, x_scale if np.isfinite(x_scale) else 0.0, order)
+
+
 def allowance(tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
-    """What the dtype allows before the reference's own error is added: atol·scale + rtol·|r|."""
-    return tol.atol * scale + tol.rtol * magnitude
+    """What the dtype allows before the reference's own error is added: atol·scale + rtol·|r| (and its floor)."""
+    return tol.atol * scale + tol.rtol * magnitude + tol.absolute_floor
 
 
 def undecided(error: np.ndarray, tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
@@ -96,15 +151,23 @@ def undecided(error: np.ndarray, tol: Tolerance, magnitude: np.ndarray, scale: f
 
 
 def reliable_scale(reference: np.ndarray, error: np.ndarray, tol: Tolerance) -> float:
-    """max(1, max|r|) over the finite elements whose reference decides them at their own magnitude."""
+    """max(floor, max|r|) over the finite elements whose reference decides them at their own magnitude.
+
+    The floor is 1, or float32's rounding floor (``Tolerance.at``).
+    """
     magnitude = np.abs(reference)
-    trusted = np.isfinite(reference) & ~undecided(error, tol, magnitude, np.maximum(1.0, magnitude))
-    return max(1.0, float(np.max(magnitude[trusted]))) if np.any(trusted) else 1.0
+    floor = tol.scale_floor
+    trusted = np.isfinite(reference) & ~undecided(error, tol, magnitude, np.maximum(floor, magnitude))
+    return max(floor, float(np.max(magnitude[trusted]))) if np.any(trusted) else floor
 
 
 def strictest(tolerances: list[Tolerance]) -> Tolerance:
-    """The tightest of several tolerances: what a reference must be able to decide for all of them."""
-    return Tolerance(rtol=min(t.rtol for t in tolerances), atol=min(t.atol for t in tolerances))
+    """The tightest of several tolerances: what a reference must be able to decide for all of them.
+
+    float64's, where there is one: a float32 scale below 1 is still far looser than float64's atol.
+    """
+    return Tolerance(rtol=min(t.rtol for t in tolerances), atol=min(t.atol for t in tolerances),
+                     eps=None if any(t.eps is None for t in tolerances) else min(t.eps or 0.0 for t in tolerances))
 
 
 def required(dtypes: tuple[str, ...], rtol: float | None = None, atol: float | None = None) -> Tolerance:

@@ -22,7 +22,7 @@ from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
 from gradci.scenarios.numerics.sparsity import as_matrix, entry_name, first_entry
 from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, tolerance_for
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
-from gradci.scenarios.reference.finite_differences import compute_references
+from gradci.scenarios.reference.finite_differences import compute_references, small_step_references
 from gradci.scenarios.reference.step_spread import StepSpread, step_spread
 
 FLOAT64 = tolerance_for("float64")
@@ -44,7 +44,7 @@ class ReferenceAnswer:
     detail: str = ""
     elapsed_ms: float | None = None
     # Shared by the copies ``ReferenceCache.answer`` hands out: the steadiness is computed once a scenario.
-    _learnt: dict[str, StepSpread] = dataclasses.field(default_factory=dict, repr=False)
+    _learnt: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def description(self) -> tuple[str, float | None]:
@@ -65,6 +65,17 @@ class ReferenceAnswer:
         if "steadiness" not in self._learnt:
             self._learnt["steadiness"] = step_spread(self.scenario, self.tangent, self.refs)
         return self._learnt["steadiness"]
+
+    def small_step_references(self) -> list[Reference]:
+        """The references again from small steps only, where the steadiness found the first the outlier.
+
+        Computed once a scenario (``finite_differences.small_step_references``).
+        """
+        if "small steps" not in self._learnt:
+            step = self.steadiness().outlier_step
+            assert step is not None  # asked only where the steadiness found the outlier
+            self._learnt["small steps"] = small_step_references(self.scenario, self.tangent, self.refs, step)
+        return self._learnt["small steps"]
 
 
 def describe(references: list[Reference]) -> tuple[str, float | None]:

@@ -10,7 +10,14 @@ import optree
 
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.numerics.reference_values import Probe, Reference
-from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, allowance, reliable_scale, undecided
+from gradci.scenarios.numerics.tolerances import (
+    REFERENCE_ERROR_FACTOR,
+    Tolerance,
+    allowance,
+    at_point,
+    reliable_scale,
+    undecided,
+)
 from gradci.scenarios.operators.blocks import block_matrix
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 
@@ -167,10 +174,12 @@ def compare_probes(flat: np.ndarray, probes: list[Probe], tol: Tolerance, expect
             return Comparison(ok=False, max_abs_err=float("inf"), max_rel_err=float("inf"),
                               message=_non_finite_message(flat, projection, probe))
         value, error = np.array([probe.value]), np.array([probe.error])
-        scale = reliable_scale(value, error, tol)
+        magnitude = np.array([max(noise_scale, abs(probe.value))])
+        # Relative to the result's own size (float32's scale may be below 1): the projection's terms as
+        # well as their sum, which may cancel.
+        scale = max(reliable_scale(value, error, tol), float(magnitude[0]) if tol.eps is not None else 0.0)
         atol = tol.atol * scale
         diff = abs(projection - probe.value)
-        magnitude = np.array([max(noise_scale, abs(probe.value))])
         allowed = allowance(tol, magnitude, scale)
         ok = bool(diff <= allowed[0] + REFERENCE_ERROR_FACTOR * probe.error)
         total = total.merge(Comparison(
@@ -185,8 +194,10 @@ def compare_to_reference(result: Any, reference: Reference, tol: Tolerance, oper
     """The whole comparison of one (co)tangent's result.
 
     An operator that returns the value (value_and_gradient) has it checked too. ``x``, the scenario's
-    point, lays out a matrix result's blocks for probes.
+    point, lays out a matrix result's blocks for probes. The tolerance takes its floors at f(x) and x
+    (``Tolerance.at``).
     """
+    tol = at_point(tol, reference.value, x, OPERATOR_RECORDS[operator].order)
     if OPERATOR_RECORDS[operator].returns_value:
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             return Comparison(ok=False, message=f"{operator} must return (value, gradient)")
