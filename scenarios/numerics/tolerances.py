@@ -62,7 +62,8 @@ class Tolerance:
 
     ``eps``: where given (float32), atol is relative to the result's own scale however small it is, down
     to the rounding floor ``scale_floor``; None keeps ``max(1, max|r|)``. ``absolute_floor``: the least
-    threshold of a second-order result, what float64 rounding of f lets a second difference resolve.
+    error estimate a second-order reference is held to (``undecided``), what float64 rounding of f lets
+    a second difference resolve.
     """
 
     rtol: float
@@ -141,13 +142,19 @@ def at_point(tol: Tolerance, value: Any, x: Any, order: int) -> Tolerance:
 
 
 def allowance(tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
-    """What the dtype allows before the reference's own error is added: atol·scale + rtol·|r| (and its floor)."""
-    return tol.atol * scale + tol.rtol * magnitude + tol.absolute_floor
+    """What the dtype allows before the reference's own error is added: atol·scale + rtol·|r|."""
+    return tol.atol * scale + tol.rtol * magnitude
 
 
 def undecided(error: np.ndarray, tol: Tolerance, magnitude: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
-    """Where the reference's error estimate is too large to decide a result at this tolerance."""
-    return error > allowance(tol, magnitude, scale)
+    """Where the reference's error estimate is too large to decide a result at this tolerance.
+
+    A second-order reference is held to no less than what a float64 second difference can resolve
+    (``absolute_floor``): an exact zero's estimate of a few 1e-9 is then decided. The floor only
+    judges the reference: a result is still compared within the allowance and the reference's own
+    estimated error, so a small error in a large second derivative is not let through by it.
+    """
+    return error > allowance(tol, magnitude, scale) + tol.absolute_floor
 
 
 def reliable_scale(reference: np.ndarray, error: np.ndarray, tol: Tolerance) -> float:

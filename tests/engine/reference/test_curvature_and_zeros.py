@@ -62,3 +62,24 @@ def test_a_wrong_hvp_of_a_piecewise_linear_f_still_fails():
     (found,) = gradci.check([s], backends=["torch-rev"], devices=["cpu"], dtypes=["float64"],
                             references=ReferenceCache()).cells
     assert found.status == "fail", found
+
+
+def cubic_beside_a_large_constant(rule_scale: float) -> Scenario:
+    """1e6 + Σ w·x³/6, its backward rule scaled: the Hessian (w·x) is about 1 where |f| is 1e6.
+
+    The float64 rounding floor a second-order reference is held to (16·eps·|f| / (2.5e-4)², about 0.06
+    here) is for judging the reference, not the result: were it added to the comparison's allowance, a
+    5 % error in these second derivatives would pass.
+    """
+    cube = torch_elementwise(lambda y: y ** 3 / 6, lambda y: y * y / 2, backward_scale=rule_scale)
+    weights = np.cos(np.arange(6) * 0.7 + 0.3)
+    return Scenario(f"cubic-offset-{rule_scale}", "hvp",
+                    {"torch": lambda x: 1e6 + torch.sum(cube(x) * torch.as_tensor(weights, dtype=x.dtype))},
+                    np.linspace(0.6, 1.4, 6))
+
+
+@pytest.mark.parametrize("rule_scale, status", [(1.0, "pass"), (1.05, "fail")])
+def test_a_large_f_does_not_hide_an_error_in_its_small_second_derivatives(rule_scale, status):
+    (found,) = gradci.check([cubic_beside_a_large_constant(rule_scale)], backends=["torch-rev"], devices=["cpu"],
+                            dtypes=["float64"], references=ReferenceCache()).cells
+    assert found.status == status, found
