@@ -73,6 +73,49 @@ def job_figures(database_url: str, run_id: int) -> tuple[int, float, float]:
     return len(times), span, sum((f - s).total_seconds() for s, f in times)
 
 
+def simulated(database_url: str, run_id: int, workers: int) -> dict[str, float]:
+    """Both cuts of run ``run_id``'s jobs, weighed with its own measured costs, played out on ``workers``.
+
+    The second run meets warmer caches than the first, so their spans alone do not compare the cuts:
+    this does, on the same costs (each worker takes the next job when it frees up).
+    """
+    import heapq
+
+    from sqlalchemy import select
+
+    from gradci.services.db.cell_costs import scenario_costs
+    from gradci.services.db.models import Job, ScenarioCatalogEntry
+    from gradci.services.db.session import session_scope
+    from gradci.services.job_balance import Costs, cut_by_cost, longest_first, target_seconds
+    from gradci.services.planner import chunked
+
+    with session_scope(database_url, readonly=True) as session:
+        seconds = scenario_costs(session, run_id)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for backend, device, names in session.execute(select(Job.backend, Job.device, Job.scenarios)
+                                                      .where(Job.run_id == run_id).order_by(Job.id)):
+            groups.setdefault((backend, device), []).extend(names)
+        listed = {name: i for i, name in enumerate(session.scalars(
+            select(ScenarioCatalogEntry.name).where(ScenarioCatalogEntry.run_id == run_id)
+            .order_by(ScenarioCatalogEntry.id)))}
+    groups = {key: sorted(names, key=lambda name: listed.get(name, 0)) for key, names in groups.items()}
+    costs = Costs(seconds, workers=workers)
+    weights = {key: costs.of(names, *key) for key, names in groups.items()}
+    cost_of = {(key, name): s for key, names in groups.items() for name, s in zip(names, weights[key])}
+    by_count = [sum(cost_of[key, n] for n in chunk) for key, names in groups.items() for chunk in chunked(names, 25)]
+    target = target_seconds(sum(map(sum, weights.values())), workers)
+    pieces = [cost for key, names in groups.items() for _, cost in cut_by_cost(names, weights[key], target, 25)]
+    by_cost = [pieces[i] for i in longest_first(pieces)]
+
+    def use(jobs: list[float]) -> float:
+        free = [0.0] * workers
+        for job in jobs:
+            heapq.heappush(free, heapq.heappop(free) + job)
+        return sum(jobs) / workers / max(free)
+
+    return {"count": use(by_count), "cost": use(by_cost)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="worker processes (hosts), concurrency 1 each")
@@ -106,6 +149,9 @@ def main() -> None:
                 jobs, span, busy = job_figures(database_url, run_id)
                 print(f"run {run_id}, {label}: {jobs} jobs, span {span:.1f} s, jobs' walls {busy:.1f} s, "
                       f"utilisation {busy / (args.workers * span):.2f}  (goal ≥ 0.85)")
+            played = simulated(database_url, run_id, args.workers)
+            print(f"the last run's measured costs played out on {args.workers} workers: utilisation cut by count "
+                  f"{played['count']:.2f}, cut by cost {played['cost']:.2f}")
     finally:
         for process in processes:
             process.terminate()
