@@ -32,6 +32,7 @@ from gradci.scenarios.verdict.dtypes import derivative_dtype_message
 from gradci.scenarios.verdict.judgement import judge
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
+from gradci.scenarios.verdict.precision_agreement import check_precisions_agree
 from gradci.scenarios.verdict.prepared_elsewhere import Elsewhere, judge_elsewhere
 from gradci.scenarios.verdict.repeats import repeat_spread, spread_message
 
@@ -198,6 +199,7 @@ def _check_scenario(scenario: Scenario, backends: list[Backend], devices: Sequen
                 cells.append(cell)
     compared = cells + _peer_cells(scenario, peers, cells, results, reference)
     check_modes_agree(compared, results, scenario, reference.tangent if reference else None)
+    check_precisions_agree(cells, results, scenario, reference.tangent if reference else None)
     for cell in cells:
         _apply_xfail(cell, scenario, raised.get(cell.key))
     targets = _agreement_targets(devices, computed)

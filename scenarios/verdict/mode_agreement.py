@@ -42,13 +42,13 @@ def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tange
         return
     agreement_tol = Tolerance(rtol=2 * (a_cell.rtol or 0), atol=2 * tolerance_for(a_cell.dtype).atol)
     tol = tolerance_for(a_cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
-    pairs = zip(_per_tangent(results[a_cell.key], tangent), _per_tangent(results[b_cell.key], tangent),
-                _per_tangent(tangent, tangent))
+    pairs = zip(per_tangent(results[a_cell.key], tangent), per_tangent(results[b_cell.key], tangent),
+                per_tangent(tangent, tangent))
     for a, b, t in pairs:
         agreement = compare_arrays(a, b, optree.tree_map(np.zeros_like, b), agreement_tol)
         if agreement.ok:
             continue
-        verdicts = _decide(scenario, t, a, b, tol)
+        verdicts = decide_along(scenario, t, a, b, tol)
         wrong = [cell for cell, verdict in zip((a_cell, b_cell), verdicts) if verdict is not None
                  and not verdict.ok]
         if len(wrong) == 1:
@@ -69,11 +69,11 @@ def _fail(cell: Cell, message: str) -> None:
     cell.status, cell.message = Status.FAIL, message
 
 
-def _per_tangent(tree: Any, tangent: Any) -> list:
+def per_tangent(tree: Any, tangent: Any) -> list:
     return list(tree) if isinstance(tangent, Tangents) else [tree]
 
 
-def _decide(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple[Comparison | None, ...]:
+def decide_along(scenario: Scenario, t: Any, a: Any, b: Any, tol: Tolerance) -> tuple[Comparison | None, ...]:
     """Each result compared with a reference along the direction they disagree in.
 
     None for both where that reference cannot be computed or cannot decide.

@@ -88,7 +88,7 @@ def test_disagreement_with_a_wrong_jvp_rule_fails_forward_only():
 def test_where_the_reference_cannot_decide_both_modes_fail_saying_so(monkeypatch):
     from gradci.scenarios.verdict import mode_agreement as modes
 
-    monkeypatch.setattr(modes, "_decide", lambda *args: (None, None))
+    monkeypatch.setattr(modes, "decide_along", lambda *args: (None, None))
     s = Scenario("sq", "gradient", lambda x: gradci.namespace(x).sum(x * x), np.array([1.0, 2.0]))
 
     def cell(backend, mode):
