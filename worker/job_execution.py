@@ -49,6 +49,7 @@ from gradci.services.planner import job_cells
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
+from gradci.worker.rule_coverage import RuleCoverageBuffer
 from gradci.worker.runner import CellSpec, RunnerError
 from gradci.worker.sources import RunRef, Source, load_source
 
@@ -102,9 +103,10 @@ class ResultWriter:
         self.pending: list[dict[str, Any]] = []
         self.last_poll = time.monotonic()
         self.written = 0
+        self.rule_coverage = RuleCoverageBuffer(job.run_id, f"job {job.id}")
 
     def add(self, cell: dict[str, Any]) -> None:
-        self.pending.append(cell)
+        self.pending.append(self.rule_coverage.take(cell))
 
     def due(self) -> bool:
         return len(self.pending) >= BATCH_CELLS or time.monotonic() - self.last_poll >= CANCEL_POLL_S
@@ -168,16 +170,20 @@ class ResultWriter:
         if not self.pending:
             return 0
         if self.delivery is None:
-            return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
-        if not (self._held(session) if held is None else held):
+            written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
+        elif not (self._held(session) if held is None else held):
             return 0
-        return upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
-                              replace_only_if=held_by(self.job.id, self.delivery))
+        else:
+            written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
+                                     replace_only_if=held_by(self.job.id, self.delivery))
+        self.rule_coverage.store(session)
+        return written
 
     def _stored(self, count: int) -> None:
         """The transaction that stored the buffered cells committed: they are no longer pending."""
         self.written += count
         self.pending = []
+        self.rule_coverage.committed()
 
 
 class LeaseKeeper:
@@ -317,6 +323,8 @@ class JobExecution:
             return
         peers = other_mode_backends(job.backend, run_backends, source.backends)
         options = engine_options(source, run)
+        if source.root is not None:  # a repository's own code: which of its derivative rules each cell ran
+            options["rule_coverage"] = True
         cells = cells_of(job, source, run)
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0
@@ -338,6 +346,7 @@ class JobExecution:
                     specs += [spec, agreement_spec(spec)] if agreement else [spec]
                 for record in runner.run_cells(specs, peers=peers, options=options):
                     writer.add(record)
+                writer.rule_coverage.add_rules(runner.last_rules)
         except SoftTimeLimitExceeded:
             status = JobStatus.error.value
             message = f"exceeded the soft time limit ({self.context.settings.job_soft_time_limit_s} s)"

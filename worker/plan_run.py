@@ -28,6 +28,7 @@ from gradci.services.db.cell_costs import last_timed_run, scenario_costs
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.results import upsert_results
+from gradci.services.db.rules import record_rules
 from gradci.services.db.runs import mark_run_error
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
@@ -76,10 +77,10 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
         return
     try:
-        source = load_source(ref, context.checkouts(), context.runner())
+        source = load_source(ref, context.checkouts(), context.runner(), rules=True)
         if not source.requested(ref.matrix).backends:
             # "Every available backend": only now pay for importing every framework to find them.
-            source = load_source(ref, context.checkouts(), context.runner(), availability=True)
+            source = load_source(ref, context.checkouts(), context.runner(), availability=True, rules=True)
         the_plan = planner.divide_into_jobs(
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
@@ -113,6 +114,7 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
         if source.sha and run.head_sha != source.sha:
             run.head_sha = source.sha  # a ref resolved now: every job checks this exact commit
         record_catalog(session, run_id, source.scenarios)
+        record_rules(session, run_id, source.rules)
         run.config = repository_config(source.root)
         run.omitted_cells = the_plan.omitted
         jobs = store_jobs(session, run, the_plan.jobs)

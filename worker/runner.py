@@ -164,6 +164,8 @@ class WarmRunner:
         # The derivative rules its checkouts' answers named, by id (rule coverage asked for): a rule made
         # inside a function appears once made, so each answer's rules are added to the earlier ones'.
         self.rules: dict[str, dict[str, Any]] = {}
+        # Those of the last answer alone: a worker's job stores them for its own run and checkout.
+        self.last_rules: list[dict[str, Any]] = []
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -365,14 +367,15 @@ class WarmRunner:
 
     def list_source(self, source: str | None, *, availability: bool = False,
                     family: str | None = None, repository: str | None = None,
-                    trusted: bool = False) -> messages.ListReply:
+                    trusted: bool = False, rules: bool = False) -> messages.ListReply:
         """Scenarios, backends and file matrix of a checkout.
 
         ``source`` None is the built-in library, or one ``family`` of it. ``availability`` also says which
         backends can run here and which devices there are, at the price of importing every framework.
+        ``rules``: also the checkout's derivative rules.
         """
         self._serve(source, repository, trusted)
-        request = messages.ListRequest(source=source, family=family, availability=availability)
+        request = messages.ListRequest(source=source, family=family, availability=availability, rules=rules)
         reply = self.request(request, self.list_timeout_s, what="importing and listing the scenarios")
         if isinstance(reply, messages.Refusal):
             raise RunnerError(reply.error)
@@ -414,6 +417,7 @@ class WarmRunner:
         count = len(backends) * len(devices) * len(dtypes)
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
+        self.last_rules = []  # a request that gets no answer names no rules (nor another tenant's)
         self._serve(first.source, first.repository, first.trusted)
         payload = messages.CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
@@ -437,6 +441,7 @@ class WarmRunner:
             return [spec.error_cell(reply.error) for spec in specs]
         assert isinstance(reply, messages.CellsReply)
         self.rules.update((rule["id"], rule) for rule in reply.rules or ())
+        self.last_rules = list(reply.rules or ())
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         cells = [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
         if self._process_limit_reached:

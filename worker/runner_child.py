@@ -50,6 +50,7 @@ from gradci.worker import runner_messages as messages
 if TYPE_CHECKING:
     from gradci.scenarios.backends import Backend
 
+SOURCE_LIMIT = 20_000  # characters of one rule method's source kept for the dashboard
 # Set by a GPU worker (``gradci.worker.context``): the share of its GPU torch may take in this runner.
 TORCH_MEMORY_FRACTION_VARIABLE = "GRADCI_TORCH_MEMORY_FRACTION"
 # Errors after which the CUDA context cannot be trusted (an illegal address poisons it for good; an
@@ -167,7 +168,28 @@ def list_source(cache: SourceCache, request: messages.ListRequest) -> messages.L
         for backend, entry in zip(registry().values(), backends):
             entry["unavailable"] = backend.unavailable()
         reply.devices = available_devices()
+    if request.rules and source.root is not None:
+        reply.rules = listed_rules(source.root)
     return reply
+
+
+def listed_rules(root: str) -> list[dict[str, Any]]:
+    """The checkout's rules as the run's catalog keeps them: each method with its source text.
+
+    The service keeps no checkout: the dashboard shows a rule's lines from this text.
+    """
+    import linecache
+
+    from gradci.scenarios.rules.discovery import discover_rules
+
+    listed = []
+    for rule in discover_rules(root):
+        entry = rule.to_dict()
+        for method, data in zip(rule.methods, entry["methods"]):
+            lines = linecache.getlines(str(Path(root) / method.file))[method.first_line - 1:method.last_line]
+            data["source"] = "".join(lines)[:SOURCE_LIMIT]
+        listed.append(entry)
+    return listed
 
 
 def warm(request: messages.WarmRequest) -> messages.WarmReply:

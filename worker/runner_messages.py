@@ -104,6 +104,9 @@ class ListReply(Answer):
     backends: list[BackendEntry]
     file_matrix: dict[str, Any]
     devices: list[str] | None = None  # only when availability was asked
+    # Only when rules were asked: the checkout's derivative rules once its scenario modules are imported
+    # (gradci.scenarios.rules.discovery.Rule.to_dict), each method with its source lines ("source").
+    rules: list[dict[str, Any]] | None = None
 
     def __getitem__(self, name: str) -> Any:
         # Transitional: tests/worker/test_runner.py and bench/runner_memory.py still read a listing as
@@ -160,6 +163,7 @@ class ListRequest:
     source: str | None = None
     family: str | None = None
     availability: bool = False
+    rules: bool = False  # also the checkout's derivative rules (the run's rule catalog)
     op: ClassVar[str] = "list"
     answer: ClassVar[type[Answer]] = ListReply
 

@@ -25,6 +25,7 @@ class Source:
     file_matrix: Matrix  # the checkout's gradci.toml [matrix]
     repository: str | None = None  # the run's repository URL (None: the built-in library)
     trusted: bool = False  # a run of the default branch: its runner may write the compilation cache
+    rules: tuple[dict, ...] = ()  # its derivative rules, where asked (``load_source(rules=True)``)
 
     @functools.cached_property
     def by_name(self) -> dict[str, ScenarioInfo]:
@@ -79,8 +80,9 @@ def trusted_run(run: Run) -> bool:
     return run.repository is None or (run.trigger == Trigger.push.value and run.pr_number is None)
 
 
-def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False) -> Source:
-    """Check the run's commit out and list its scenarios in the runner.
+def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availability: bool = False,
+                rules: bool = False) -> Source:
+    """Check the run's commit out and list its scenarios (and, with ``rules``, its rules) in the runner.
 
     Raises ``CheckoutError`` when the checkout fails, and ``RunnerError`` with the import error of a
     broken scenario module.
@@ -89,7 +91,8 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
     if run.repo_url is not None:
         sha, path = checkouts.checkout(run.repo_url, run.revision)
         root = str(path)
-    listing = runner.list_source(root, availability=availability, repository=run.repo_url, trusted=run.trusted)
+    listing = runner.list_source(root, availability=availability, repository=run.repo_url, trusted=run.trusted,
+                                 rules=rules and root is not None)
     return Source(
         sha=sha,
         root=root,
@@ -98,4 +101,5 @@ def load_source(run: RunRef, checkouts: Checkouts, runner: WarmRunner, *, availa
         scenarios=tuple(ScenarioInfo.from_dict(item) for item in listing.scenarios),
         backends={item["name"]: item for item in listing.backends},
         file_matrix=Matrix.from_mapping(listing.file_matrix),
+        rules=tuple(listing.rules or ()),
     )

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
+import linecache
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -44,6 +46,9 @@ class RuleMethod:
     file: str  # relative to the project's root, with forward slashes
     first_line: int  # its first line (a decorator's, where it has one)
     lines: tuple[int, ...]
+    # A hash of its source text (first to last line): two commits' rule changed where it differs, and
+    # a rule only moved down a file did not ("": not known).
+    digest: str = ""
 
     @property
     def last_line(self) -> int:
@@ -79,13 +84,13 @@ class Rule:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "name": self.name, "file": self.file,
-                "methods": [{"name": m.name, "file": m.file, "first_line": m.first_line, "lines": list(m.lines)}
-                            for m in self.methods]}
+                "methods": [{"name": m.name, "file": m.file, "first_line": m.first_line, "lines": list(m.lines),
+                             "digest": m.digest} for m in self.methods]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:
-        methods = tuple(RuleMethod(m["name"], m["file"], int(m["first_line"]), tuple(int(n) for n in m["lines"]))
-                        for m in data["methods"])
+        methods = tuple(RuleMethod(m["name"], m["file"], int(m["first_line"]), tuple(int(n) for n in m["lines"]),
+                                   str(m.get("digest") or "")) for m in data["methods"])
         return cls(kind=data["kind"], name=data["name"], file=data["file"], methods=methods)
 
 
@@ -205,7 +210,15 @@ def _method(name: str, defined: Any, root: Path) -> RuleMethod | None:
     # The first line is the def's (or its first decorator's): it runs when the module is imported, not
     # when the method is called. A one-line function has only that one.
     body = sorted(lines - {code.co_firstlineno}) or [code.co_firstlineno]
-    return RuleMethod(name, _relative(code.co_filename, root), code.co_firstlineno, tuple(body))
+    return RuleMethod(name, _relative(code.co_filename, root), code.co_firstlineno, tuple(body),
+                      _digest(code.co_filename, code.co_firstlineno, max(body)))
+
+
+def _digest(filename: str, first: int, last: int) -> str:
+    """A hash of lines ``first`` to ``last`` of the file, as Python read it (linecache: read once)."""
+    linecache.checkcache(filename)  # a checkout of another commit at the same path
+    text = "".join(linecache.getlines(filename)[first - 1:last])
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
 
 
 def _code(defined: Any) -> types.CodeType | None:

@@ -328,6 +328,65 @@ class ScenarioCatalogEntry(Base):
     line: Mapped[int | None] = mapped_column(Integer)
 
 
+class RuleCatalogEntry(Base):
+    """A derivative rule a run's checkout defines (``gradci.scenarios.rules.discovery.Rule``).
+
+    ``methods``: each method's name, file, first line, lines, source digest (a pull request changed the
+    rule where a digest differs from its base run's) and source text (the dashboard shows it: the service
+    keeps no checkout).
+    """
+
+    __tablename__ = "rule_catalog"
+    __table_args__ = (UniqueConstraint("run_id", "rule_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[OfRun]
+    rule_id: Mapped[str] = mapped_column(String(1024))  # "file::qualified name"
+    kind: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(512))
+    file: Mapped[str] = mapped_column(String(1024))
+    methods: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+
+
+class RuleReach(Base):
+    """A cell that ran a method of a rule: a rule's coverage matrix (backend × operator) is made of these.
+
+    Keyed by the cell and the method, so that a redelivered job adds nothing twice.
+    """
+
+    __tablename__ = "rule_reach"
+    # Named: the conventional name is over PostgreSQL's 63 characters.
+    __table_args__ = (UniqueConstraint("run_id", "rule_id", "method", "scenario", "backend", "device", "dtype",
+                                       name="uq_rule_reach_cell"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
+    run_id: Mapped[OfRun]
+    rule_id: Mapped[str] = mapped_column(String(1024))
+    method: Mapped[str] = mapped_column(String(32))
+    scenario: Mapped[str] = mapped_column(String(KEY_LENGTHS["scenario"]))
+    backend: Mapped[str] = mapped_column(String(KEY_LENGTHS["backend"]))
+    operator: Mapped[str] = mapped_column(String(32))
+    mode: Mapped[str] = mapped_column(String(32))
+    device: Mapped[str] = mapped_column(String(KEY_LENGTHS["device"]))
+    dtype: Mapped[str] = mapped_column(String(KEY_LENGTHS["dtype"]))
+
+
+class CoveredLines(Base):
+    """The lines of one file of the checkout that a part of a run's cells ran (a job's, or an upload shard's).
+
+    Each part rewrites its own row as its cells come; a file's covered lines are the union of its parts'.
+    """
+
+    __tablename__ = "covered_lines"
+    __table_args__ = (UniqueConstraint("run_id", "part", "file"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
+    run_id: Mapped[OfRun]
+    part: Mapped[str] = mapped_column(String(64))  # "job 12"
+    file: Mapped[str] = mapped_column(String(1024))
+    lines: Mapped[list[int]] = mapped_column(JSONType, default=list)
+
+
 class Delivery(Base):
     """A GitHub webhook delivery to act on, stored (one statement) before it is acknowledged.
 
