@@ -28,7 +28,7 @@ from gradci.services.github import check_runs, pr_comment
 from gradci.services.github.app_auth import client_for, installation_tokens
 from gradci.services.github.client import GitHubClient, GitHubError
 from gradci.services.github.identity import own_login
-from gradci.services.reports.annotations import Annotation, failing_scenario_annotations
+from gradci.services.reports.annotations import Annotation, failing_scenario_annotations, rule_annotations
 from gradci.services.reports.gfm import code
 from gradci.services.reports.markdown import MARKER, render
 from gradci.services.reports.report_record import RunReport
@@ -132,6 +132,7 @@ def publish_run(run_id: int, settings: Settings | None = None) -> str:
             body = pr_comment.comment_body(session, run, body, lambda other: dashboard_url(settings, other))
         final_before = row.published_phase == "final"
         annotations = (failing_scenario_annotations(session, run.id)
+                       + rule_annotations(report.rules if report else None)
                        if settings.github_app_mode and phase == "final" and not final_before else [])
         attempt = _Publication(row.full_name, run.head_sha, run.pr_number, phase, statuses, body, run.status,
                                run.repository.github_installation_id if run.repository else None, row.check_run_id,

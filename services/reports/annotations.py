@@ -1,5 +1,7 @@
 """The failing scenarios of a run where their code is: one check-run annotation per failing scenario.
 
+And the report's rules findings (``rule_annotations``) on the lines of the rule's own methods.
+
 Each annotation is at the file and line of the scenario's ``Scenario(...)`` call
 (``scenario_catalog.file``/``line``, relative to the repository), so the pull request's diff shows
 the failure beside the code.
@@ -19,6 +21,7 @@ from sqlalchemy.orm import Session
 from gradci.scenarios.contract.cell import FAILING
 from gradci.services.db.models import Result, ScenarioCatalogEntry
 from gradci.services.reports.gfm import one_line
+from gradci.services.reports.report_record import RulesSection
 
 MESSAGE_LIMIT = 64 * 1024  # GitHub's annotation message limit is 64 KB
 CELLS_LISTED = 10  # per annotation: the first failing cells, then a count
@@ -30,10 +33,12 @@ class Annotation:
     start_line: int
     title: str
     message: str
+    end_line: int | None = None  # None: the start line alone
+    level: str = "failure"  # or "warning"
 
     def to_github(self) -> dict[str, object]:
-        return {"path": self.path, "start_line": self.start_line, "end_line": self.start_line,
-                "annotation_level": "failure", "title": self.title[:255], "message": self.message[:MESSAGE_LIMIT]}
+        return {"path": self.path, "start_line": self.start_line, "end_line": self.end_line or self.start_line,
+                "annotation_level": self.level, "title": self.title[:255], "message": self.message[:MESSAGE_LIMIT]}
 
 
 def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotation]:
@@ -66,3 +71,17 @@ def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotati
         out.append(Annotation(path=path, start_line=line or 1, title=f"{one_line(scenario)}: {count} failing cells",
                               message="\n".join(listed[scenario] + more)))
     return out
+
+
+def rule_annotations(rules: RulesSection | None) -> list[Annotation]:
+    """An annotation per rules finding of the report, on the lines of the rule's methods that never ran.
+
+    A failure where gradci.toml's ``[rules] unexercised`` is "failure" (the default), else a warning.
+    """
+    if rules is None:
+        return []
+    level = "failure" if rules.severity == "failure" else "warning"
+    return [Annotation(path=finding.file, start_line=finding.start_line, end_line=finding.end_line, level=level,
+                       title=one_line(f"{finding.name}: {finding.text}"),
+                       message=one_line(f"{finding.kind} {finding.name}: {finding.text}. {finding.hint}"))
+            for finding in rules.findings]

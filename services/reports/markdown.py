@@ -6,13 +6,21 @@ gradci's.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from gradci.scenarios.contract.coverage import percent
 from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.gfm import code
-from gradci.services.reports.report_record import CellBrief, RunReport, StatusCounts
+from gradci.services.reports.report_record import (
+    CellBrief,
+    RuleEntry,
+    RuleFinding,
+    RulesSection,
+    RunReport,
+    StatusCounts,
+)
 
 MARKER = "<!-- gradci:report -->"
 LIST_LIMIT = 25  # rows per list before "and N more": the comment must stay under GitHub's limit
@@ -75,6 +83,63 @@ def _cells_table(title: str, cells: list[CellBrief], total: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _words(text: str) -> str:
+    """The engine's finding text ("backward exercised, jvp never"): method names and gradci's words."""
+    return f"**{text}**" if re.fullmatch(r"[a-z_, ]+", text) else code(text, in_table=False)
+
+
+def _lines(file: str, first: int, last: int) -> str:
+    return f"{file}:{first}" if first == last else f"{file}:{first}-{last}"
+
+
+def _rule_row(rule: RuleEntry) -> str:
+    ran = []
+    for method in rule.methods:
+        by = ", ".join(f"{code(t.backend)} · {code(t.operator)} {t.cells}" for t in method.by[:6])
+        more = " …" if len(method.by) > 6 else ""
+        ran.append(f"{code(method.method)} {method.cells} ({by}{more})" if method.cells else f"{code(method.method)} —")
+    return (f"| {code(rule.name)} {code(_lines(rule.file, rule.first_line, rule.last_line))} | {code(rule.kind)} | "
+            f"{rule.change} | {'; '.join(ran)} |")
+
+
+def _finding_line(finding: RuleFinding, severity: str) -> str:
+    mark = "❌" if severity == "failure" else "⚠️"
+    return (f"- {mark} {code(finding.name, in_table=False)} ({finding.change}) at "
+            f"{code(_lines(finding.file, finding.start_line, finding.end_line), in_table=False)}: "
+            f"{_words(finding.text)} — {code(finding.hint, in_table=False)}")
+
+
+def rules_section(rules: RulesSection | None) -> str:
+    """The rules the pull request adds or changes, the cells that ran each method, and the findings."""
+    if rules is None:
+        return ""
+    against = "" if rules.compared else " (no base run's rules to compare with: every rule counts as added)"
+    lines = ["### Rules", "",
+             f"The pull request adds or changes **{rules.changed_count}** of the checkout's {rules.rule_count} "
+             f"derivative rules{against}."]
+    if rules.rules:
+        lines += ["", "| rule | kind | change | cells that ran each method (backend · operator) |",
+                  "| --- | --- | --- | --- |"]
+        lines += [_rule_row(rule) for rule in rules.rules[:LIST_LIMIT]]
+        if rules.changed_count > min(len(rules.rules), LIST_LIMIT):
+            lines.append(f"| … and {rules.changed_count - min(len(rules.rules), LIST_LIMIT)} more | | | |")
+    if rules.findings:
+        verdict = ("fail this check" if rules.severity == "failure"
+                   else "are warnings (gradci.toml: `[rules] unexercised = \"warning\"`)")
+        lines += ["", f"**{rules.finding_count} of these rules are not fully exercised**; they {verdict}:", ""]
+        lines += [_finding_line(finding, rules.severity) for finding in rules.findings[:LIST_LIMIT]]
+        if rules.finding_count > min(len(rules.findings), LIST_LIMIT):
+            lines.append(f"- … and {rules.finding_count - min(len(rules.findings), LIST_LIMIT)} more")
+    elif rules.changed_count:
+        lines += ["", "Every derivative method of these rules ran in some cell."]
+    if rules.other_findings:
+        lines += ["", f"{rules.other_findings} rule{'s' if rules.other_findings != 1 else ''} this pull request "
+                      "did not change are not fully exercised either (see the dashboard's rules page)."]
+    if rules.config_error:
+        lines += ["", f"gradci.toml: {code(rules.config_error, in_table=False)}; findings fail meanwhile."]
+    return "\n".join(lines) + "\n"
+
+
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
@@ -89,7 +154,7 @@ def render(report: RunReport, run_url: str | None = None) -> str:
     for g in report.groups:
         missing = ", ".join(code(m) for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
         table.append(f"| {code(g.backend)} | {code(g.device)} | {percent(g.coverage)} | {missing or '—'} |")
-    sections = [MARKER, header, "\n".join(table), diff_block(report),
+    sections = [MARKER, header, "\n".join(table), diff_block(report), rules_section(report.rules),
                 _cells_table("Regressions", report.regressions, counts.regressions),
                 _cells_table("Fixes", report.fixes, counts.fixes),
                 _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses,

@@ -18,6 +18,7 @@ from gradci.services.reports.report_record import (
     CoverageStatus,
     GroupCoverage,
     ReportSubject,
+    RulesSection,
     RunReport,
     StatusCounts,
     StatusTotals,
@@ -57,14 +58,15 @@ def groups(tallies: Iterable[GroupTally], missing: Mapping[Group, list[str]]) ->
 
 
 def build_report(subject: ReportSubject, figures: RunFigures, project_target: Target,
-                 patch_target: Target) -> RunReport:
-    """The whole report of ``subject`` from its figures."""
+                 patch_target: Target, rules: RulesSection | None = None) -> RunReport:
+    """The whole report of ``subject`` from its figures (and its rules section, where it has rules)."""
     head_counts = _sum(figures.tallies)
     base_coverage = figures.base_counts.coverage if figures.base_counts else None
     changes = figures.changes
+    project = _project_status(head_counts.coverage, base_coverage, project_target, subject.base_sha)
     return RunReport(
         **dict(subject),
-        project=_project_status(head_counts.coverage, base_coverage, project_target, subject.base_sha),
+        project=with_rules(project, rules),
         patch=_patch_status(_sum(figures.tallies, patch_only=True), base_coverage, patch_target),
         totals=StatusTotals(head=head_counts, base=figures.base_counts),
         groups=groups(figures.tallies, figures.missing),
@@ -72,7 +74,21 @@ def build_report(subject: ReportSubject, figures: RunFigures, project_target: Ta
         regressions=changes.cells["regressions"], fixes=changes.cells["fixes"],
         near_misses=changes.cells["near_misses"],
         change_counts=ChangeCounts(**changes.counts, changed_scenarios=figures.changed_scenario_count),
+        rules=rules,
     )
+
+
+def with_rules(project: CoverageStatus, rules: RulesSection | None) -> CoverageStatus:
+    """The project status, failed by a failing rules finding (gradci.toml's ``[rules] unexercised``).
+
+    Its words come first: GitHub cuts a status description at 140 characters.
+    """
+    if rules is None or not rules.failing:
+        return project
+    count = rules.finding_count
+    return project.model_copy(update={
+        "state": "failure",
+        "description": f"{count} rule{'s' if count != 1 else ''} not fully exercised; {project.description}"})
 
 def _with_target(description: str, resolved: float | None, target: Target) -> str:
     if resolved is not None and not target.informational:

@@ -142,6 +142,83 @@ class ChangeCounts(Record):
     changed_scenarios: int = 0
 
 
+class RuleReachTally(Record):
+    """How many cells of one backend × operator ran a method of a rule."""
+
+    backend: str
+    operator: str
+    cells: int
+
+
+class RuleMethodReach(Record):
+    """One method of a rule, its lines, and the cells that ran it (none: ``cells`` 0)."""
+
+    method: str
+    first_line: int
+    last_line: int
+    cells: int
+    by: list[RuleReachTally]
+
+
+RuleChange = Literal["added", "changed", "unchanged"]
+Severity = Literal["failure", "warning"]  # gradci.toml's [rules] unexercised
+
+
+class RuleEntry(Record):
+    """A derivative rule of the run's checkout (``gradci.scenarios.rules.discovery.Rule``) and its cells."""
+
+    rule_id: str
+    name: str
+    kind: str
+    file: str
+    first_line: int
+    last_line: int
+    change: RuleChange  # against the base run's rule of the same id; "added" where there is no base catalog
+    methods: list[RuleMethodReach]
+
+
+class RuleFinding(Record):
+    """A rule no cell exercised, or whose derivative methods some cells ran and others never.
+
+    ``text`` is the engine's (``gradci.scenarios.rules.summary``): "not exercised by any scenario", or
+    "backward exercised, jvp never". ``start_line``-``end_line``: the methods that never ran, in ``file``.
+    """
+
+    rule_id: str
+    name: str
+    kind: str
+    file: str
+    text: str
+    hint: str
+    start_line: int
+    end_line: int
+    change: RuleChange
+
+
+class RulesSection(Record):
+    """The report's rules: those the pull request adds or changes, with their cells and findings.
+
+    Findings on those rules are failing lines (``severity`` "failure", gradci.toml's ``[rules]
+    unexercised``, fails the project status) or warnings; findings on rules the pull request left as they
+    were are counted in ``other_findings`` and shown on the dashboard.
+    """
+
+    severity: Severity
+    state: CoverageState
+    compared: bool  # the base run has a rule catalog to compare with
+    rule_count: int  # the checkout's rules, all of them
+    changed_count: int  # those added or changed
+    rules: list[RuleEntry]  # the added or changed ones, at most LIST_LIMIT
+    findings: list[RuleFinding]  # on added or changed rules, at most LIST_LIMIT
+    finding_count: int
+    other_findings: int
+    config_error: str | None = None
+
+    @property
+    def failing(self) -> bool:
+        return self.state == "failure"
+
+
 class RunReport(ReportSubject):
     """Project and patch coverage against the base run, per-group coverage, and the cells that changed.
 
@@ -158,3 +235,4 @@ class RunReport(ReportSubject):
     fixes: list[CellBrief]
     near_misses: list[CellBrief]
     change_counts: ChangeCounts
+    rules: RulesSection | None = None  # None: the checkout has no derivative rules (or none were recorded)

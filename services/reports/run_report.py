@@ -12,6 +12,7 @@ from gradci.services.reports.finished_counts import is_final
 from gradci.services.reports.junit import compressed_junit
 from gradci.services.reports.pr_report import RunFigures, build_report
 from gradci.services.reports.report_record import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
+from gradci.services.reports.rules_report import rules_section
 from gradci.services.reports.run_grid import layout_record
 from gradci.services.reports.targets import parse_report_config
 
@@ -109,4 +110,5 @@ def _compute(session: Session, run: Run, base: Run | None) -> RunReport:
     subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
                             base_run_id=base.id if base else None, head_sha=run.head_sha,
                             base_sha=run.base_sha, pr_number=run.pr_number)
-    return build_report(subject, _figures(session, run, base), project_target, patch_target)
+    return build_report(subject, _figures(session, run, base), project_target, patch_target,
+                        rules=rules_section(session, run, base))
