@@ -13,6 +13,7 @@ from gradci.web import (
     cell_page,
     compare_page,
     history_page,
+    rules_page,
     run_actions,
     run_page,
     runs_page,
@@ -21,7 +22,8 @@ from gradci.web import (
 )
 from gradci.web.error_pages import install_error_pages
 
-PAGES = (static, runs_page, run_page, run_actions, cell_page, compare_page, history_page, workers_page, badge)
+PAGES = (static, runs_page, run_page, run_actions, cell_page, compare_page, history_page, rules_page, workers_page,
+         badge)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
