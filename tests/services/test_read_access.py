@@ -24,6 +24,7 @@ from gradci.services.api.deps import require_write_token
 from gradci.services.api.login import local_path
 from gradci.services.db.models import Job, Result, Run, ScenarioCatalogEntry
 from gradci.services.db.results import upsert_results
+from gradci.services.db.rules import reach_rows, record_lines, record_reaches, record_rules
 from gradci.services.db.runs import create_run, get_or_create_repository
 from gradci.services.db.session import session_scope
 from gradci.services.settings import Settings, get_settings
@@ -39,8 +40,10 @@ SECRET_SHA = "5ec2e7" + "0" * 34
 SCENARIO = "secretops/fused_attention_grad"
 MESSAGE = "bucket s3://acme-internal-weights on build-07.corp.acme.example"
 DEFINED_IN = "kernels/fused_attention_scenarios.py"
+RULE, RULE_FILE = "FusedAttentionSecretBackward", "kernels/fused_attention_rules.py"
 # What nobody but the repository's readers may see, in any answer.
-MARKERS = ("acme/secret", SECRET_SHA, SECRET_SHA[:7], SCENARIO, "acme-internal-weights", DEFINED_IN)
+MARKERS = ("acme/secret", SECRET_SHA, SECRET_SHA[:7], SCENARIO, "acme-internal-weights", DEFINED_IN, RULE,
+           RULE_FILE)
 
 # Routes that show nothing of any repository: the schema and its pages, health, assets, signing in.
 PUBLIC = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc"),
@@ -99,6 +102,13 @@ def seeded(settings: Settings) -> dict[str, int]:
     with session_scope(settings.database_url) as session:
         upsert_results(session, ids["base"], [cell])
         upsert_results(session, ids["run"], [{**cell, "job_id": ids["job"]}])
+        # Its rule coverage: a rule, the cell that ran its backward, and the lines it reached.
+        method = {"name": "backward", "file": RULE_FILE, "first_line": 3, "lines": [4, 5], "digest": "d",
+                  "source": "    @staticmethod\n    def backward(ctx, g):\n        return g\n"}
+        record_rules(session, ids["run"], [{"id": f"{RULE_FILE}::{RULE}", "kind": "torch.autograd.Function",
+                                            "name": RULE, "file": RULE_FILE, "methods": [method]}])
+        record_reaches(session, reach_rows(ids["run"], cell, {"rules": {f"{RULE_FILE}::{RULE}": ["backward"]}}))
+        record_lines(session, ids["run"], f"job {ids['job']}", {RULE_FILE: [4]})
     with session_scope(settings.database_url, readonly=True) as session:
         ids["cell"] = session.scalar(select(Result.id).where(Result.run_id == ids["run"]))
     return ids
@@ -136,7 +146,7 @@ def read_paths(app: Any, ids: dict[str, int]) -> list[str]:
     # Lists, filtered and not, and the private repository's scenario history.
     return [*paths, "/?repo=acme/secret", "/api/runs?repo=acme/secret", f"/api/runs?sha={SECRET_SHA[:7]}",
             "/api/runs?pr=7", f"/scenarios/{SCENARIO}?repository={ids['repository']}",
-            f"/api/runs/{ids['run']}/report?format=markdown"]
+            f"/api/runs/{ids['run']}/report?format=markdown", f"/runs/{ids['run']}/rules/file?path={RULE_FILE}"]
 
 
 def leaks(client: TestClient, paths: list[str], **headers: str) -> dict[str, list[str]]:
@@ -177,9 +187,12 @@ def test_nobody_reads_a_private_repository_anonymously_or_as_a_stranger(settings
         assert listed == {seeded["open"], seeded["library"]}  # public repositories and the library stay open
         page = anonymous.get(f"/runs/{seeded['run']}", headers={"accept": "text/html"})
         assert page.status_code == 404 and 'id="sign-in-to-see"' in page.text
+        for rules_page in (f"/runs/{seeded['run']}/rules", f"/runs/{seeded['run']}/rules/file?path={RULE_FILE}"):
+            assert anonymous.get(rules_page, headers={"accept": "text/html"}).status_code == 404
     with TestClient(app) as mallory:
         assert sign_in(mallory, github, "mallory").status_code == 303
         assert leaks(mallory, paths) == {}
+        assert mallory.get(f"/runs/{seeded['run']}/rules").status_code == 404
         assert mallory.get("/api/workers").status_code == 403
     with session_scope(settings.database_url) as session:
         _, other_token = create_read_token(session, ["acme/open"])
@@ -200,6 +213,10 @@ def test_those_github_lets_read_see_it(settings: Settings, github: FakeGitHub, s
         assert alice.get(f"/api/runs/{seeded['run']}/results").json()["items"][0]["message"] == MESSAGE
         history = alice.get(f"/scenarios/{SCENARIO}?repository={seeded['repository']}")
         assert history.status_code == 200 and SECRET_SHA[:7] in history.text
+        rules = alice.get(f"/runs/{seeded['run']}/rules")
+        assert rules.status_code == 200 and RULE in rules.text and RULE_FILE in rules.text
+        lines = alice.get(f"/runs/{seeded['run']}/rules/file", params={"path": RULE_FILE})
+        assert lines.status_code == 200 and '<span class="reached" data-line="4">' in lines.text
         assert {run["id"] for run in alice.get("/api/runs").json()["items"]} == {
             seeded["run"], seeded["base"], seeded["open"], seeded["library"]}
         assert alice.get("/workers").status_code == 403  # workers are the operator's
