@@ -291,3 +291,55 @@ def test_signing_in_with_github_opens_a_private_repositorys_run(browser: Any, tm
             wait_for(lambda: "Sign in with GitHub" in browser.page_source, "signed out", timeout_s=15)
             browser.get(f"{service.url}/runs/{run_id}")
             assert "secretops/attention_grad" not in browser.page_source
+
+
+RULES_SOURCE = {"forward": "    @staticmethod\n    def forward(ctx, x):\n        ctx.save_for_backward(x)\n"
+                           "        return x.sin()\n",
+                "backward": "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n"
+                            "        return x.cos() * g\n",
+                "jvp": "    @staticmethod\n    def jvp(ctx, t):\n        (x,) = ctx.saved_tensors\n"
+                       "        return x.cos() * t\n"}
+
+
+def seed_rules(service: Service, run_id: int) -> None:
+    """A rule of three methods: its forward and backward ran in torch-rev cells, its jvp in none."""
+    from gradci.services.db.rules import reach_rows, record_lines, record_reaches, record_rules
+
+    methods = [{"name": name, "file": "pkg/ops.py", "first_line": first, "lines": [first + 1, first + 2, first + 3],
+                "digest": name, "source": RULES_SOURCE[name]}
+               for name, first in (("forward", 5), ("backward", 10), ("jvp", 15))]
+    rule = {"id": "pkg/ops.py::Sine", "kind": "torch.autograd.Function", "name": "Sine", "file": "pkg/ops.py",
+            "methods": methods}
+    cell = {"scenario": "ok/sine", "backend": "torch-rev", "operator": "gradient", "mode": "reverse",
+            "device": "cpu", "dtype": "float64"}
+    with session_scope(service.database_url) as session:
+        record_rules(session, run_id, [rule])
+        record_reaches(session, reach_rows(run_id, cell, {"rules": {rule["id"]: ["forward", "backward"]}}))
+        record_lines(session, run_id, "job 0", {"pkg/ops.py": [1, 6, 7, 8, 11, 12, 13], "pkg/util.py": [3]})
+
+
+def test_a_runs_rules_matrix_and_a_files_reached_lines(dashboard_service: Service, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    run_id = submit(dashboard_service, scenarios=["ok/*"])
+    wait_finished(dashboard_service, run_id)
+    seed_rules(dashboard_service, run_id)
+    browser.get(f"{dashboard_service.url}/runs/{run_id}")
+    browser.find_element(By.ID, "rules-link").click()
+    wait_until(browser, "return document.getElementById('rule-matrix') !== null", "the rules page")
+    entries = browser.execute_script(
+        "return [...document.querySelectorAll('#rule-matrix td.reach')].map(td => [td.className, td.textContent])")
+    assert entries == [["reach hit", "1"], ["reach hit", "1"], ["reach miss", "—"]]  # forward, backward, jvp
+    assert "backward exercised, jvp never" in browser.find_element(By.ID, "rule-findings").text
+    shoot(browser, "rules")
+    shoot_phone(browser, "rules")
+    browser.find_element(By.LINK_TEXT, "pkg/ops.py").click()
+    wait_until(browser, "return document.querySelector('pre.source') !== null", "the file's lines")
+    colours = browser.execute_script("""
+        const of = n => getComputedStyle(document.querySelector(`[data-line="${n}"]`)).backgroundColor;
+        return [of(11), of(16), of(10)];""")
+    assert colours[0] != colours[1] and "0, 0, 0, 0" in colours[2]  # reached, missed, a line that runs nothing
+    assert browser.find_element(By.ID, "reached-lines").text == "1, 6-8, 11-13"
+    assert script_errors(browser) == []
+    shoot(browser, "rules-file")
+    shoot_phone(browser, "rules-file")
