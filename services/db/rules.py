@@ -85,10 +85,6 @@ def rule_catalog(session: Session, run_id: int) -> list[RuleCatalogEntry]:
                                 .order_by(RuleCatalogEntry.file, RuleCatalogEntry.rule_id)))
 
 
-def has_rules(session: Session, run_id: int) -> bool:
-    return session.scalar(select(RuleCatalogEntry.id).where(RuleCatalogEntry.run_id == run_id).limit(1)) is not None
-
-
 def reach_counts(session: Session, run_id: int) -> list[ReachCount]:
     """Cells per rule, method, backend, operator and mode: counted by the database."""
     query = (select(RuleReach.rule_id, RuleReach.method, RuleReach.backend, RuleReach.operator, RuleReach.mode,
