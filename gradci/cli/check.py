@@ -11,6 +11,7 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -51,6 +52,15 @@ class UsageError(Exception):
     """What the user asked for cannot be checked: one line, exit 2."""
 
 
+def plain_console(**options: Any) -> Console:
+    """A console that prints text as it is: scenario names, rule names and messages are the user's.
+
+    Rich would read "[bold]" or "[link=…]" in them as markup (a scenario named "[/]" would crash the
+    check); nothing gradci prints here needs markup.
+    """
+    return Console(markup=False, highlight=False, **options)
+
+
 def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
            family: str | None) -> tuple[Target, float]:
     """What to check and the per-cell timeout, from the flags over the repository's gradci.toml.
@@ -83,7 +93,7 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     repository's rule coverage (``gradci.cli.rule_coverage``); ``cov_report``: write its lines to this file;
     ``power``: re-run the cells that reached a rule with errors planted in it (``gradci.cli.power``).
     """
-    err = Console(stderr=True, soft_wrap=True)
+    err = plain_console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
     records = RuleRecords()
     powers = PowerRecords()
@@ -125,7 +135,7 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     rules_console = err
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
-        console = rules_console = Console(file=stream, width=None if stream.isatty() else 160)
+        console = rules_console = plain_console(file=stream, width=None if stream.isatty() else 160)
         render_table(report.cells, console, verbose=verbose, omitted=report.omitted)
         if runners > 1:
             console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
@@ -194,7 +204,7 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
     ``parallel``: at most this many sandboxed runners at once; ``catalog`` gets each planned
     scenario's name, operator and fingerprint (an upload's patch coverage compares them).
     """
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as progress, \
             local_runner(target, cell_timeout_s) as runner:
         task = progress.add_task("starting the runner", total=None)

@@ -28,6 +28,13 @@ def report_format(path: str | Path) -> str:
     return fmt
 
 
+def inside(root: Path, file: str) -> bool:
+    """Whether ``file``, relative to ``root``, names a file inside it (links followed)."""
+    if not file or Path(file).is_absolute():
+        return False
+    return (root / file).resolve().is_relative_to(root)
+
+
 def write_report(path: str | Path, root: str | Path, lines: LinesByFile, rule_files: Iterable[str] = ()) -> str:
     """Write the report of ``lines`` (relative to ``root``) to ``path``; its format ("lcov", "cobertura")."""
     import coverage
@@ -36,6 +43,10 @@ def write_report(path: str | Path, root: str | Path, lines: LinesByFile, rule_fi
 
     fmt = report_format(path)
     root = Path(root).resolve()
+    # The file names come from the sandboxed runner, which runs the repository's code: only files inside
+    # the checkout are read (coverage.py reads each file it reports), never ../ or absolute paths.
+    lines = {file: numbers for file, numbers in lines.items() if inside(root, file)}
+    rule_files = [file for file in rule_files if inside(root, file)]
     with tempfile.TemporaryDirectory(prefix="gradci-rules-") as folder:
         data_file = str(Path(folder) / ".coverage")
         data = CoverageData(basename=data_file)
