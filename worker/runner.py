@@ -427,16 +427,11 @@ class WarmRunner:
         try:
             self.warm([*backends, *peers])
             reply = self.request(payload, timeout_s, what=what)
-        except RunnerDied as exc:
-            if count > 1:  # which cell crashed: each alone, in a fresh runner; the others keep their verdicts
-                log.warning("scenario %s: %s; checking its %d cells one by one", first.scenario, exc, len(specs))
-                return [cell for spec in specs for cell in self.run_cells([spec], timeout_s, peers, options)]
-            log.warning("scenario %s (%s on %s, %s): %s", first.scenario, first.backend, first.device, first.dtype, exc)
-            return [spec.error_cell(str(exc)) for spec in specs]
         except RunnerError as exc:
-            log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
-                        ",".join(dtypes), exc)
-            return [spec.error_cell(str(exc)) for spec in specs]
+            if not (options or {}).get("power"):
+                return self._failed(specs, timeout_s, peers, options, exc, backends, devices, dtypes)
+            # A plant may make a rule hang or crash the runner: the verdicts come from a check without plants.
+            return self._without_power(specs, timeout_s, peers, options or {}, str(exc))
         if isinstance(reply, messages.Refusal):
             return [spec.error_cell(reply.error) for spec in specs]
         assert isinstance(reply, messages.CellsReply)
@@ -449,6 +444,32 @@ class WarmRunner:
                                          f"box): {cell.get('message') or ''}"[:500]}
                      if cell["status"] == Status.ERROR else cell for cell in cells]
         return cells
+
+    def _without_power(self, specs: Sequence[CellSpec], timeout_s: float, peers: Sequence[str],
+                       options: dict[str, Any], why: str) -> list[dict[str, Any]]:
+        """The cells checked again without plants, those that reached a rule saying why power is missing."""
+        from gradci.scenarios.rules.power import POWER_KEY, CellPower
+        from gradci.scenarios.rules.records import RECORD_KEY
+
+        cells = self.run_cells(specs, timeout_s, peers, {k: v for k, v in options.items() if k != "power"})
+        missing = CellPower(not_measured=f"power not measured: the re-runs with planted errors failed ({why})")
+        return [{**cell, POWER_KEY: missing.to_dict()} if (cell.get(RECORD_KEY) or {}).get("rules") else cell
+                for cell in cells]
+
+    def _failed(self, specs: Sequence[CellSpec], timeout_s: float, peers: Sequence[str],
+                options: dict[str, Any] | None, exc: RunnerError, backends: list[str], devices: list[str],
+                dtypes: list[str]) -> list[dict[str, Any]]:
+        """The cells of a request the runner died on, hung on or could not answer."""
+        first = specs[0]
+        if isinstance(exc, RunnerDied):
+            if len(specs) > 1:  # which cell crashed: each alone, in a fresh runner; the others keep their verdicts
+                log.warning("scenario %s: %s; checking its %d cells one by one", first.scenario, exc, len(specs))
+                return [cell for spec in specs for cell in self.run_cells([spec], timeout_s, peers, options)]
+            log.warning("scenario %s (%s on %s, %s): %s", first.scenario, first.backend, first.device, first.dtype, exc)
+            return [spec.error_cell(str(exc)) for spec in specs]
+        log.warning("scenario %s (%s on %s, %s): %s", first.scenario, ",".join(backends), ",".join(devices),
+                    ",".join(dtypes), exc)
+        return [spec.error_cell(str(exc)) for spec in specs]
 
 
 def cache_scope(tenant: Tenant) -> str:

@@ -299,9 +299,13 @@ def check_cells(
         record[RECORD_KEY] = taken[cell.key].to_dict()
     if power:  # after the verdicts are stamped: the re-runs with plants cannot change them
         from gradci.scenarios.power.measure import measure_power
-        from gradci.scenarios.rules.power import POWER_KEY
+        from gradci.scenarios.rules.power import POWER_KEY, CellPower
 
-        powers = measure_power(scenario, cells, taken, rules, tracer.root, backends, shared_cache(), peers=peers)
+        try:
+            powers = measure_power(scenario, cells, taken, rules, tracer.root, backends, shared_cache(), peers=peers)
+        except BaseException as exc:  # noqa: BLE001 - a plant may break the user's code any way; the verdicts stand
+            powers = {cell.key: CellPower(not_measured=f"power not measured: a planted rule's re-run raised "
+                                                       f"{_describe(exc)}") for cell in cells if taken[cell.key].rules}
         for record, cell in zip(stamped, cells):
             if cell.key in powers:
                 record[POWER_KEY] = powers[cell.key].to_dict()

@@ -49,3 +49,77 @@ def test_power_needs_a_repository_and_rule_coverage(project):
     assert out.returncode == 2 and "--power plants errors in a repository's own derivative rules" in out.stderr
     out = gradci_check(project, "--power", "--no-rules")
     assert out.returncode == 2 and "drop --no-rules" in out.stderr
+
+
+HANGING_RULE = '''
+import time
+
+import numpy as np
+import torch
+
+from gradci import Scenario
+
+
+class Square(torch.autograd.Function):
+    """x², its backward right: what power plants errors in (a sign flip reaches Guard and Raising)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class Guard(torch.autograd.Function):
+    """Passes the gradient through, but waits on a "solver" that never converges for a negative gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        while (g < 0).any():
+            time.sleep(0.2)
+        return g
+
+
+class Raising(torch.autograd.Function):
+    """Passes the gradient through, and raises on a negative one (an assertion of the user's)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        if (g < 0).any():
+            raise SystemExit("negative gradient")
+        return g
+
+
+def scenarios():
+    x = np.array([0.5, 1.0])
+    return [Scenario("hangs", "gradient", {"torch": lambda v: Square.apply(Guard.apply(v)).sum()}, x),
+            Scenario("raises", "gradient", {"torch": lambda v: Square.apply(Raising.apply(v)).sum()}, x)]
+'''
+
+
+def test_a_plant_that_hangs_or_raises_in_a_rule_leaves_the_verdicts_alone(tmp_path):
+    root = tmp_path / "hang"
+    (root / "hang").mkdir(parents=True)
+    (root / "hang" / "__init__.py").write_text("")
+    (root / "hang" / "scenarios.py").write_text(HANGING_RULE)
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["hang.scenarios"]\n\n'
+                                      '[matrix]\nbackends = ["torch-rev"]\ndtypes = ["float64"]\n')
+    powered = gradci_check(root, "--format", "json", "--power", "--cell-timeout", "8")
+    assert powered.returncode == 0, powered.stderr  # a sign flip planted in each backward makes it hang or raise
+    cells = {c["scenario"]: c for c in json.loads(powered.stdout)}
+    assert {name: c["status"] for name, c in cells.items()} == {"hangs": "pass", "raises": "pass"}
+    assert "re-runs with planted errors failed" in cells["hangs"]["power"]["not_measured"]
+    assert "timeout" in cells["hangs"]["power"]["not_measured"]
+    assert "raised" in cells["raises"]["power"]["not_measured"]
