@@ -40,7 +40,7 @@ from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.scenarios.rules.reports import ReportError, report_format
-from gradci.scenarios.rules.summary import unexercised_severity
+from gradci.scenarios.rules.summary import WARNING, unexercised_severity
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.runner import CellSpec, RunnerError, WarmRunner
 
@@ -82,6 +82,13 @@ def gather(repo: str | None, flags: Matrix, cell_timeout_s: float | None,
     return Target(str(project.root), matrix), cell_timeout_s or project.cell_timeout_s or DEFAULT_CELL_TIMEOUT_S
 
 
+def narrowed_by(flags: Matrix) -> str:
+    """The flags that narrow a check below its repository's own selection, in words ("" where none do)."""
+    parts = ([f"-k {','.join(flags.scenarios)}"] if flags.scenarios else []) + (
+        [f"--backends {','.join(flags.backends)}"] if flags.backends else [])
+    return " ".join(parts)
+
+
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
               parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None,
@@ -120,6 +127,9 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         options = {**({} if repeats is None else {"repeats": repeats}), **({"timings": True} if timings else {})}
         traced = _rules_wanted(rules, cov_report, target, power)
         severity = unexercised_severity(config)
+        selection = narrowed_by(flags)
+        if selection:  # rules the left-out scenarios or backends reach would be findings: the whole check decides
+            severity = WARNING
         if traced:
             options["rule_coverage"] = True
         if power:
@@ -147,7 +157,7 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     rules_fail = False
     if traced and target.source:  # beside the cells' verdicts, never in them
         summary = records.summary(report.cells)
-        rules_fail = render_rules(summary, rules_console, severity)
+        rules_fail = render_rules(summary, rules_console, severity, selection)
         if cov_report:
             try:
                 fmt_written = write_rules_report(cov_report, target.source, summary)

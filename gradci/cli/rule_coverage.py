@@ -47,8 +47,11 @@ class RuleRecords:
         return summarize(rules, [(cell, self.records[cell.key]) for cell in cells if cell.key in self.records])
 
 
-def render_rules(summary: RulesSummary, console: Console, severity: str) -> bool:
-    """Print the rules' coverage and findings; whether a finding fails the check."""
+def render_rules(summary: RulesSummary, console: Console, severity: str, selection: str = "") -> bool:
+    """Print the rules' coverage and findings; whether a finding fails the check.
+
+    ``selection``: the flags that narrowed the check ("-k cube"), under which findings are reported only.
+    """
     if not summary.rules:
         return False
     table = Table(title="derivative rules: the cells that ran each method")
@@ -66,8 +69,14 @@ def render_rules(summary: RulesSummary, console: Console, severity: str) -> bool
     for finding in findings:
         console.print(f"{label}: {finding.line()}", markup=False, highlight=False)
     exercised = len(summary.rules) - sum(1 for f in findings if f.text.startswith("not exercised"))
-    what = ('they fail the check; [rules] unexercised = "warning" in gradci.toml reports them only'
-            if severity == FAILURE else 'reported only ([rules] unexercised = "warning" in gradci.toml)')
+    if selection:
+        what = (f"reported only: this check ran a selection ({selection}), and what it left out may reach "
+                "them; a check of the whole repository decides")
+    elif severity == FAILURE:
+        what = 'they fail the check; [rules] unexercised = "warning" in gradci.toml reports them only'
+    else:
+        what = 'reported only ([rules] unexercised = "warning" in gradci.toml)'
+
     console.print(f"rules: {exercised} of {len(summary.rules)} exercised by some cell, {len(findings)} with a finding"
                   + (f": {what}" if findings else ""), markup=False, highlight=False)
     return bool(findings) and severity == FAILURE

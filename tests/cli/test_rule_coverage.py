@@ -27,13 +27,20 @@ def project(tmp_path) -> Path:
     return root
 
 
+def select_in_gradci_toml(project: Path, pattern: str) -> None:
+    """The repository's own selection (its [matrix] scenarios), not a flag's."""
+    toml = project / "gradci.toml"
+    toml.write_text(toml.read_text().replace("[matrix]\n", f"[matrix]\nscenarios = [{pattern!r}]\n"))
+
+
 def test_check_prints_the_findings_fails_on_them_and_writes_cobertura(project, tmp_path):
     report = tmp_path / "rules.xml"
-    out = gradci_check(project, "-k", "cube", "--cov-report", str(report))
+    select_in_gradci_toml(project, "cube")
+    out = gradci_check(project, "--cov-report", str(report))
     assert out.returncode == 1, out.stderr
     text = " ".join(out.stdout.split())  # rich folds long lines
     assert "failing: Cube (torch.autograd.Function, rulecov/ops.py): backward exercised, jvp never" in text
-    assert "not exercised by any scenario" in text  # Square and WrongSquare: no scenario of -k cube reaches them
+    assert "not exercised by any scenario" in text  # Square and WrongSquare: no scenario of "cube" reaches them
     assert "3 pass 0 fail" in text  # the cells themselves all pass: the finding is its own line
     hits = {int(line.attrib["number"]): int(line.attrib["hits"]) for c in ET.parse(report).iter("class")
             if c.get("filename") == "rulecov/ops.py" for line in c.iter("line")}
@@ -41,6 +48,13 @@ def test_check_prints_the_findings_fails_on_them_and_writes_cobertura(project, t
     backward = next(n for n, line in enumerate(source, 1) if "return 3 * x ** 2 * g" in line)
     jvp = next(n for n, line in enumerate(source, 1) if "return 3 * x ** 2 * t" in line)
     assert hits[backward] == 1 and hits[jvp] == 0
+
+
+def test_a_check_narrowed_by_flags_reports_its_findings_without_failing_on_them(project):
+    out = gradci_check(project, "-k", "cube")  # square/* exist: only this check left them out
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = " ".join(out.stdout.split())
+    assert "warning: Square" in text and "this check ran a selection (-k cube)" in text
 
 
 def test_warning_severity_reports_without_failing_and_no_rules_turns_it_off(project):
