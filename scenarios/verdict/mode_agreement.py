@@ -40,14 +40,8 @@ def check_modes_agree(cells: list[Cell], results: dict, scenario: Scenario, tang
 def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tangent: Any) -> None:
     if a_cell.status != Status.PASS or b_cell.status != Status.PASS:  # settled by an earlier pair
         return
-    agreement_tol = Tolerance(rtol=2 * (a_cell.rtol or 0), atol=2 * tolerance_for(a_cell.dtype).atol)
     tol = tolerance_for(a_cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
-    pairs = zip(per_tangent(results[a_cell.key], tangent), per_tangent(results[b_cell.key], tangent),
-                per_tangent(tangent, tangent))
-    for a, b, t in pairs:
-        agreement = compare_arrays(a, b, optree.tree_map(np.zeros_like, b), agreement_tol)
-        if agreement.ok:
-            continue
+    for agreement, a, b, t in first_disagreement(a_cell, results[a_cell.key], results[b_cell.key], tangent):
         verdicts = decide_along(scenario, t, a, b, tol)
         wrong = [cell for cell, verdict in zip((a_cell, b_cell), verdicts) if verdict is not None
                  and not verdict.ok]
@@ -62,7 +56,20 @@ def _settle(a_cell: Cell, b_cell: Cell, results: dict, scenario: Scenario, tange
             for cell, other in ((a_cell, b_cell), (b_cell, a_cell)):
                 _fail(cell, f"forward and reverse modes disagree ({other.backend}): {agreement.message}; "
                             f"the reference along the disagreement {why}")
-        return
+
+
+def first_disagreement(cell: Cell, a_result: Any, b_result: Any,
+                       tangent: Any) -> list[tuple[Comparison, Any, Any, Any]]:
+    """The first (co)tangent's results that disagree elementwise, at twice ``cell``'s tolerance: [] or one.
+
+    Each as (the agreement's comparison, a's result, b's, the tangent).
+    """
+    agreement_tol = Tolerance(rtol=2 * (cell.rtol or 0), atol=2 * tolerance_for(cell.dtype).atol)
+    for a, b, t in zip(per_tangent(a_result, tangent), per_tangent(b_result, tangent), per_tangent(tangent, tangent)):
+        agreement = compare_arrays(a, b, optree.tree_map(np.zeros_like, b), agreement_tol)
+        if not agreement.ok:
+            return [(agreement, a, b, t)]
+    return []
 
 
 def _fail(cell: Cell, message: str) -> None:

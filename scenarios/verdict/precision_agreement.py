@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import optree
-
 from gradci.scenarios.authoring.scenario import Scenario
 from gradci.scenarios.contract.cell import Cell, Status
-from gradci.scenarios.numerics.tolerances import Tolerance, tolerance_for
-from gradci.scenarios.verdict.against_reference import compare_arrays
-from gradci.scenarios.verdict.mode_agreement import decide_along, per_tangent
+from gradci.scenarios.numerics.tolerances import tolerance_for
+from gradci.scenarios.verdict.mode_agreement import decide_along, first_disagreement
 
 ANCHOR_DTYPE = "float64"
 
@@ -35,14 +31,8 @@ def check_precisions_agree(cells: list[Cell], results: dict, scenario: Scenario,
 
 
 def _settle(cell: Cell, anchor: Cell, results: dict, scenario: Scenario, tangent: Any) -> None:
-    agreement_tol = Tolerance(rtol=2 * (cell.rtol or 0), atol=2 * tolerance_for(cell.dtype).atol)
     tol = tolerance_for(cell.dtype, rtol=scenario.rtol, atol=scenario.atol)
-    pairs = zip(per_tangent(results[cell.key], tangent), per_tangent(results[anchor.key], tangent),
-                per_tangent(tangent, tangent))
-    for low, high, t in pairs:
-        agreement = compare_arrays(low, high, optree.tree_map(np.zeros_like, high), agreement_tol)
-        if agreement.ok:
-            continue
+    for agreement, low, high, t in first_disagreement(cell, results[cell.key], results[anchor.key], tangent):
         verdict = decide_along(scenario, t, low, high, tol)[0]
         if verdict is None:
             cell.message = (f"note: departs from this backend's {ANCHOR_DTYPE} result beyond {cell.dtype}'s "
@@ -54,7 +44,6 @@ def _settle(cell: Cell, anchor: Cell, results: dict, scenario: Scenario, tangent
                             f"the {cell.dtype} one wrong: {verdict.message} "
                             f"(the {ANCHOR_DTYPE} cell passed: look for a rule or kernel path taken only in "
                             f"{cell.dtype})")
-        return
 
 
 def _as_float64(message: str) -> str:
