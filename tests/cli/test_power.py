@@ -2,29 +2,20 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.projects import gradci_check, project_copy
+
 pytestmark = pytest.mark.slow  # gradci check subprocesses: seconds apiece
-
-PROJECT = Path(__file__).resolve().parents[1] / "data" / "projects" / "power"
-GRADCI = [sys.executable, "-m", "gradci"]
-
-
-def gradci_check(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*GRADCI, "check", "--repo", str(root), "-j", "1", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    return root
+    return project_copy("power", tmp_path / "project")
 
 
 def test_power_prints_what_no_cell_catches_and_leaves_verdicts_and_exit_code_alone(project):
@@ -44,7 +35,7 @@ def test_power_prints_what_no_cell_catches_and_leaves_verdicts_and_exit_code_alo
 
 
 def test_power_needs_a_repository_and_rule_coverage(project):
-    out = subprocess.run([*GRADCI, "check", "--family", "elementary", "--power"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "gradci", "check", "--family", "elementary", "--power"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and "--power plants errors in a repository's own derivative rules" in out.stderr
     out = gradci_check(project, "--power", "--no-rules")

@@ -1,30 +1,19 @@
 """`gradci check`'s rule coverage as a user runs it: the sandboxed runner, the summary, the report file."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from tests.support.projects import gradci_check, project_copy
+
 pytestmark = pytest.mark.slow  # gradci check subprocesses: seconds apiece
-
-PROJECT = Path(__file__).resolve().parents[1] / "data" / "projects" / "rule_coverage"
-GRADCI = [sys.executable, "-m", "gradci"]
-
-
-def gradci_check(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*GRADCI, "check", "--repo", str(root), "-j", "1", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    return root
+    return project_copy("rule_coverage", tmp_path / "project")
 
 
 def select_in_gradci_toml(project: Path, pattern: str) -> None:

@@ -2,6 +2,9 @@
 (``gradci._testing.repos`` makes and commits repositories)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,3 +19,15 @@ def project_repository(name: str, root: Path, extra_files: Mapping[str, str] | N
     if not source.is_dir():
         raise FileNotFoundError(f"no project {name!r} in {PROJECTS}")
     return copy_repository(source, root, extra_files, branch)
+
+
+def project_copy(name: str, root: Path) -> Path:
+    """``tests/data/projects/<name>`` copied to ``root`` (no git): a project to run ``gradci check`` on."""
+    shutil.copytree(PROJECTS / name, root)
+    return root
+
+
+def gradci_check(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``gradci check --repo root -j 1 ARGS`` in a subprocess, as a user runs it; its output captured."""
+    return subprocess.run([sys.executable, "-m", "gradci", "check", "--repo", str(root), "-j", "1", *args],
+                          capture_output=True, text=True, timeout=300)
