@@ -14,16 +14,14 @@ Without URLs the service runs embedded (SQLite, SQLite broker transport) in a te
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.service import ROOT, TOKEN, chosen_scenarios, free_port
+from bench.service import ROOT, TOKEN, chosen_scenarios, free_port, service_setup
 from gradci.scenarios.contract.matrix import exact_pattern
 
 
@@ -124,16 +122,7 @@ def main() -> None:
     parser.add_argument("--broker-url", help="Redis URL; default: the embedded SQLite transport")
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-"))
-    database_url = args.database_url or f"sqlite:///{workdir / 'gradci.db'}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GRADCI_")}
-    env.update(GRADCI_WORKDIR=str(workdir), GRADCI_API_TOKEN=TOKEN, GRADCI_DATABASE_URL=database_url,
-               GRADCI_WORKER_HEARTBEAT_S="1", PYTHONPATH=str(ROOT))
-    if args.broker_url:
-        env["GRADCI_BROKER_URL"] = args.broker_url
-    from gradci.services.db.migrate import upgrade
-
-    upgrade(database_url)
+    workdir, database_url, env = service_setup(args.database_url, args.broker_url)
     names = chosen_scenarios(args.sample)
     patterns = [exact_pattern(name) for name in names]
     print(f"{len(names)} scenarios of the library, every available backend, cpu; {args.workers} workers of "

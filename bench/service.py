@@ -176,6 +176,21 @@ def ingestion_rate(database_url: str) -> tuple[float, float]:
 # --- main ----------------------------------------------------------------------------------------
 
 
+def service_setup(database_url: str | None, broker_url: str | None) -> tuple[Path, str, dict[str, str]]:
+    """A fresh work folder, the migrated database (embedded SQLite without a URL) and the service's environment."""
+    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-"))
+    database_url = database_url or f"sqlite:///{workdir / 'gradci.db'}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GRADCI_")}
+    env.update(GRADCI_WORKDIR=str(workdir), GRADCI_API_TOKEN=TOKEN, GRADCI_DATABASE_URL=database_url,
+               GRADCI_WORKER_HEARTBEAT_S="1", PYTHONPATH=str(ROOT))
+    if broker_url:
+        env["GRADCI_BROKER_URL"] = broker_url
+    from gradci.services.db.migrate import upgrade
+
+    upgrade(database_url)
+    return workdir, database_url, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=int, default=6, help="every N-th scenario of the library (default 6)")
@@ -188,16 +203,7 @@ def main() -> None:
         check_in_process(args.check_in_process)
         return
 
-    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-"))
-    database_url = args.database_url or f"sqlite:///{workdir / 'gradci.db'}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GRADCI_")}
-    env.update(GRADCI_WORKDIR=str(workdir), GRADCI_API_TOKEN=TOKEN, GRADCI_DATABASE_URL=database_url,
-               GRADCI_WORKER_HEARTBEAT_S="1", PYTHONPATH=str(ROOT))
-    if args.broker_url:
-        env["GRADCI_BROKER_URL"] = args.broker_url
-    from gradci.services.db.migrate import upgrade
-
-    upgrade(database_url)
+    workdir, database_url, env = service_setup(args.database_url, args.broker_url)
 
     names = chosen_scenarios(1 if args.all else args.sample)
     print(f"{len(names)} scenarios, every available backend, cpu, each scenario's dtypes; "
