@@ -80,6 +80,9 @@ class Settings(BaseSettings):
 
     # Jobs
     job_chunk_size: int = Field(25, ge=1)
+    # Cut jobs by what an earlier run's cells cost and send them longest first (services/job_balance.py);
+    # off: every job holds job_chunk_size scenarios, in the planner's stable order.
+    job_balance: bool = True
     cell_timeout_s: float = Field(300.0, gt=0)
     job_soft_time_limit_s: int = Field(3300, gt=0)
     job_hard_time_limit_s: int = Field(3600, gt=0)

@@ -129,7 +129,8 @@ FLOORS = {
     "gradci.services": ("core", "settings", "broker", "planner", "db", "migrations", "reports", "github", "uploads",
                         "access", "api"),
 }
-SERVICES_CORE = ("repo_urls", "repo_refs", "bodies", "database_urls", "cell_fields", "secrecy", "github_limits")
+SERVICES_CORE = ("repo_urls", "repo_refs", "bodies", "database_urls", "cell_fields", "secrecy", "github_limits",
+                 "job_balance")
 
 
 def floor_of(module: str) -> tuple[str, int] | None:

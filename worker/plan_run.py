@@ -71,7 +71,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         else:  # the workers the plan's devices and routing follow
             online = online_counts_by_device(session, within_s=settings.worker_online_s)
             gpus = gpu_workers(session, within_s=settings.worker_online_s)
-            costs = _costs(session, run, online)
+            costs = _costs(session, run, online) if settings.job_balance else None
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)

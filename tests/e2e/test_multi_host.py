@@ -44,8 +44,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow,
 SCENARIOS = "slow/*"  # tests/data/projects/faults: 6 one-cell scenarios of about a second each
 CELLS = 6
 HEARTBEAT_S = 0.5
-SETTINGS = dict(job_chunk_size="3", cell_timeout_s="60", max_job_attempts="3", worker_heartbeat_s=str(HEARTBEAT_S),
-                worker_online_s="3", reconcile_grace_s="3")  # so a run is 2 jobs of 3 cells, one per host
+SETTINGS = dict(job_chunk_size="3", job_balance="false", cell_timeout_s="60", max_job_attempts="3",
+                worker_heartbeat_s=str(HEARTBEAT_S), worker_online_s="3",
+                reconcile_grace_s="3")  # so a run is 2 jobs of 3 cells, one per host, whatever ran before
 SKEW_S = 300  # five minutes, a hundred leases
 RUN_TIMEOUT_S = 120
 
