@@ -185,7 +185,7 @@ class Scenario:
             self._hold_fixed_all_but(wrt)
         else:
             self._hint_wrt()
-        self._take_complex_apart()
+        taken_apart = self._take_complex_apart()
         self.x = operator_input(self.operator, self.x, self.name)
         if self.second_point is not None:
             self.second_point = self._checked_second_point(tree_as_pairs(_on_host(self.second_point)))
@@ -194,19 +194,22 @@ class Scenario:
         needs = f"{self.operator} needs the tangent to be float arrays shaped like {like}"
         if self.complex_parts is not None:
             needs += " (complex where it is complex)"
+        if taken_apart is not None and OPERATOR_RECORDS[self.operator].takes_tangent:  # given by the author
+            self.tangent = map_tangents(lambda t: taken_apart.tangent_like_x(_on_host(t)), self.tangent)
         self.tangent = map_tangents(lambda t: differentiable(tree_as_pairs(_on_host(t)), "tangent", needs, self.name),
                                     self.tangent)
         if self._models:  # fingerprinted now, before per-dtype copies of the models exist
             self._read_code()
 
-    def _take_complex_apart(self) -> None:
-        """Keep complex leaves of x as (real, imaginary) pairs, and note which they were.
+    def _take_complex_apart(self) -> ComplexParts | None:
+        """Keep complex leaves of x as (real, imaginary) pairs, and note which they were; the note, if now.
 
-        A scenario made again from one whose x is already pairs (``dataclasses.replace``) keeps its note.
+        A scenario made again from one whose x is already pairs (``dataclasses.replace``) keeps its note
+        (None is returned: its tangent is pairs already).
         """
         mask = tuple(is_complex(leaf) for leaf in optree.tree_leaves(self.x, none_is_leaf=True))
         if not any(mask):
-            return
+            return None
         if self.operator not in COMPLEX_OPERATORS:
             raise ScenarioInputError(
                 f"scenario {self.name!r}: x is complex, and gradci checks complex x for "
@@ -220,6 +223,7 @@ class Scenario:
                 f"supported yet (it would be read as (real, imaginary) pairs): leave it out; the finite-difference "
                 f"reference over (Re z, Im z) serves complex x")
         self.x, self.complex_parts = tree_as_pairs(_on_host(self.x)), ComplexParts(mask)
+        return self.complex_parts
 
     def _checked_second_point(self, point: Any) -> Any:
         """``second_point`` as float64 arrays, refused unless it is x's structure, no leaf larger than x's."""

@@ -73,6 +73,20 @@ class ComplexParts:
 
     mask: tuple[bool, ...]
 
+    def tangent_like_x(self, tangent: Any) -> Any:
+        """A tangent given for complex x with its real leaves where x is complex read as t + 0i.
+
+        A real direction is a direction in the complex plane too (along the real axis); without this
+        it would be taken apart as a real array, half the size of x's pairs. A tangent of another
+        structure than x is left as it is, for the shape check to refuse.
+        """
+        leaves, spec = optree.tree_flatten(tangent, none_is_leaf=True)
+        if len(leaves) != len(self.mask):
+            return tangent
+        return optree.tree_unflatten(spec, [np.asarray(leaf) + 0j if complex_ and leaf is not None
+                                            and not is_complex(leaf) else leaf
+                                            for leaf, complex_ in zip(leaves, self.mask)])
+
     def joined(self, tree: Any) -> Any:
         """A tree like x with its complex leaves, kept as pairs, joined again."""
         leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)

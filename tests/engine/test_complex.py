@@ -210,3 +210,14 @@ def test_complex_and_real_arguments_through_wrt_with_a_complex_context_pass_ever
     assert scenario.complex_parts == ComplexParts((True, False)) and scenario.contexts[0].dtype == np.complex128
     report = run(scenario, [*JAX, *TORCH], dtypes=("float64", "float32"))
     assert {cell.status for cell in report.cells} == {"pass"}, [(c.backend, c.message) for c in report.failing()]
+
+
+def test_a_real_tangent_of_complex_x_is_its_real_direction():
+    """A real tangent for complex z reads as t + 0i (it was split as a real array, half x's pairs, and
+    every cell errored with a broadcast error)."""
+    real, complex_ = (Scenario(f"z2-{kind}", "jvp", lambda z: z * z, Z, tangent=t)
+                      for kind, t in (("real", np.ones(Z.shape)), ("complex", np.ones(Z.shape) + 0j)))
+    assert np.array_equal(real.tangent, complex_.tangent)
+    cells = gradci.check([real], backends=TORCH + JAX, devices=["cpu"], dtypes=["float64"],
+                         references=ReferenceCache()).cells
+    assert {c.status for c in cells} == {"pass"}, [(c.backend, c.message) for c in cells if c.status != "pass"]
