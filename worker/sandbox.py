@@ -487,6 +487,21 @@ def _kill_unstarted(bwrap: subprocess.Popen[bytes], child: int | None) -> None:
     for stream in (bwrap.stdin, bwrap.stdout, bwrap.stderr):
         if stream is not None:
             stream.close()
+    if child is not None:  # not ours to wait for (bwrap's): gone once the kernel has torn it down
+        _wait_gone(child)
+
+
+def _wait_gone(pid: int, timeout_s: float = 2.0) -> None:
+    """Wait until ``pid`` has exited (gone, or a zombie nobody reaped yet): SIGKILL takes effect later."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        if stat[stat.rindex(")") + 2:][:1] in ("Z", "X"):
+            return
+        time.sleep(0.01)
 
 
 _warned: set[str] = set()
