@@ -132,7 +132,7 @@ def test_a_pull_request_reports_as_a_check_run_with_annotations_and_reruns(app_s
     base = wait_for(lambda: completed(fake, c0), "the base run's completed check run", timeout_s=60)
     assert base[0]["conclusion"] == "success"
     # Every repository call carried an installation token the fake issued; the comment stays.
-    (comment,) = fake.comments_on(FULL_NAME, 2)
+    (comment,) = wait_for(lambda: fake.comments_on(FULL_NAME, 2), "the pull request's comment", timeout_s=60)
     assert comment["body"].startswith(MARKER)
     exchanges = [c for c in fake.calls if c["path"].endswith("/access_tokens")]
     assert exchanges and all(c["answered"] == "ok" for c in exchanges)

@@ -164,7 +164,8 @@ def test_unexercised_rules_fail_the_check_run_on_their_lines_and_show_on_the_das
     assert annotations[unused]["annotation_level"] == "failure"
     assert annotations[unused]["title"] == "Unused: not exercised by any scenario"
     assert annotations[jvp]["title"] == "Cube: backward exercised, jvp never"
-    (comment,) = fake.comments_on(FULL_NAME, 2)
+    # the comment is published after the check run: wait for it too
+    (comment,) = wait_for(lambda: fake.comments_on(FULL_NAME, 2), "the pull request's comment", timeout_s=60)
     assert "not exercised by any scenario" in comment["body"] and "❌" in comment["body"]
 
     # The dashboard: the matrix (rule method × backend · operator) and the file's reached lines.
