@@ -137,7 +137,7 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog, records,
                                                        powers)
     except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}")
         return EXIT_USAGE
     report = gradci.Report(cells, omitted)
     text = {"json": lambda: _json(report.cells, powers if power else None),
@@ -162,19 +162,19 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             try:
                 fmt_written = write_rules_report(cov_report, target.source, summary)
             except (ReportError, OSError) as exc:
-                err.print(f"error: {exc}", markup=False, highlight=False)
+                err.print(f"error: {exc}")
                 return EXIT_USAGE
-            err.print(f"wrote the lines the cells ran to {cov_report} ({fmt_written})", markup=False, highlight=False)
+            err.print(f"wrote the lines the cells ran to {cov_report} ({fmt_written})")
         if power:  # information beside the verdicts: it changes neither them nor the exit code
             render_power(powers.summary(summary.rules, report.cells), powers, report.cells, rules_console)
     if upload_to is not None:
         try:
-            err.print(upload(upload_to, report.cells, catalog, config), markup=False, highlight=False)
+            err.print(upload(upload_to, report.cells, catalog, config))
         except UploadError as exc:
-            err.print(f"error: upload to {upload_to.url}: {exc}", markup=False, highlight=False)
+            err.print(f"error: upload to {upload_to.url}: {exc}")
             return EXIT_USAGE
     if report.ok and (why := report.nothing_checked()):  # nothing that did not run reads as a pass
-        err.print(f"nothing was checked: {why}", markup=False, highlight=False)
+        err.print(f"nothing was checked: {why}")
         return EXIT_FAILED
     return EXIT_OK if report.ok and not rules_fail else EXIT_FAILED
 
