@@ -98,7 +98,7 @@ def discover_rules(root: str | Path) -> list[Rule]:
     """The derivative rules defined in the project's files at ``root``, in file and line order."""
     root = Path(root).resolve()
     found: dict[str, Rule] = {}
-    for rule in (*_torch_functions(root), *_module_rules(root)):
+    for rule, _ in _rules_and_objects(root):
         if rule.methods:
             # A class made per call of a function is made again with the same name: one rule.
             found.setdefault(rule.id, rule)
@@ -133,13 +133,19 @@ def rule_objects(root: str | Path) -> dict[str, list[Any]]:
     """
     root = Path(root).resolve()
     found: dict[str, list[Any]] = {}
-    for rule, obj in (*_torch_functions(root, with_objects=True), *_module_rules(root, with_objects=True)):
+    for rule, obj in _rules_and_objects(root):
         if rule.methods:
             found.setdefault(rule.id, []).append(obj)
     return found
 
 
-def _torch_functions(root: Path, with_objects: bool = False) -> Iterator[Any]:
+def _rules_and_objects(root: Path) -> Iterator[tuple[Rule, Any]]:
+    """Each rule found in the project's files with the live object it was found on."""
+    yield from _torch_functions(root)
+    yield from _module_rules(root)
+
+
+def _torch_functions(root: Path) -> Iterator[tuple[Rule, Any]]:
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -154,26 +160,26 @@ def _torch_functions(root: Path, with_objects: bool = False) -> Iterator[Any]:
             module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
             file = _relative(module_file, root) if _in_project(module_file, root) else methods[0].file
             rule = Rule(TORCH_FUNCTION, cls.__qualname__, file, tuple(methods))
-            yield (rule, cls) if with_objects else rule
+            yield rule, cls
 
 
-def _module_rules(root: Path, with_objects: bool = False) -> Iterator[Any]:
+def _module_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
     jax = sys.modules.get("jax")
     custom_ops = sys.modules.get("torch._library.custom_ops")
     for obj in _members(root):
         if jax is not None and isinstance(obj, jax.custom_vjp):
             rule = _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
-            yield (rule, obj) if with_objects else rule
+            yield rule, obj
         elif jax is not None and isinstance(obj, jax.custom_jvp):
             rule = _rule(CUSTOM_JVP, obj.fun, {"fun": obj.fun, "jvp": obj.jvp}, root)
-            yield (rule, obj) if with_objects else rule
+            yield rule, obj
         elif custom_ops is not None and isinstance(obj, custom_ops.CustomOpDef):
             parts = {"forward": getattr(obj, "_init_fn", None),
                      "setup_context": getattr(obj, "_setup_context_fn", None),
                      "backward": getattr(obj, "_backward_fn", None)}
             if parts["backward"] is not None:  # no autograd registration: no rule of the user's
                 rule = _rule(CUSTOM_OP, parts["forward"], parts, root, name=getattr(obj, "_qualname", None))
-                yield (rule, obj) if with_objects else rule
+                yield rule, obj
 
 
 def _rule(kind: str, primal: Any, parts: dict[str, Any], root: Path, name: str | None = None) -> Rule:
