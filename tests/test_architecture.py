@@ -124,7 +124,7 @@ def test_every_import_points_down_the_layers() -> None:
 # (check.py), detection power (which re-runs cells) and the built-in library on top. The server side: its small core modules, the settings, the queue, the
 # planner, the database (and its migrations), the reports, GitHub, uploads, read access and the API.
 FLOORS = {
-    "gradci.scenarios": ("contract", "numerics", "adapters", "operators", "authoring", "rules", "reference",
+    "gradci.scenarios": ("contract", "numerics", "adapters", "operators", "authoring", "affected", "rules", "reference",
                          "backends", "verdict", "check", "power", "library"),
     "gradci.services": ("core", "settings", "broker", "planner", "db", "migrations", "reports", "github", "uploads",
                         "access", "api"),

@@ -34,6 +34,7 @@ writes nothing but its answers; the parent owns timeouts and restarts.
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import re
@@ -111,7 +112,9 @@ class SourceCache:
             return self
         self._forget_modules_under(self.root)
         self.root, self.family, self.loaded, self._tracer = root, family, False, None
-        found, self.file_matrix = _load(root, family)
+        tracer = self.tracer()  # what the scenarios' imports run and read counts for every cell
+        with tracer.loading() if tracer is not None else contextlib.nullcontext():
+            found, self.file_matrix = _load(root, family)
         self.scenarios = {scenario.name: scenario for scenario in found}
         self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
         self.listing = [
@@ -257,6 +260,7 @@ class AnnouncingBackend:
 def check_cells(
     cache: SourceCache, request: messages.CellsRequest, beat: Callable[[], None]
 ) -> messages.CellsReply | messages.Refusal:
+    from gradci.scenarios.affected.recording import DEPENDS_KEY
     from gradci.scenarios.backends import get_backend
     from gradci.scenarios.check import check_scenario
     from gradci.scenarios.reference.answer import shared_cache
@@ -294,6 +298,8 @@ def check_cells(
     if tracer is None:
         return messages.CellsReply(cells=stamped, restart=restart)
     rules = tracer.rules()  # beside the verdict, never in it: the record is a key of its own
+    for record, cell in zip(stamped, cells):
+        record[DEPENDS_KEY] = {**tracer.depends(cell.key), "scenario": fingerprint}
     taken = {cell.key: tracer.take(cell.key, rules) for cell in cells}
     for record, cell in zip(stamped, cells):
         record[RECORD_KEY] = taken[cell.key].to_dict()

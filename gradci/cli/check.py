@@ -18,12 +18,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import gradci
+from gradci.cli.affected import AffectedRecords, BaseError, read_base, split
 from gradci.cli.client import coverage_text
 from gradci.cli.power import PowerRecords, render_power
 from gradci.cli.rule_coverage import RuleRecords, render_rules, write_rules_report
 from gradci.cli.sandboxed import (
     DEFAULT_CELL_TIMEOUT_S,
     Target,
+    cell_of,
     check_in_parallel,
     check_planned,
     default_parallelism,
@@ -37,7 +39,7 @@ from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
 from gradci.scenarios.contract.coverage import coverage_percent
 from gradci.scenarios.contract.devices import CPU, CUDA
-from gradci.scenarios.contract.formats import cells_to_json, cells_to_junit
+from gradci.scenarios.contract.formats import cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.scenarios.rules.reports import ReportError, report_format
 from gradci.scenarios.rules.summary import WARNING, unexercised_severity
@@ -92,13 +94,16 @@ def narrowed_by(flags: Matrix) -> str:
 def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, cell_timeout_s: float | None = None,
               family: str | None = None, verbose: bool = False, repeats: int | None = None,
               parallel: int | None = None, upload_to: UploadOptions | None = None, timings: bool | None = None,
-              rules: bool = True, cov_report: str | None = None, power: bool = False) -> int:
+              rules: bool = True, cov_report: str | None = None, power: bool = False,
+              base: str | None = None, run_all: bool = False) -> int:
     """Run ``gradci check`` and return its exit code.
 
     ``upload_to``: also send the cells to a gradci server (``gradci.cli.upload``); ``timings``: steady-state
     times over repeated calls (None: gradci.toml's ``[check] timings``, else one call); ``rules``: record the
     repository's rule coverage (``gradci.cli.rule_coverage``); ``cov_report``: write its lines to this file;
-    ``power``: re-run the cells that reached a rule with errors planted in it (``gradci.cli.power``).
+    ``power``: re-run the cells that reached a rule with errors planted in it (``gradci.cli.power``);
+    ``base``: a previous check's JSON, whose cells with unchanged inputs are carried (``gradci.cli.affected``),
+    unless ``run_all``.
     """
     err = plain_console(stderr=True, soft_wrap=True)
     catalog: list[dict] = []
@@ -134,19 +139,24 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             options["rule_coverage"] = True
         if power:
             options["power"] = True
+        affected = AffectedRecords(target.source, options)
+        base_cells = read_base(base) if base is not None and not run_all else None
         cells, runners, omitted = _check_with_progress(target, timeout_s, err, options, wanted, catalog, records,
-                                                       powers)
-    except (UsageError, ProjectError, RunnerError, UploadError, ValueError) as exc:
+                                                       powers, affected, base_cells, base)
+    except (UsageError, ProjectError, RunnerError, UploadError, BaseError, ValueError) as exc:
         err.print(f"error: {exc}")
         return EXIT_USAGE
     report = gradci.Report(cells, omitted)
-    text = {"json": lambda: _json(report.cells, powers if power else None),
+    text = {"json": lambda: _json(report.cells, powers if power else None, affected, records),
             "junit": lambda: cells_to_junit(report.cells)}
     rules_console = err
     if fmt == "table":
         stream = open(output, "w") if output else sys.stdout
         console = rules_console = plain_console(file=stream, width=None if stream.isatty() else 160)
         render_table(report.cells, console, verbose=verbose, omitted=report.omitted)
+        if base_cells is not None:
+            console.print(f"{affected.carried_count()} of {len(report.cells)} cells carried from {base} (their "
+                          "inputs are unchanged: code they ran, data they read, environment); --all runs every cell")
         if runners > 1:
             console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
                           "others' load; -j 1 for timings")
@@ -179,11 +189,14 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
     return EXIT_OK if report.ok and not rules_fail else EXIT_FAILED
 
 
-def _json(cells: list[Cell], powers: PowerRecords | None) -> str:
-    """The cells as JSON; with --power, each measured cell with its ``power`` record."""
-    if powers is None:
-        return cells_to_json(cells)
-    return json.dumps(powers.json_cells([cell.to_dict() for cell in cells]), indent=2)
+def _json(cells: list[Cell], powers: PowerRecords | None, affected: AffectedRecords, records: RuleRecords) -> str:
+    """The cells as JSON, each with its records.
+
+    Dependencies (a later ``--base`` reads them), rule coverage, provenance where carried, and with
+    --power its ``power`` record.
+    """
+    found = affected.json_cells(records.json_cells([cell.to_dict() for cell in cells]))
+    return json.dumps(powers.json_cells(found) if powers is not None else found, indent=2)
 
 
 def _rules_wanted(rules: bool, cov_report: str | None, target: Target, power: bool = False) -> bool:
@@ -205,7 +218,8 @@ def _rules_wanted(rules: bool, cov_report: str | None, target: Target, power: bo
 def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, options: dict,
                          parallel: int = 1, catalog: list[dict] | None = None,
                          records: RuleRecords | None = None,
-                         powers: PowerRecords | None = None) -> tuple[list[Cell], int, int]:
+                         powers: PowerRecords | None = None, affected: AffectedRecords | None = None,
+                         base_cells: list[dict] | None = None, base: str | None = None) -> tuple[list[Cell], int, int]:
     """Check the target's cells, with a progress bar on stderr when it is a terminal.
 
     Returns (the cells, the number of runners that checked them, the cells not made). The bar shows
@@ -219,13 +233,22 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
             local_runner(target, cell_timeout_s) as runner:
         task = progress.add_task("starting the runner", total=None)
         runner.extra_env.update(thread_limits(parallel))
-        plan = local_jobs(runner, target)
+        plan = local_jobs(runner, target, rules=bool(options.get("rule_coverage")))
         planned, functions = [with_agreement(specs) for specs in plan.scenarios], plan.functions
         if not planned:
             raise UsageError("no scenario matches")
         if catalog is not None:
             catalog.extend({"name": specs[0].scenario, "operator": specs[0].operator,
                             "fingerprint": specs[0].fingerprint} for specs in planned if specs)
+        carried: list[Cell] = []
+        if base_cells is not None:
+            planned, taken, _ = split(base_cells, planned, target.source, options, base or "")
+            taken = affected.take(taken) if affected is not None else taken
+            taken = records.take(taken, {}) if records is not None else taken
+            carried = [cell_of(cell) for cell in (powers.take(taken) if powers is not None else taken)]
+            planned = [specs for specs in planned if specs]
+            if not planned:
+                return carried, 1, plan.omitted
         progress.update(task, total=len(planned))
 
         def advance(done: int, name: str) -> None:
@@ -233,13 +256,14 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
 
         count = min(parallel, len(set(functions.values())) or 1)
         if count <= 1:
-            return check_planned(_WithOptions(runner, options, records, powers), planned, advance), 1, plan.omitted
+            return (carried + check_planned(_WithOptions(runner, options, records, powers, affected), planned,
+                                            advance), 1, plan.omitted)
         others = [local_runner_for(cell_timeout_s, target.matrix) for _ in range(count - 1)]
         for other in others:
             other.extra_env.update(thread_limits(parallel))
         try:
-            runners = [_WithOptions(one, options, records, powers) for one in (runner, *others)]
-            return check_in_parallel(runners, planned, functions, advance), count, plan.omitted
+            runners = [_WithOptions(one, options, records, powers, affected) for one in (runner, *others)]
+            return carried + check_in_parallel(runners, planned, functions, advance), count, plan.omitted
         finally:
             for other in others:
                 other.close()
@@ -261,11 +285,14 @@ class _WithOptions:
     """A runner whose scenario requests carry the engine's options; rule-coverage records go to ``records``."""
 
     def __init__(self, runner: WarmRunner, options: dict, records: RuleRecords | None = None,
-                 powers: PowerRecords | None = None) -> None:
+                 powers: PowerRecords | None = None, affected: AffectedRecords | None = None) -> None:
         self.runner, self.options, self.records, self.powers = runner, options, records, powers
+        self.affected = affected
 
     def run_cells(self, specs: list[CellSpec], **kwargs) -> list[dict]:
         cells = self.runner.run_cells(specs, options=self.options, **kwargs)
+        if self.affected is not None:
+            cells = self.affected.take(cells)
         if self.powers is not None:
             cells = self.powers.take(cells)
         return self.records.take(cells, self.runner.rules) if self.records is not None else cells

@@ -85,6 +85,12 @@ def check(
                                     "planted in it (an output scaled by 1 + δ, δ = 1e-1 … 1e-8, a sign flipped, "
                                     "a term dropped, a transpose) and print the smallest δ each cell caught "
                                     "and what no cell catches. Costly: several re-runs per rule output."),
+    base: str | None = typer.Option(None, "--base", metavar="PATH",
+                                    help="A previous check's JSON (--format json): its cells whose inputs are "
+                                         "unchanged (the code they ran, the data they read, gradci.toml, the "
+                                         "lockfiles, the installed versions, the device) are carried, the rest "
+                                         "run."),
+    run_all: bool = typer.Option(False, "--all", help="Run every cell, even with --base."),
     upload: str | None = typer.Option(None, "--upload", metavar="URL",
                                       help="Also send the cells to the gradci server at URL (its base URL), "
                                            "as one shard of the commit's run; credential: GRADCI_UPLOAD_TOKEN, "
@@ -122,7 +128,7 @@ def check(
     raise typer.Exit(run_check(repo, matrix_of(backends, devices, dtypes, k), format, output,
                                cell_timeout_s=cell_timeout, family=family, verbose=verbose, repeats=repeats,
                                parallel=jobs, upload_to=upload_to, timings=timings, rules=rules,
-                               cov_report=cov_report, power=power))
+                               cov_report=cov_report, power=power, base=base, run_all=run_all))
 
 
 @app.command()

@@ -42,6 +42,12 @@ class RuleRecords:
                     self.records[key] = CellRules.from_dict(record[RECORD_KEY])
         return [{name: value for name, value in record.items() if name != RECORD_KEY} for record in cells]
 
+    def json_cells(self, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``cells`` (``Cell.to_dict``), each with its record where it has one (a later ``--base`` carries it)."""
+        keyed = ((cell, (cell["scenario"], cell["backend"], cell["device"], cell["dtype"])) for cell in cells)
+        return [{**cell, RECORD_KEY: self.records[key].to_dict()} if key in self.records else cell
+                for cell, key in keyed]
+
     def summary(self, cells: Iterable[Cell]) -> RulesSummary:
         rules = sorted((Rule.from_dict(rule) for rule in self.rules.values()), key=lambda r: (r.file, r.name))
         return summarize(rules, [(cell, self.records[cell.key]) for cell in cells if cell.key in self.records])

@@ -95,13 +95,15 @@ class LocalPlan:
     omitted: int = 0
 
 
-def local_jobs(runner: WarmRunner, target: Target) -> LocalPlan:
+def local_jobs(runner: WarmRunner, target: Target, rules: bool = False) -> LocalPlan:
     """The cells of each chosen scenario, in the engine's order (device, dtype, backend).
 
     Raises ``gradci.worker.runner.RunnerError`` when the scenarios cannot be loaded, ValueError for a
     device that is not there.
     """
-    listing = runner.list_source(target.source, availability=True, family=target.family, trusted=True)
+    listing = runner.list_source(target.source, availability=True, family=target.family, trusted=True,
+                                 rules=rules and target.source is not None)
+    runner.rules.update((rule["id"], rule) for rule in listing.rules or ())  # carried cells run no request
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
     backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items()

@@ -152,6 +152,10 @@ def _(obj: np.generic, h: Hasher) -> None:
 @_hash.register(tuple)
 def _(obj: list | tuple, h: Hasher) -> None:
     h.text(f"{type(obj).__qualname__}[{len(obj)}]")
+    if "fun_sourceinfo" in getattr(obj, "_fields", ()):
+        # jax.jit's record of where its function was defined ("f at file.py:71"): a line added above the
+        # function moves it without changing what it computes (its code is hashed on its own).
+        obj = obj._replace(fun_sourceinfo="")  # type: ignore[union-attr]  # a namedtuple, as _fields says
     for item in obj:
         h.add(item)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import sys
 import warnings
 from collections.abc import Hashable, Iterator
@@ -32,6 +33,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from gradci.scenarios.affected.recording import DependencyRecorder
 from gradci.scenarios.authoring.exceptions import is_users_file
 from gradci.scenarios.rules.discovery import Rule, discover_rules, project_jitted
 from gradci.scenarios.rules.records import CellRules, LinesByFile
@@ -55,8 +57,12 @@ class RuleTracer:
         import coverage
 
         self.root = Path(root).resolve()
-        self._coverage = coverage.Coverage(data_file=None, include=[f"{self.root}/*"], omit=_not_users_under(self.root),
+        omit = _not_users_under(self.root)
+        self._coverage = coverage.Coverage(data_file=None, include=[f"{self.root}/*"], omit=omit,
                                            config_file=False, branch=False)
+        # What each cell read beside its lines: the modules loaded, data files, folder listings.
+        self.dependencies = DependencyRecorder(
+            self.root, lambda path: is_users_file(path) and not any(fnmatch.fnmatch(path, pattern) for pattern in omit))
         self._coverage.set_option("run:disable_warnings", QUIET)
         if hasattr(sys, "monitoring"):  # 3.12+: the sys.monitoring core, which per-cell contexts allow
             self._coverage.set_option("run:core", "sysmon")
@@ -76,8 +82,9 @@ class RuleTracer:
         recording = self._current = _Recording(f"cell {self._count}")
         if framework == "jax":
             self._clear_jitted()
+        self.dependencies.before_cell()
         try:
-            with _backward_on_this_thread(framework), warnings.catch_warnings():
+            with _backward_on_this_thread(framework), warnings.catch_warnings(), self.dependencies.watching(key):
                 warnings.simplefilter("ignore")  # coverage.py's own, about measuring: nothing of the cell's
                 self._coverage.start()
                 try:
@@ -88,6 +95,21 @@ class RuleTracer:
         finally:
             self._current = None
             self._store(key, recording)
+            self.dependencies.after(key, self._records.get(key, {}))
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[None]:
+        """The project's scenarios load in this block: what its imports run and read counts for every cell."""
+        label = "loading"
+        with warnings.catch_warnings(), self.dependencies.watching(label):
+            warnings.simplefilter("ignore")
+            self._coverage.start()
+            try:
+                self._coverage.switch_context(label)
+                yield
+            finally:
+                self._coverage.stop()
+        self.dependencies.after(label, self._read(label))
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -114,6 +136,10 @@ class RuleTracer:
 
     def lines(self, key: CellKey) -> LinesByFile:
         return self._records.get(key, {})
+
+    def depends(self, key: CellKey) -> dict[str, Any]:
+        """The cell's dependency record (``gradci.scenarios.affected.recording``); call it before ``take``."""
+        return self.dependencies.record(key, self._records.get(key, {}))
 
     def take(self, key: CellKey, rules: list[Rule]) -> CellRules:
         """The cell's record (forgotten here: a runner's cells are sent once)."""

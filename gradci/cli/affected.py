@@ -1,0 +1,121 @@
+"""``gradci check --base``: re-run only the cells a change can affect, carry the rest from a base check.
+
+The base is the JSON a previous ``gradci check --format json`` wrote: each cell there carries its
+dependency record (``gradci.scenarios.affected``). Cells whose inputs all digest the same now are
+carried with their provenance; the others, and every cell the base lacks, run. ``--all`` runs
+everything whatever the base.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gradci.scenarios.affected.carry import CARRIED_KEY, ENVIRONMENT_KEY, CarryPlan, CommitInputs, plan_carry
+from gradci.scenarios.affected.environment import Environment, environment
+from gradci.scenarios.affected.recording import DEPENDS_KEY
+from gradci.scenarios.contract.devices import CPU
+from gradci.worker.runner import CellSpec
+
+CellKey = tuple[str, str, str, str]
+# The engine's options that change no verdict: a cell computed with or without them is the same cell.
+NOT_INPUTS = ("rule_coverage", "power")
+
+
+class BaseError(Exception):
+    """The base given to --base cannot be read as a gradci check's cells."""
+
+
+def read_base(path: str) -> list[dict[str, Any]]:
+    """The cells of a previous ``gradci check --format json``."""
+    try:
+        cells = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise BaseError(f"--base {path}: cannot read it as JSON ({exc})") from exc
+    if not isinstance(cells, list) or not all(isinstance(c, dict) and "scenario" in c for c in cells):
+        raise BaseError(f"--base {path}: not the cells of a `gradci check --format json` (a list of cells)")
+    if cells and not any(DEPENDS_KEY in cell for cell in cells):
+        raise BaseError(f"--base {path}: its cells have no dependency records; write the base with "
+                        "`gradci check --repo … --format json` of this version of gradci (not with --no-rules)")
+    return cells
+
+
+def check_environment(root: str | None, options: Mapping[str, Any], device: str) -> Environment:
+    """The environment a local check's cells on ``device`` are computed in."""
+    device_record = {"device": device}
+    return environment(root, {k: v for k, v in options.items() if k not in NOT_INPUTS}, device_record)
+
+
+class AffectedRecords:
+    """Each cell's dependency record and provenance, beside its verdict (as ``PowerRecords`` does for power)."""
+
+    def __init__(self, root: str | None, options: Mapping[str, Any]) -> None:
+        self.root, self.options = root, dict(options)
+        self.sha = sha_of(root)  # where fresh cells are computed: a later check carries them from here
+        self.records: dict[CellKey, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # runners answer from their own threads (-j)
+
+    def take(self, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep the records of ``cells`` (a runner's answer, or carried cells), stamped with the environment."""
+        with self._lock:
+            for cell in cells:
+                kept = {name: cell[name] for name in (DEPENDS_KEY, CARRIED_KEY) if name in cell}
+                if self.root is None and not kept:  # the built-in library: gradci's source is in the environment
+                    kept[DEPENDS_KEY] = {"scenario": cell.get("fingerprint")}
+                if DEPENDS_KEY in kept and CARRIED_KEY not in kept:
+                    kept[DEPENDS_KEY] = {**kept[DEPENDS_KEY], "sha": self.sha,
+                                         ENVIRONMENT_KEY: check_environment(self.root, self.options, cell["device"])}
+                if kept:
+                    self.records[_key(cell)] = kept
+        return [{name: value for name, value in cell.items() if name not in (DEPENDS_KEY, CARRIED_KEY)}
+                for cell in cells]
+
+    def json_cells(self, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``cells`` (``Cell.to_dict``), each with its records where it has them."""
+        return [{**cell, **self.records.get(_key(cell), {})} for cell in cells]
+
+    def carried_count(self) -> int:
+        return sum(1 for record in self.records.values() if CARRIED_KEY in record)
+
+
+def split(base: list[dict[str, Any]], planned: list[list[CellSpec]], root: str | None,
+          options: Mapping[str, Any], base_name: str) -> tuple[list[list[CellSpec]], list[dict[str, Any]], CarryPlan]:
+    """(the specs still to run, the base's carried cells, the decision) for ``planned``.
+
+    A group (one scenario, backend and device) is carried only where the base has every dtype planned.
+    """
+    fingerprints = {specs[0].scenario: specs[0].fingerprint for specs in planned if specs}
+    shas = {cell[DEPENDS_KEY].get("sha") for cell in base if isinstance(cell.get(DEPENDS_KEY), dict)}
+    provenance = {"run": None, "sha": shas.pop() if len(shas) == 1 else None, "base": base_name}
+    plan = plan_carry(base, fingerprints, CommitInputs(root),
+                      lambda device: check_environment(root, options, device), provenance)
+    carried: dict[CellKey, dict[str, Any]] = {_key(cell): cell for cell in plan.carried}
+    to_run, taken = [], []
+    for specs in planned:
+        groups: dict[tuple[str, str, str], list[CellSpec]] = {}
+        for spec in specs:
+            groups.setdefault((spec.scenario, spec.backend, spec.device), []).append(spec)
+        left = []
+        for members in groups.values():
+            keys = [(spec.scenario, spec.backend, spec.device, spec.dtype) for spec in members]
+            if all(key in carried for key in keys):
+                taken += [carried[key] for key in keys]
+            else:
+                left += members
+        to_run.append(left)
+    return to_run, taken, plan
+
+
+def _key(cell: Mapping[str, Any]) -> CellKey:
+    return (str(cell["scenario"]), str(cell["backend"]), str(cell.get("device", CPU)), str(cell["dtype"]))
+
+
+def sha_of(root: str | None) -> str | None:
+    """The commit checked out at ``root`` (None: not a git checkout, or the built-in library)."""
+    if root is None:
+        return None
+    found = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or None if found.returncode == 0 else None

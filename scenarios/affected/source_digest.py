@@ -1,0 +1,79 @@
+"""Digests of a project file that change only where a cell could see the change.
+
+A cell depends on the code it ran, not on every line of every file it touched. For a Python file the
+digest is taken over its syntax tree with the bodies of the functions the cell never entered left out
+(each replaced by ``...``): module-level code, class bodies, signatures, defaults and decorators always
+count, since they ran when the module was imported; a comment, a blank line or a line moved by an edit
+elsewhere never counts. A function's body that ran counts whole, the functions defined inside it
+included. So editing one rule changes the digest of exactly the cells that entered it.
+
+Functions are named by their qualified name (``Square.backward``, ``outer.<locals>.inner``), which
+survives edits that move lines: the set a cell entered is recorded at the commit it ran on, and the
+same set elides the same bodies at a later commit. Two functions with one name (a ``def`` under each
+branch of an ``if``) are both kept when either ran: when in doubt, count it.
+
+Any other file (data, an extension module) is digested byte for byte.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import hashlib
+from collections.abc import Iterable, Iterator
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+# What a file that cannot be parsed digests as: its bytes, so that any edit of it counts.
+UNPARSEABLE = "bytes:"
+
+
+def bytes_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def entered_functions(source: str, lines: Iterable[int]) -> set[str]:
+    """The qualified names of the functions whose bodies hold any of ``lines`` (innermost and outer)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    wanted = sorted(set(lines))
+    entered: set[str] = set()
+    for qualname, node in _functions(tree):
+        first, last = node.body[0].lineno, node.end_lineno or node.body[-1].lineno
+        if _any_between(wanted, first, last):
+            entered.add(qualname)
+    return entered
+
+
+def python_digest(source: bytes, kept: Iterable[str]) -> str:
+    """The digest of a Python file's code with the bodies of functions not in ``kept`` left out."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return UNPARSEABLE + bytes_digest(source)
+    keep = set(kept)
+    for qualname, node in list(_functions(tree)):
+        if qualname not in keep:
+            node.body = [ast.Expr(ast.Constant(...))]
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
+
+
+def _functions(tree: ast.AST) -> Iterator[tuple[str, FunctionNode]]:
+    """Every function definition with its qualified name, outer ones first."""
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, FunctionNode]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, FunctionNode):
+                name = prefix + child.name
+                yield name, child
+                yield from walk(child, name + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, prefix + child.name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(tree, "")
+
+
+def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
+    at = bisect.bisect_left(sorted_lines, first)
+    return at < len(sorted_lines) and sorted_lines[at] <= last
