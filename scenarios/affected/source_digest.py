@@ -31,7 +31,12 @@ def bytes_digest(data: bytes) -> str:
 
 
 def entered_functions(source: str, lines: Iterable[int]) -> set[str]:
-    """The qualified names of the functions whose bodies hold any of ``lines`` (innermost and outer)."""
+    """The qualified names of the functions whose bodies hold any of ``lines`` (innermost and outer).
+
+    The outer ones count too: a rule class made by a function (``make_rule().backward``) may be called
+    by a cell that never entered the function (it ran on import, or in another cell), which still
+    made the rule.
+    """
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -51,10 +56,8 @@ def python_digest(source: bytes, kept: Iterable[str]) -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return UNPARSEABLE + bytes_digest(source)
-    keep = set(kept)
-    for qualname, node in list(_functions(tree)):
-        if qualname not in keep:
-            node.body = [ast.Expr(ast.Constant(...))]
+    for node in _elided(tree, set(kept)):
+        node.body = [ast.Expr(ast.Constant(...))]
     return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
 
 
@@ -72,6 +75,16 @@ def _functions(tree: ast.AST) -> Iterator[tuple[str, FunctionNode]]:
                 yield from walk(child, prefix)
 
     yield from walk(tree, "")
+
+
+def _elided(tree: ast.AST, kept: set[str]) -> list[FunctionNode]:
+    """The functions whose bodies are left out: neither kept nor inside one that is."""
+    functions = list(_functions(tree))
+    inside: set[int] = set()
+    for qualname, node in functions:
+        if qualname in kept:
+            inside.update(id(inner) for inner in ast.walk(node) if isinstance(inner, FunctionNode))
+    return [node for _, node in functions if id(node) not in inside]
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:

@@ -1,0 +1,1 @@
+"""Rules, helpers and loaders at several depths from the scenarios that reach them."""

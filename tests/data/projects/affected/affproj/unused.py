@@ -1,0 +1,5 @@
+"""Imported by no scenario."""
+
+
+def nothing():
+    return 0
