@@ -55,6 +55,7 @@ class DependencyRecorder:
         self._reads: dict[Hashable, set[tuple[str, str]]] = {}
         self._sources: dict[str, bytes | None] = {}
         self._digests: dict[tuple[str, frozenset[str]], str] = {}
+        self._known: dict[str, tuple[ModuleType, bool]] = {}  # module name → (module, whether the project's)
 
     @contextlib.contextmanager
     def watching(self, label: Hashable) -> Iterator[None]:
@@ -118,13 +119,18 @@ class DependencyRecorder:
         return self._sources[file]
 
     def _project_modules(self) -> dict[str, ModuleType]:
-        prefix = str(self.root) + os.sep
         found = {}
         for name, module in list(sys.modules.items()):
-            path = getattr(module, "__file__", None)
-            if isinstance(path, str) and os.path.realpath(path).startswith(prefix) and self._is_users(path):
+            known = self._known.get(name)
+            if known is None or known[0] is not module:  # each module's file is looked at once
+                known = self._known[name] = (module, self._is_project_file(getattr(module, "__file__", None)))
+            if known[1]:
                 found[name] = module
         return found
+
+    def _is_project_file(self, path: object) -> bool:
+        return (isinstance(path, str) and os.path.realpath(path).startswith(str(self.root) + os.sep)
+                and self._is_users(path))
 
     def _relative(self, path: str) -> str:
         return Path(os.path.realpath(path)).relative_to(self.root).as_posix()
