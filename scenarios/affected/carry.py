@@ -124,6 +124,24 @@ def plan_carry(base_cells: Iterable[Mapping[str, Any]], fingerprints: Mapping[st
     return plan
 
 
+def recorded_fingerprints(base_cells: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
+    """The scenarios' fingerprints as the base cells' records have them.
+
+    Where every file, data file and listing a base cell's record names digests the same and the
+    environment is the same, listing the scenarios again would find these fingerprints: they are
+    computed from the objects that code and data make. So ``plan_carry`` with them decides, without
+    importing anything, whether a commit changed nothing any cell depends on (a plan with no re-run);
+    any re-run means the scenarios must be listed to know what else changed.
+    """
+    found: dict[str, str | None] = {}
+    for cell in base_cells:
+        depends = cell.get(DEPENDS_KEY)
+        fingerprint = depends.get(SCENARIO_KEY) if isinstance(depends, Mapping) else None
+        name = str(cell["scenario"])
+        found[name] = fingerprint if found.get(name, fingerprint) == fingerprint else None
+    return found
+
+
 def _why_rerun(cell: Mapping[str, Any], fingerprints: Mapping[str, str | None], inputs: CommitInputs,
                environment_for: Callable[[str], Environment]) -> str | None:
     name = str(cell["scenario"])

@@ -173,3 +173,16 @@ def test_the_function_that_made_a_rule_counts_with_the_rule():
     kept = entered_functions(source, {4})
     assert kept == {"make", "make.<locals>.F.backward"}  # make may have run in another cell, or on import
     assert digest(source.replace("return F", "return None"), kept) != digest(source, kept)
+
+
+def test_the_recorded_fingerprints_decide_without_listing_only_when_nothing_changed(tmp_path):
+    from gradci.scenarios.affected.carry import recorded_fingerprints
+
+    root = project(tmp_path)
+    cells = [base_cell(root), base_cell(root, backend="torch-fwd", kept=("Rule.jvp",))]
+    assert recorded_fingerprints(cells) == {"s": "fp"}
+    assert not carry(cells, root).rerun
+    (root / "rules.py").write_text(SOURCE.replace("return u + 1", "return u + 2"))
+    assert carry(cells, root).rerun  # some input changed: list the scenarios to know what else did
+    cells[1][DEPENDS_KEY]["scenario"] = "other"
+    assert recorded_fingerprints(cells) == {"s": None}  # records that disagree decide nothing
