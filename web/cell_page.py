@@ -1,9 +1,10 @@
 """The cell page: all that was recorded of one cell.
 
 It shows where its scenario is defined, one cell's message, errors against tolerances, its
-reference and precision, the spread of its repeats, timings and memory, the device record of the job
-that computed it, and links to the same cell in the base run and to its scenario's history. Cells of
-older runs lack some of these: the page says "not recorded" instead.
+detection power (where measured), its reference and precision, the spread of its repeats, timings and
+memory, the device record of the job that computed it, and links to the same cell in the base run
+and to its scenario's history. Cells of older runs lack some of these: the page says "not recorded"
+instead.
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
 from gradci.services.db.models import Job, ScenarioCatalogEntry, Worker
+from gradci.services.db.power import power_of_cell
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.run_report import base_run
 from gradci.web.device_record import device_facts
+from gradci.web.power_view import cell_row
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -37,11 +40,13 @@ def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSes
     base = base_run(session, run)
     job = session.get(Job, cell.job_id) if cell.job_id is not None else None
     worker = session.get(Worker, job.worker) if job is not None and job.worker else None
+    power = power_of_cell(session, cell)
     return templates.TemplateResponse(request, "cell.html", {
         "run": run, "cell": cell, "defined_at": definition_site(session, run.id, cell.scenario),
         "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
         "device_facts": device_facts(job.device_record if job else None), "repeats": repeats_text(cell.repeat_spread),
-        "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None})
+        "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None,
+        "power": cell_row(cell, power) if power is not None else None})
 
 
 def definition_site(session: Session, run_id: int, scenario: str) -> str | None:

@@ -1,9 +1,11 @@
 """The rules pages of a run: each derivative rule's coverage matrix, and per file the lines cells reached.
 
 The matrix is rule method × backend · operator, each entry the number of cells that ran the method
-(none: not reached), with the engine's findings beside it. The file view is a coverage service's:
-the file's lines that the run's cells ran, and each rule method's source (kept in the run's rule
-catalog: the service keeps no checkout) with its reached lines marked. Both are read as the run is,
+(none: not reached), with the engine's findings beside it; below it, where the run measured detection
+power, each rule's weakest perturbation caught and each cell's smallest δ caught beside its tolerance.
+The file view is a coverage service's: the file's lines that the run's cells ran, and each rule
+method's source (kept in the run's rule catalog: the service keeps no checkout) with its reached
+lines marked. Both are read as the run is,
 through the same read access.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.db.rules import covered_lines, reach_counts, rule_catalog
 from gradci.services.reports.rules_report import catalog_rule, summary_of
+from gradci.web.power_view import run_power
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -67,7 +70,7 @@ def rules_page(run_id: RunId, request: Request, session: ReadSession, access: Re
                   "rule_reached": len(rule_lines[file] & set(lines.get(file, ())))} for file in files]
     return templates.TemplateResponse(request, "rules.html", {
         "run": run, "rules": rules, "columns": columns, "matrix": matrix, "findings": findings,
-        "files": file_rows})
+        "files": file_rows, "power": run_power(session, run)})
 
 
 @router.get("/runs/{run_id}/rules/file", response_class=HTMLResponse)

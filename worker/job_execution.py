@@ -43,6 +43,7 @@ from gradci.services.db.jobs import (
     unfinished_jobs,
 )
 from gradci.services.db.models import Job, JobStatus, Run
+from gradci.services.db.repository_options import measures_power
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import session_scope
 from gradci.services.planner import job_cells
@@ -304,17 +305,19 @@ class JobExecution:
             # A GPU job of a backend the run also checks on the cpu compares its results with the CPU's.
             agreement = (claim is Claim.run and job.device != CPU
                          and job.backend in run_backends(session, job.run_id, CPU))
+            power = claim is Claim.run and measures_power(session, stored_run)
         log.info("job %s (run %s, %s on %s): %s, attempt %s", ref.id, ref.run_id, ref.backend, ref.device,
                  claim.value, attempt)
         if claim is Claim.run:
             with LeaseKeeper(self.database, ref.id, self.delivery, settings.worker_heartbeat_s):
-                self.run(ref, run, backends, agreement)
+                self.run(ref, run, backends, agreement, power)
         elif claim is Claim.gave_up:
             self.give_up(ref, run)
         elif claim is not Claim.duplicate:  # finished or cancelled: nothing to check, perhaps the run to finalise
             self.finalize_if_last(ref.run_id)
 
-    def run(self, job: JobRef, run: RunRef, run_backends: list[str], agreement: bool = False) -> None:
+    def run(self, job: JobRef, run: RunRef, run_backends: list[str], agreement: bool = False,
+            power: bool = False) -> None:
         runner = self.context.runner()
         try:
             source = load_source(run, self.context.checkouts(), runner)
@@ -325,6 +328,8 @@ class JobExecution:
         options = engine_options(source, run)
         if source.root is not None:  # a repository's own code: which of its derivative rules each cell ran
             options["rule_coverage"] = True
+            if power:  # a default branch's push, its repository's option on: errors planted in its rules
+                options["power"] = True
         cells = cells_of(job, source, run)
         writer = ResultWriter(self.database, job, self.delivery)
         status, message, index = JobStatus.done.value, None, 0

@@ -1,10 +1,12 @@
-"""A job's rule coverage on its way to the database, beside its cells.
+"""A job's rule coverage and detection power on their way to the database, beside its cells.
 
 Each cell record from the runner carries its rule-coverage record under ``RECORD_KEY``
 (``gradci.scenarios.rules.records``); it is taken off the cell here (the results table keeps the cell's
 verdict only) and stored in the same transaction as the cells: the reaches of each cell, the lines the
 job's cells ran so far (one row per file, rewritten), and the rules the runner named that the run's
-catalog lacks (a class made inside a function exists only once a cell made it).
+catalog lacks (a class made inside a function exists only once a cell made it). A cell measured for
+detection power (a run of a default branch whose repository has it on) carries its power record under
+``POWER_KEY`` too: taken off likewise, stored beside the cell (``gradci.services.db.power``).
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gradci.scenarios.rules.power import POWER_KEY
 from gradci.scenarios.rules.records import RECORD_KEY
+from gradci.services.db.power import power_row, record_power
 from gradci.services.db.rules import reach_rows, record_lines, record_reaches, record_rules
 
 
@@ -27,10 +31,14 @@ class RuleCoverageBuffer:
         self.changed_files: set[str] = set()
         self.rules: dict[str, Mapping[str, Any]] = {}
         self.stored_rules: set[str] = set()
+        self.powers: list[dict[str, Any]] = []
 
     def take(self, cell: dict[str, Any]) -> dict[str, Any]:
         """The cell without its record, which is kept here."""
         record = cell.pop(RECORD_KEY, None)
+        power = cell.pop(POWER_KEY, None)
+        if isinstance(power, Mapping):
+            self.powers.append(power_row(self.run_id, cell, power))
         if isinstance(record, Mapping):
             self.reaches += reach_rows(self.run_id, cell, record)
             for file, numbers in (record.get("lines") or {}).items():
@@ -54,7 +62,9 @@ class RuleCoverageBuffer:
             record_reaches(session, self.reaches)
         if self.changed_files:
             record_lines(session, self.run_id, self.part, {file: self.lines[file] for file in self.changed_files})
+        if self.powers:
+            record_power(session, self.powers)
 
     def committed(self) -> None:
         self.stored_rules.update(self.rules)
-        self.rules, self.reaches, self.changed_files = {}, [], set()
+        self.rules, self.reaches, self.changed_files, self.powers = {}, [], set(), []

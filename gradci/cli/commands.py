@@ -310,6 +310,19 @@ def repos_remove(repositories: FullNames) -> None:
     raise typer.Exit(remove(repositories))
 
 
+@repos_app.command("power")
+def repos_power(state: Annotated[str, typer.Argument(metavar="on|off", help="Turn it on or off.")],
+                repositories: FullNames) -> None:
+    """Measure detection power on each push to the repositories' default branch (never on pull requests).
+
+    It re-runs the cells that reach a derivative rule with errors planted in the rule; the pull requests'
+    reports then say which planted errors no cell catches.
+    """
+    from gradci.cli.repos import power
+
+    raise typer.Exit(power(state, repositories))
+
+
 @repos_app.command("list")
 def repos_list() -> None:
     """The registered repositories, and GRADCI_ALLOWED_REPOS's patterns."""

@@ -1,7 +1,8 @@
 """``gradci repos``: the repositories registered with the server whose settings this process has.
 
 They are those whose App installation may run pull requests and whose CI may upload with an OIDC id
-token.
+token. ``gradci repos power on|off`` sets a repository's option to measure detection power on its
+default branch (``gradci.services.db.repository_options``), registered or not.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from gradci.cli.tokens import EXIT_OK, _database, _error, _when
 from gradci.services.db.registry import register, registered, unregister
+from gradci.services.db.repository_options import power_repositories, set_power
 from gradci.services.db.session import session_scope
 from gradci.services.settings import get_settings
 
@@ -47,15 +49,35 @@ def remove(full_names: list[str]) -> int:
     return EXIT_OK
 
 
+def power(state: str, full_names: list[str]) -> int:
+    """``gradci repos power on|off OWNER/NAME...``."""
+    if state not in ("on", "off"):
+        return _error(f"power is 'on' or 'off', not {state!r}")
+    try:
+        changed = _in_one_transaction(lambda session, name: set_power(session, name, state == "on"), full_names)
+    except ValueError as exc:
+        return _error(str(exc))
+    for name, new in changed.items():
+        if state == "on":
+            print(f"{name}: detection power {'on' if new else 'already on'}: each push to its default branch "
+                  "re-runs the cells that reach a rule with errors planted in it (pull requests never do)")
+        else:
+            print(f"{name}: detection power {'off' if new else 'already off'}")
+    return EXIT_OK
+
+
 def show() -> int:
     with session_scope(_database(), readonly=True) as session:
         rows = [(row.full_name, _when(row.added_at)) for row in registered(session)]
+        powered = power_repositories(session)
     table = Table(title="registered repositories")
-    for column in ("repository", "registered"):
+    for column in ("repository", "registered", "detection power"):
         table.add_column(column)
     for name, when in rows:
-        table.add_row(name, when)
+        table.add_row(name, when, "on" if name in powered else "off")
     for pattern in get_settings().allowed_repos:  # the operator's own list registers as well
-        table.add_row(pattern, "GRADCI_ALLOWED_REPOS")
+        table.add_row(pattern, "GRADCI_ALLOWED_REPOS", "")
+    for name in sorted(powered - {name for name, _ in rows}):  # let in otherwise (a webhook secret, a pattern)
+        table.add_row(name, "not registered", "on")
     Console().print(table)
     return EXIT_OK

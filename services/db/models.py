@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     func,
     select,
 )
@@ -385,6 +386,42 @@ class CoveredLines(Base):
     part: Mapped[str] = mapped_column(String(64))  # "job 12"
     file: Mapped[str] = mapped_column(String(1024))
     lines: Mapped[list[int]] = mapped_column(JSONType, default=list)
+
+
+class CellPower(Base):
+    """A cell's detection power (``gradci.scenarios.rules.power.CellPower.to_dict``), beside its verdict.
+
+    Which errors planted in the rules the cell reached it caught, the smallest δ of a scaled output it
+    caught (``smallest_delta``, also a column so that a run's cells sort by it), and what it missed.
+    Keyed like the cell, so that a redelivered job or a shard uploaded again rewrites it.
+    """
+
+    __tablename__ = "cell_power"
+    __table_args__ = (UniqueConstraint("run_id", *CELL_KEY_FIELDS),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True)
+    run_id: Mapped[OfRun]
+    scenario: Mapped[str] = mapped_column(String(KEY_LENGTHS["scenario"]))
+    backend: Mapped[str] = mapped_column(String(KEY_LENGTHS["backend"]))
+    device: Mapped[str] = mapped_column(String(KEY_LENGTHS["device"]))
+    dtype: Mapped[str] = mapped_column(String(KEY_LENGTHS["dtype"]))
+    smallest_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    record: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class RepositoryOptions(Base):
+    """What the operator turned on for one repository (``gradci repos power``), by its lower-cased owner/name.
+
+    ``power``: its default branch's push runs measure detection power (pull requests never do: it
+    re-runs every cell that reached a rule, many times).
+    """
+
+    __tablename__ = "repository_options"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    full_name: Mapped[str] = mapped_column(String(200), unique=True)
+    power: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Delivery(Base):

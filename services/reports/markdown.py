@@ -15,6 +15,7 @@ from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.gfm import code
 from gradci.services.reports.report_record import (
     CellBrief,
+    PowerSection,
     RuleEntry,
     RuleFinding,
     RulesSection,
@@ -140,6 +141,38 @@ def rules_section(rules: RulesSection | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The engine's power lines are gradci's words around method names in backticks, dtypes and numbers:
+# "a 1 % error in `bwd`'s second output is caught by no cell: only float32 cells reach it (rtol up to
+# 1e-04)". A line with anything else in it (a name a record chose) is shown whole as code.
+_POWER_WORDS = re.compile(r"(?:[A-Za-z0-9 .,%:;()+\-'=?δ≤]|`[a-z]{1,32}`)*")
+
+
+def _power_line(text: str) -> str:
+    return text if _POWER_WORDS.fullmatch(text) else code(text, in_table=False)
+
+
+def power_section(power: PowerSection | None) -> str:
+    """The perturbations planted in a rule that no cell catches, from the latest run that measured them."""
+    if power is None:
+        return ""
+    where = ("this run" if power.own
+             else f"the default branch's latest detection-power run (#{power.run_id} at "
+                  f"{code(_short(power.head_sha), in_table=False)}; pull requests do not measure it)")
+    lines = ["### Detection power", "",
+             f"Errors planted in {power.rule_count} derivative rule{'s' if power.rule_count != 1 else ''} by {where}."]
+    if not power.findings:
+        lines += ["", "Every planted perturbation was caught by some cell (a 1 % error or smaller in every scaled "
+                      "output)."]
+        return "\n".join(lines) + "\n"
+    lines += ["", f"**{power.finding_count} planted perturbation{'s are' if power.finding_count != 1 else ' is'} "
+                  "caught by no cell** (information: no status depends on it):", ""]
+    lines += [f"- {code(f.name, in_table=False)} ({code(f.file, in_table=False)}): {_power_line(f.text)}"
+              for f in power.findings[:LIST_LIMIT]]
+    if power.finding_count > min(len(power.findings), LIST_LIMIT):
+        lines.append(f"- … and {power.finding_count - min(len(power.findings), LIST_LIMIT)} more")
+    return "\n".join(lines) + "\n"
+
+
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
@@ -155,6 +188,7 @@ def render(report: RunReport, run_url: str | None = None) -> str:
         missing = ", ".join(code(m) for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
         table.append(f"| {code(g.backend)} | {code(g.device)} | {percent(g.coverage)} | {missing or '—'} |")
     sections = [MARKER, header, "\n".join(table), diff_block(report), rules_section(report.rules),
+                power_section(report.power),
                 _cells_table("Regressions", report.regressions, counts.regressions),
                 _cells_table("Fixes", report.fixes, counts.fixes),
                 _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses,

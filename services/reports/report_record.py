@@ -219,6 +219,34 @@ class RulesSection(Record):
         return self.state == "failure"
 
 
+class PowerFinding(Record):
+    """A perturbation planted in a rule that no cell caught (``gradci.scenarios.rules.power``'s line).
+
+    ``text``: "a 1 % error in `bwd`'s second output is caught by no cell: only float32 cells reach it".
+    """
+
+    rule_id: str
+    name: str
+    file: str
+    text: str
+
+
+class PowerSection(Record):
+    """What the repository's latest detection-power run found: the perturbations no cell catches.
+
+    A pull request's run does not measure power (it would re-run every cell that reached a rule many
+    times): its report reads the latest run of a branch that did, ``run_id`` at ``head_sha``. It is
+    information only: it changes no status.
+    """
+
+    run_id: int
+    head_sha: str | None
+    own: bool  # the report's run measured it itself
+    rule_count: int  # the rules some cell's plants reached
+    findings: list[PowerFinding]  # at most LIST_LIMIT
+    finding_count: int
+
+
 class RunReport(ReportSubject):
     """Project and patch coverage against the base run, per-group coverage, and the cells that changed.
 
@@ -236,3 +264,4 @@ class RunReport(ReportSubject):
     near_misses: list[CellBrief]
     change_counts: ChangeCounts
     rules: RulesSection | None = None  # None: the checkout has no derivative rules (or none were recorded)
+    power: PowerSection | None = None  # None: neither the run nor a default-branch run measured power

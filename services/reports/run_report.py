@@ -10,6 +10,7 @@ from gradci.services.reports.aggregates import changed_scenarios, group_tallies,
 from gradci.services.reports.diff import Changes, compare
 from gradci.services.reports.finished_counts import is_final
 from gradci.services.reports.junit import compressed_junit
+from gradci.services.reports.power_report import power_section
 from gradci.services.reports.pr_report import RunFigures, build_report
 from gradci.services.reports.report_record import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
 from gradci.services.reports.rules_report import rules_section
@@ -110,5 +111,7 @@ def _compute(session: Session, run: Run, base: Run | None) -> RunReport:
     subject = ReportSubject(run_id=run.id, run_status=run.status, finished=run.status in FINISHED_RUN_STATUSES,
                             base_run_id=base.id if base else None, head_sha=run.head_sha,
                             base_sha=run.base_sha, pr_number=run.pr_number)
-    return build_report(subject, _figures(session, run, base), project_target, patch_target,
-                        rules=rules_section(session, run, base))
+    report = build_report(subject, _figures(session, run, base), project_target, patch_target,
+                          rules=rules_section(session, run, base))
+    # Beside the verdict, never in it: no status reads it.
+    return report.model_copy(update={"power": power_section(session, run)})
