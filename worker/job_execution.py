@@ -29,6 +29,7 @@ from kombu.utils.functional import retry_over_time
 from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.devices import CPU
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
+from gradci.services.db.cell_records import CellRecordsBuffer
 from gradci.services.db.jobs import (
     Claim,
     cancel_requested,
@@ -50,7 +51,6 @@ from gradci.services.planner import job_cells
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
-from gradci.worker.rule_coverage import RuleCoverageBuffer
 from gradci.worker.runner import CellSpec, RunnerError
 from gradci.worker.sources import RunRef, Source, load_source
 
@@ -104,7 +104,7 @@ class ResultWriter:
         self.pending: list[dict[str, Any]] = []
         self.last_poll = time.monotonic()
         self.written = 0
-        self.rule_coverage = RuleCoverageBuffer(job.run_id, f"job {job.id}")
+        self.rule_coverage = CellRecordsBuffer(job.run_id, f"job {job.id}")
 
     def add(self, cell: dict[str, Any]) -> None:
         self.pending.append(self.rule_coverage.take(cell))

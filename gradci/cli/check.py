@@ -34,7 +34,7 @@ from gradci.cli.sandboxed import (
     local_runner_for,
     thread_limits,
 )
-from gradci.cli.upload import UploadError, UploadOptions, commit_fields, shards, upload
+from gradci.cli.upload import RuleUpload, UploadError, UploadOptions, commit_fields, shards, upload
 from gradci.scenarios.authoring.project import ProjectError, load_project
 from gradci.scenarios.contract.cell import FAILING, STATUSES, Cell
 from gradci.scenarios.contract.coverage import coverage_percent
@@ -179,7 +179,8 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
             render_power(powers.summary(summary.rules, report.cells), powers, report.cells, rules_console)
     if upload_to is not None:
         try:
-            err.print(upload(upload_to, report.cells, catalog, config))
+            err.print(upload(upload_to, report.cells, catalog, config,
+                             rules=_rule_upload(target, records, powers if power else None) if traced else None))
         except UploadError as exc:
             err.print(f"error: upload to {upload_to.url}: {exc}")
             return EXIT_USAGE
@@ -187,6 +188,15 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         err.print(f"nothing was checked: {why}")
         return EXIT_FAILED
     return EXIT_OK if report.ok and not rules_fail else EXIT_FAILED
+
+
+def _rule_upload(target: Target, records: RuleRecords, powers: PowerRecords | None) -> RuleUpload | None:
+    """What rule coverage (and --power) recorded, for the upload to carry beside the cells."""
+    if not target.source:
+        return None
+    return RuleUpload(root=target.source, rules=list(records.rules.values()),
+                      coverage={key: record.to_dict() for key, record in records.records.items()},
+                      power={key: record.to_dict() for key, record in powers.records.items()} if powers else {})
 
 
 def _json(cells: list[Cell], powers: PowerRecords | None, affected: AffectedRecords, records: RuleRecords) -> str:

@@ -8,6 +8,11 @@ Actions: ``GITHUB_REPOSITORY``, ``GITHUB_SHA``, ``GITHUB_REF`` and the event fil
 The credential is ``GRADCI_UPLOAD_TOKEN``, or else the workflow's OIDC id token, asked of the runner
 (``ACTIONS_ID_TOKEN_REQUEST_URL`` and ``ACTIONS_ID_TOKEN_REQUEST_TOKEN``, with ``permissions:
 id-token: write``) for the server's audience.
+
+With rule coverage, each cell carries its record (and with ``--power`` its detection-power record) and
+the body the checkout's rules, each method with its source read from the checkout (never from outside
+it): the uploaded run shows its rules as a worker's does. A cell whose records would make it larger
+than the server takes of one cell loses its covered lines first, then its power record, never the cell.
 """
 from __future__ import annotations
 
@@ -24,10 +29,15 @@ import httpx
 
 from gradci.cli.client import ClientError, GradciClient
 from gradci.scenarios.contract.cell import Cell
+from gradci.scenarios.rules.power import POWER_KEY
+from gradci.scenarios.rules.records import RECORD_KEY
+from gradci.services.uploads.rule_schema import SOURCE_LIMIT
+from gradci.services.uploads.stream import MAX_ITEM_BYTES
 
 DEFAULT_SHARD = "default"
 UPLOAD_TIMEOUT_S = 120.0
 PULL_REF = re.compile(r"^refs/pull/(\d+)/")
+CELL_BYTES = MAX_ITEM_BYTES - 4096  # what one cell's JSON may take, with room to spare
 
 
 class UploadError(Exception):
@@ -125,10 +135,59 @@ def credential(server: str, env: Mapping[str, str]) -> str:
         raise UploadError(f"the runner gave no id token: {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class RuleUpload:
+    """What rule coverage recorded, to send beside the cells: records by cell key, the rules, the root."""
+
+    root: str
+    rules: Sequence[Mapping[str, Any]]  # Rule.to_dict
+    coverage: Mapping[tuple[str, str, str, str], Mapping[str, Any]]  # CellRules.to_dict per cell key
+    power: Mapping[tuple[str, str, str, str], Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def cell(self, cell: Cell) -> dict[str, Any]:
+        """The cell's JSON with its records, made to fit the server's bound on one cell."""
+        out = cell.to_dict()
+        if cell.key in self.coverage:
+            out[RECORD_KEY] = dict(self.coverage[cell.key])
+        if cell.key in self.power:
+            out[POWER_KEY] = dict(self.power[cell.key])
+        if len(json.dumps(out)) > CELL_BYTES and RECORD_KEY in out:
+            out[RECORD_KEY] = {**out[RECORD_KEY], "lines": {}}
+        if len(json.dumps(out)) > CELL_BYTES:
+            out.pop(POWER_KEY, None)
+        return out
+
+    def rules_with_source(self) -> list[dict[str, Any]]:
+        """The rules, each method with its lines of the checkout (as the service's dashboard shows them)."""
+        root = Path(self.root).resolve()
+        out = []
+        for rule in self.rules:
+            methods = [{**method, "source": method_source(root, method)} for method in rule.get("methods") or ()]
+            out.append({**rule, "methods": methods})
+        return out
+
+
+def method_source(root: Path, method: Mapping[str, Any]) -> str:
+    """The method's lines, read only from a file inside ``root`` (a name the repository's code gave)."""
+    path = (root / str(method.get("file") or "")).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return ""
+    try:
+        lines = path.read_text(errors="replace").splitlines(keepends=True)
+    except OSError:
+        return ""
+    first, last = int(method.get("first_line") or 1), max([int(n) for n in method.get("lines") or ()] or [1])
+    return "".join(lines[first - 1:last])[:SOURCE_LIMIT]
+
+
 def upload_body(cells: Sequence[Cell], catalog: Sequence[Mapping[str, Any]], commit: Mapping[str, Any],
-                shard: str, expected: list[str] | None, config: Mapping[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {**commit, "shard": shard, "cells": [cell.to_dict() for cell in cells],
+                shard: str, expected: list[str] | None, config: Mapping[str, Any],
+                rules: RuleUpload | None = None) -> dict[str, Any]:
+    as_json = rules.cell if rules is not None else Cell.to_dict
+    body: dict[str, Any] = {**commit, "shard": shard, "cells": [as_json(cell) for cell in cells],
                             "scenarios": [dict(entry) for entry in catalog]}
+    if rules is not None and rules.rules:
+        body["rules"] = rules.rules_with_source()
     if expected:
         body["expect_shards"] = expected
     if isinstance(config.get("report"), dict):
@@ -137,12 +196,12 @@ def upload_body(cells: Sequence[Cell], catalog: Sequence[Mapping[str, Any]], com
 
 
 def upload(options: UploadOptions, cells: Sequence[Cell], catalog: Sequence[Mapping[str, Any]],
-           config: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
-    """Send the cells; the line that says where they went. Raises ``UploadError``."""
+           config: Mapping[str, Any], env: Mapping[str, str] | None = None, rules: RuleUpload | None = None) -> str:
+    """Send the cells (with ``rules``' records); the line that says where they went. Raises ``UploadError``."""
     env = os.environ if env is None else env
     commit = commit_fields(options, env)
     shard, expected = shards(options, config)
-    body = upload_body(cells, catalog, commit, shard, expected, config)
+    body = upload_body(cells, catalog, commit, shard, expected, config, rules)
     try:
         with GradciClient(options.url, credential(options.url, env), timeout_s=UPLOAD_TIMEOUT_S) as client:
             answer = client.upload(body)

@@ -14,18 +14,23 @@ Functions flush but never commit: the caller owns the transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.orm import Session
 
+from gradci.scenarios.contract.cell import KEY_FIELDS
+from gradci.services.db.cell_records import CellRecordsBuffer
 from gradci.services.db.models import (
     FINISHED_RUN_VALUES,
+    CellPower,
+    CoveredLines,
     GitHubReport,
     Repository,
     Result,
+    RuleReach,
     Run,
     RunStatus,
     Trigger,
@@ -116,13 +121,43 @@ def store_shard(session: Session, repository: Repository, commit: Commit, shard:
         session.add(row)
         session.flush()
     else:
+        _forget_records(session, upload.run_id, row.id)
         session.execute(delete(Result).where(Result.run_id == upload.run_id, Result.shard_id == row.id))
         row.times_uploaded, row.received_at = row.times_uploaded + 1, utcnow()
-    row.cells = upsert_results(session, upload.run_id, cells, shard_id=row.id, batch_size=batch_size)
+    records = CellRecordsBuffer(upload.run_id, shard_part(row.id))
+    row.cells = upsert_results(session, upload.run_id, _beside(session, records, cells, batch_size),
+                               shard_id=row.id, batch_size=batch_size)
+    records.store(session)
     arrived = arrived_shards(session, upload.run_id)
     closed = not missing_shards(upload.expected_shards, arrived) and close(session, upload.run_id)
     return ShardStored(run_id=upload.run_id, created=created, cells=row.cells, arrived=arrived,
                        expected=list(upload.expected_shards), closed=closed)
+
+
+def shard_part(shard_id: int) -> str:
+    """The part of a run an upload shard's covered lines are kept under (a job's are "job N")."""
+    return f"shard {shard_id}"
+
+
+def _beside(session: Session, records: CellRecordsBuffer, cells: Iterable[dict[str, Any]],
+            batch_size: int) -> Iterator[dict[str, Any]]:
+    """The cells without their rule-coverage and power records, which are stored every ``batch_size`` cells."""
+    for count, cell in enumerate(cells, start=1):
+        yield records.take(cell)
+        if count % batch_size == 0:
+            records.store(session)  # the upload's one transaction: "committed" only frees the buffer
+            records.committed()
+
+
+def _forget_records(session: Session, run_id: int, shard_id: int) -> None:
+    """The rule reaches, power records and covered lines of the cells a shard uploaded before."""
+    for table in (RuleReach, CellPower):
+        same_cell = and_(Result.run_id == run_id, Result.shard_id == shard_id,
+                         *(getattr(Result, name) == getattr(table, name) for name in KEY_FIELDS))
+        session.execute(delete(table).where(table.run_id == run_id, exists().where(same_cell))
+                        .execution_options(synchronize_session=False))
+    session.execute(delete(CoveredLines).where(CoveredLines.run_id == run_id,
+                                               CoveredLines.part == shard_part(shard_id)))
 
 
 def arrived_shards(session: Session, run_id: int) -> list[str]:

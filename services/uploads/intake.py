@@ -2,7 +2,8 @@
 
 Refusals store nothing: the body's header is parsed and checked (422), the credential's repository,
 commit and pull request are checked (403), and only then is anything written — the repository, the
-run, the shard and its cells in one transaction, as the scenarios and cells stream out of the body
+run, the shard and its cells (with their rule-coverage and power records) and the checkout's rules in one
+transaction, as the scenarios, cells and rules stream out of the body
 (``stream``): a bad one (422) or a run that already finished (409) rolls it all back.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy import update
 from gradci.services.broker import dispatch
 from gradci.services.db.jobs import record_catalog
 from gradci.services.db.models import UploadToken, utcnow
+from gradci.services.db.rules import record_rules
 from gradci.services.db.runs import get_or_create_repository
 from gradci.services.db.session import sessionmaker_for
 from gradci.services.db.uploads import Commit, ShardStored, UploadRunFinished, store_shard
@@ -73,6 +75,8 @@ def store(settings: Settings, credential: Credential, upload: UploadHeader, raw:
                              stream.cell_rows(raw), settings.upload_wait, batch_size=stream.CELLS_AT_ONCE)
         for batch in stream.batches(stream.scenarios(raw), stream.CELLS_AT_ONCE):
             record_catalog(session, stored.run_id, batch)
+        for rules in stream.batches(stream.rules(raw), stream.CELLS_AT_ONCE):
+            record_rules(session, stored.run_id, [rule.entry() for rule in rules])
         if credential.token_id is not None:
             session.execute(update(UploadToken).where(UploadToken.id == credential.token_id)
                             .values(last_used_at=utcnow()))

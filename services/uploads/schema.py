@@ -4,6 +4,8 @@ A cell is the engine's ``Cell``, its fields, types and vocabularies derived from
 (``gradci.services.cell_fields``). A cell the engine could never produce is refused with the field
 that is wrong: a status, operator or dtype outside its vocabulary, a device name the engine does not
 use, a backend the engine does not know, or one computing with another framework or mode than its own.
+A cell may carry its rule-coverage and detection-power records, and the upload the checkout's rules
+(``gradci.services.uploads.rule_schema``): an uploaded run shows its rules as a worker's run does.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from gradci.scenarios.contract.requirements import Requirements
 from gradci.services.cell_fields import cell_record
 from gradci.services.repo_refs import FULL_NAME
 from gradci.services.reports.targets import TargetConfigError, parse_report_config
+from gradci.services.uploads.rule_schema import MAX_RULES, UploadedPower, UploadedRule, UploadedRuleCoverage
 
 MAX_INT32 = 2**31 - 1
 MAX_CELLS = 1_000_000
@@ -104,6 +107,8 @@ else:
         **{name: (Annotated[str, StringConstraints(min_length=1, max_length=limit)], ...)
            for name, limit in KEY_LENGTHS.items() if name != "dtype"},
         fingerprint=(Annotated[str, StringConstraints(max_length=64)] | None, None),
+        rule_coverage=(UploadedRuleCoverage | None, None),
+        power=(UploadedPower | None, None),
     )
 
 
@@ -185,6 +190,9 @@ class UploadIn(UploadHeader):
     scenarios: Annotated[list[UploadedScenario], Field(max_length=MAX_SCENARIOS)] = Field(
         default_factory=list, description="the scenarios checked, with their fingerprints (patch coverage)")
     cells: Annotated[list[UploadedCell], Field(min_length=1, max_length=MAX_CELLS)]
+    rules: Annotated[list[UploadedRule], Field(max_length=MAX_RULES)] = Field(
+        default_factory=list, description="the checkout's derivative rules (`gradci check` records them): the "
+                                          "cells' rule_coverage records name them")
 
     def cell_rows(self) -> list[dict[str, Any]]:
-        return [cell.model_dump() for cell in self.cells]
+        return [cell.model_dump(exclude={"rule_coverage", "power"}) for cell in self.cells]

@@ -21,6 +21,7 @@ from typing import IO, Any, TypeVar
 import ijson  # type: ignore[import-untyped]  # no stubs; the C parser (yajl2_c) is what runs
 from pydantic import BaseModel, ValidationError
 
+from gradci.services.uploads.rule_schema import MAX_RULES, UploadedRule
 from gradci.services.uploads.schema import MAX_CELLS, MAX_SCENARIOS, UploadedCell, UploadedScenario, UploadHeader
 
 T = TypeVar("T")
@@ -29,7 +30,7 @@ MAX_ITEM_BYTES = 64 * 1024  # the JSON of one cell or scenario (a cell's message
 CELLS_AT_ONCE = 100  # cells validated and stored per statement: 100 × 64 KiB at most in memory
 MAX_HEADER_EVENTS = 10_000  # values in the fields besides scenarios and cells ([report] targets, shards)
 BUFFER_BYTES = 16 * 1024  # what the parser reads at once: the bounds below are this loose
-STREAMED = ("scenarios", "cells")  # the top-level lists read item by item
+STREAMED = ("scenarios", "cells", "rules")  # the top-level lists read item by item
 
 
 class InvalidUpload(Exception):
@@ -69,7 +70,7 @@ class _CountingReader:
 
 OPENING = ("start_map", "start_array")
 CLOSING = ("end_map", "end_array")
-LIMITS = {"scenarios": MAX_SCENARIOS, "cells": MAX_CELLS}
+LIMITS = {"scenarios": MAX_SCENARIOS, "cells": MAX_CELLS, "rules": MAX_RULES}
 
 
 class _ListSizes:
@@ -180,7 +181,19 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
+def rules(raw: IO[bytes]) -> Iterator[UploadedRule]:
+    """The body's rules, validated one by one (``InvalidUpload`` at the first bad one)."""
+    yield from _items(raw, "rules", UploadedRule)  # type: ignore[misc]
+
+
 def cell_rows(raw: IO[bytes]) -> Iterator[dict[str, Any]]:
-    """The body's cells as rows to store, validated one by one (``InvalidUpload`` at the first bad one)."""
+    """The body's cells as rows to store, validated one by one (``InvalidUpload`` at the first bad one).
+
+    A cell's rule-coverage record stays under its key; its power record is the one the service keeps
+    (``UploadedPower.record``: summary fields recomputed). Neither is stored with the cell's fields.
+    """
     for cell in _items(raw, "cells", UploadedCell):
-        yield cell.model_dump()
+        row = cell.model_dump(exclude={"power"})
+        if cell.power is not None:  # type: ignore[attr-defined]  # the cell record's fields are built at import
+            row["power"] = cell.power.record()  # type: ignore[attr-defined]
+        yield row

@@ -1,6 +1,7 @@
-"""A job's rule coverage and detection power on their way to the database, beside its cells.
+"""The records that travel beside cells on their way to the database: rule coverage, detection power.
 
-Each cell record from the runner carries its rule-coverage record under ``RECORD_KEY``
+A job's cells (from the runner) and an upload shard's (from a project's CI) go through the same
+buffer. Each cell record carries its rule-coverage record under ``RECORD_KEY``
 (``gradci.scenarios.rules.records``); it is taken off the cell here (the results table keeps the cell's
 verdict only) and stored in the same transaction as the cells: the reaches of each cell, the lines the
 job's cells ran so far (one row per file, rewritten), and the rules the runner named that the run's
@@ -21,8 +22,8 @@ from gradci.services.db.power import power_row, record_power
 from gradci.services.db.rules import reach_rows, record_lines, record_reaches, record_rules
 
 
-class RuleCoverageBuffer:
-    """What a job's buffered cells ran, until the transaction that stores them commits."""
+class CellRecordsBuffer:
+    """What a part's (a job's, a shard's) buffered cells ran, until the transaction that stores them commits."""
 
     def __init__(self, run_id: int, part: str) -> None:
         self.run_id, self.part = run_id, part
