@@ -59,7 +59,8 @@ def cell_powers(session: Session, run_id: int) -> Iterator[tuple[Result, CellPow
     """The run's measured cells with their records, the weakest detectors (largest smallest δ) first."""
     query = _joined(run_id).order_by(CellPower.smallest_delta.desc().nulls_first(), Result.scenario,
                                      Result.backend, Result.device, Result.dtype)
-    yield from session.execute(query.execution_options(yield_per=500)).tuples()
+    rows = session.execute(query.execution_options(yield_per=500))
+    yield from ((result, power) for result, power in rows)
 
 
 def power_of_cell(session: Session, result: Result) -> CellPower | None:
