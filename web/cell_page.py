@@ -24,7 +24,7 @@ from gradci.services.db.power import power_of_cell
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.run_report import base_run
 from gradci.web.device_record import device_facts
-from gradci.web.power_view import cell_row
+from gradci.web.power_view import cell_row, with_code
 from gradci.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -46,7 +46,7 @@ def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSes
         "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
         "device_facts": device_facts(job.device_record if job else None), "repeats": repeats_text(cell.repeat_spread),
         "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None,
-        "power": cell_row(cell, power) if power is not None else None})
+        "power": cell_row(cell, power) if power is not None else None, "with_code": with_code})
 
 
 def definition_site(session: Session, run_id: int, scenario: str) -> str | None:

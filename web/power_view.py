@@ -7,8 +7,10 @@ the templates' escaping.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
+from markupsafe import Markup, escape
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.rules.power import CAUGHT, MISSED, SCALE, WHAT, output_name
@@ -19,6 +21,14 @@ from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.power_report import power_summary
 
 SHOWN_CELLS = 500  # measured cells listed on a run's rules page, the weakest detectors first
+_SPAN = re.compile(r"`([^`]+)`")
+
+
+def with_code(text: str) -> Markup:
+    """The engine's line ("`bwd`'s second output …") with its backticked names as <code>, the rest escaped."""
+    parts = _SPAN.split(str(text))
+    return Markup("").join(Markup("<code>{}</code>").format(part) if odd else escape(part)
+                           for odd, part in zip([False, True] * len(parts), parts))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,4 +63,4 @@ def run_power(session: Session, run: Run) -> dict[str, Any]:
         rows.append(cell_row(result, power))
     latest = None if rows else latest_power_run(session, run.repository_id)
     rules = power_summary(session, run.id) if rows else []
-    return {"cells": rows, "rules": rules, "shown": SHOWN_CELLS, "latest": latest}
+    return {"cells": rows, "rules": rules, "shown": SHOWN_CELLS, "latest": latest, "with_code": with_code}

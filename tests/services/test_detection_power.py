@@ -251,3 +251,59 @@ def test_a_finding_whose_words_are_not_gradcis_is_shown_whole_as_code():
     text = power_section(section)
     assert f"- `R` (`pkg/ops.py`): `` {hostile} ``\n" in text  # one code span its backticks cannot close
     assert "- `R` (`pkg/ops.py`): a 1 % error in `bwd`'s second output is caught by no cell" in text
+
+
+# --- an upload over HTTP ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def upload_client(clean_environment, sqlite_url: str, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from gradci.services.settings import Settings
+    from gradci.web.app import create_app  # the API and the dashboard
+    from tests.support.fake_github import FakeGitHub
+
+    with FakeGitHub() as github:
+        settings = Settings(database_url=sqlite_url, broker_url="memory://", workdir=tmp_path / "work",
+                            upload_max_bytes=400_000, read_access="open", github_api_url=github.url)
+        with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
+            yield client
+
+
+def test_an_uploaded_run_shows_its_rules_and_power_as_a_workers_does(upload_client, sqlite_url):
+    from gradci.services.uploads.tokens import create_token
+
+    with session_scope(sqlite_url) as session:
+        _, token = create_token(session, REPO)
+    headers = {"Authorization": f"Bearer {token}"}
+    tricky = {**rule(TRICKY), "methods": [{**m, "source": "    def backward(ctx, g):\n        return g <script>\n"}
+                                          for m in rule(TRICKY)["methods"]]}
+    coverage = {"rules": {f"{FILE}::{TRICKY}": ["forward"]}, "lines": {FILE: [4]}}
+    evil = "<img src=x onerror=alert(1)>"
+    body = {"repository": REPO, "sha": "e" * 40, "rules": [rule("Mul"), tricky, rule(evil)],
+            "cells": [upload_cell(rule_coverage=coverage, power=power_record(TRICKY, 0.1)),
+                      {**upload_cell(power=power_record(evil, None)), "scenario": "evil/gradient"}]}
+    hostile = {**body, "sha": "f" * 40, "rules": [{**rule("Mul"), "file": "../../etc/passwd"}]}
+    refused = upload_client.post("/api/uploads", json=hostile, headers=headers)
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][:3] == ["body", "rules", 0]
+    answer = upload_client.post("/api/uploads", json=body, headers=headers)
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+    with session_scope(sqlite_url, readonly=True) as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 1  # the refused upload stored nothing
+        run = session.get(Run, run_id)
+        report = report_for_run(session, run)
+    assert report.rules is not None and {f.name: f.text for f in report.rules.findings} == {
+        "Mul": "not exercised by any scenario", TRICKY: "not exercised by any scenario",
+        evil: "not exercised by any scenario"}
+    assert report.power is not None and report.power.own and report.power.finding_count == 4  # 1 + 3 outputs
+    page = upload_client.get(f"/runs/{run_id}/rules")
+    assert page.status_code == 200 and 'id="power-cells"' in page.text
+    assert TRICKY not in page.text and "Mul`@octocat [x](http://evil) &lt;!--" in page.text  # escaped
+    assert evil not in page.text and "&lt;img src=x onerror=alert(1)&gt;: <code>backward</code>" in page.text
+    cell_id = page.text.split(f'href="/runs/{run_id}/cells/')[1].split('"')[0]  # the weakest detector: evil's
+    cell_page = upload_client.get(f"/runs/{run_id}/cells/{cell_id}")
+    assert "<code>backward</code>&#39;s second output" in cell_page.text and evil not in cell_page.text
+    file_page = upload_client.get(f"/runs/{run_id}/rules/file", params={"path": FILE})
+    assert "return g &lt;script&gt;" in file_page.text and "<script>" not in file_page.text.split("</head>")[1]
