@@ -56,7 +56,7 @@ def cell_row(result: Result, power: CellPower) -> CellPowerRow:
 
 def run_power(session: Session, run: Run) -> dict[str, Any]:
     """What a run's rules page shows of power; where the run measured none, the latest run that did."""
-    rows = []
+    rows: list[CellPowerRow] = []
     for result, power in cell_powers(session, run.id):
         if len(rows) == SHOWN_CELLS:
             break
