@@ -31,7 +31,7 @@ from gradci.cli.client import ClientError, GradciClient
 from gradci.scenarios.contract.cell import Cell
 from gradci.scenarios.rules.power import POWER_KEY
 from gradci.scenarios.rules.records import RECORD_KEY
-from gradci.services.uploads.rule_schema import SOURCE_LIMIT
+from gradci.services.db.record_schema import SOURCE_LIMIT
 from gradci.services.uploads.stream import MAX_ITEM_BYTES
 
 DEFAULT_SHARD = "default"

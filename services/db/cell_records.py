@@ -7,19 +7,26 @@ verdict only) and stored in the same transaction as the cells: the reaches of ea
 job's cells ran so far (one row per file, rewritten), and the rules the runner named that the run's
 catalog lacks (a class made inside a function exists only once a cell made it). A cell measured for
 detection power (a run of a default branch whose repository has it on) carries its power record under
-``POWER_KEY`` too: taken off likewise, stored beside the cell (``gradci.services.db.power``).
+``POWER_KEY`` too: taken off likewise, held to ``record_schema.UploadedPower`` (the runner ran the
+repository's code: a record it cannot be is dropped, the cell kept) and stored beside the cell
+(``gradci.services.db.power``).
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.rules.power import POWER_KEY
 from gradci.scenarios.rules.records import RECORD_KEY
 from gradci.services.db.power import power_row, record_power
+from gradci.services.db.record_schema import UploadedPower
 from gradci.services.db.rules import reach_rows, record_lines, record_reaches, record_rules
+
+log = logging.getLogger(__name__)
 
 
 class CellRecordsBuffer:
@@ -38,8 +45,12 @@ class CellRecordsBuffer:
         """The cell without its record, which is kept here."""
         record = cell.pop(RECORD_KEY, None)
         power = cell.pop(POWER_KEY, None)
-        if isinstance(power, Mapping):
-            self.powers.append(power_row(self.run_id, cell, power))
+        if power is not None:
+            try:
+                self.powers.append(power_row(self.run_id, cell, UploadedPower.model_validate(power).record()))
+            except ValidationError as exc:
+                log.warning("run %s: the power record of cell %r is dropped: %s", self.run_id,
+                            str(cell.get("scenario"))[:200], str(exc).splitlines()[0])
         if isinstance(record, Mapping):
             self.reaches += reach_rows(self.run_id, cell, record)
             for file, numbers in (record.get("lines") or {}).items():

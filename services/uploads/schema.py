@@ -5,7 +5,7 @@ A cell is the engine's ``Cell``, its fields, types and vocabularies derived from
 that is wrong: a status, operator or dtype outside its vocabulary, a device name the engine does not
 use, a backend the engine does not know, or one computing with another framework or mode than its own.
 A cell may carry its rule-coverage and detection-power records, and the upload the checkout's rules
-(``gradci.services.uploads.rule_schema``): an uploaded run shows its rules as a worker's run does.
+(``gradci.services.db.record_schema``): an uploaded run shows its rules as a worker's run does.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from gradci.scenarios.contract.cell import KEY_LENGTHS, OPERATORS, TEXT_FIELDS, 
 from gradci.scenarios.contract.devices import compared_device, validate_device
 from gradci.scenarios.contract.requirements import Requirements
 from gradci.services.cell_fields import cell_record
+from gradci.services.db.record_schema import MAX_RULES, UploadedPower, UploadedRule, UploadedRuleCoverage
 from gradci.services.repo_refs import FULL_NAME
 from gradci.services.reports.targets import TargetConfigError, parse_report_config
-from gradci.services.uploads.rule_schema import MAX_RULES, UploadedPower, UploadedRule, UploadedRuleCoverage
 
 MAX_INT32 = 2**31 - 1
 MAX_CELLS = 1_000_000

@@ -21,7 +21,7 @@ from typing import IO, Any, TypeVar
 import ijson  # type: ignore[import-untyped]  # no stubs; the C parser (yajl2_c) is what runs
 from pydantic import BaseModel, ValidationError
 
-from gradci.services.uploads.rule_schema import MAX_RULES, UploadedRule
+from gradci.services.db.record_schema import MAX_RULES, UploadedRule
 from gradci.services.uploads.schema import MAX_CELLS, MAX_SCENARIOS, UploadedCell, UploadedScenario, UploadHeader
 
 T = TypeVar("T")

@@ -102,6 +102,21 @@ def test_a_jobs_cells_leave_their_power_records_beside_them_and_a_rewrite_replac
         assert row.record["missed"] == ["Mul: `backward`'s second output (scaled by 1.1, a sign flipped)"]
 
 
+def test_a_power_record_a_runner_could_not_make_is_dropped_and_its_cell_kept(database_url, make_run):
+    """The runner ran the repository's code: its answer is held to the schema an upload is."""
+    run_id = make_run(database_url, head_sha="a" * 40)
+    buffer = CellRecordsBuffer(run_id, "job 1")
+    hostile = [{"plants": [{"rule": ["not", "a", "name"], "method": "backward", "kind": "scale"}]},
+               {"plants": [], "not_measured": "x" * 5000}, "a string", {**power_record("Mul", 1e-6), "extra": 1}]
+    taken = [buffer.take({**cell(f"s{index}/gradient"), "power": record}) for index, record in enumerate(hostile)]
+    with session_scope(database_url) as session:
+        upsert_results(session, run_id, taken)
+        buffer.store(session)
+    with session_scope(database_url, readonly=True) as session:
+        assert session.scalar(select(func.count()).select_from(Result).where(Result.run_id == run_id)) == 4
+        assert session.scalar(select(func.count()).select_from(CellPowerRow)) == 0
+
+
 # --- uploads --------------------------------------------------------------------------------------
 
 

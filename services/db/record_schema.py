@@ -1,8 +1,9 @@
-"""What an upload may carry beside its cells: each cell's rule coverage and detection power, and the rules.
+"""The records the store takes beside cells: each cell's rule coverage and detection power, and the rules.
 
 The same records a runner sends the worker (``gradci.scenarios.rules.records``,
-``gradci.scenarios.rules.power``, ``Rule.to_dict`` with each method's source), but from anyone holding
-an upload credential: every field is typed, bounded and closed (unknown keys refused), names are
+``gradci.scenarios.rules.power``, ``Rule.to_dict`` with each method's source), as an upload brings them
+from anyone holding an upload credential, and as a runner that ran hostile code answers them (the
+worker holds a power record to this too): every field is typed, bounded and closed (unknown keys refused), names are
 paths inside the checkout and methods are the engine's words, and the summary fields of a power record
 (its smallest δ, its missed lines) are recomputed from its plants rather than taken as sent. Each
 item is also bounded whole by the stream's ``MAX_ITEM_BYTES``.
