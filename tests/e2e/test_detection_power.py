@@ -141,6 +141,14 @@ def verdicts(service: Service, run_id: int) -> dict[str, str]:
                 session.execute(select(Result.scenario, Result.status).where(Result.run_id == run_id))}
 
 
+def seconds(service: Service, run_id: int) -> float:
+    """The run's wall time, from its first job's start to its end."""
+    with session_scope(service.database_url, readonly=True) as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.started_at and run.finished_at
+        return (run.finished_at - run.started_at).total_seconds()
+
+
 def completed_check(fake: FakeGitHub, sha: str) -> dict | None:
     return next((run for run in fake.check_runs_for(sha) if run.get("status") == "completed"), None)
 
@@ -185,6 +193,8 @@ def test_a_default_branch_push_measures_power_and_a_pull_request_reports_what_no
     (comment,) = wait_for(lambda: fake.comments_on(FULL_NAME, 2), "the pull request's comment", timeout_s=60)
     assert "caught by no cell" in comment["body"]
 
+    print(f"run times: default branch with power {seconds(service, branch):.1f} s, "
+          f"pull request without {seconds(service, pr):.1f} s")
     page = httpx.get(f"{service.url}/runs/{pr}/rules")
     assert page.status_code == 200 and f'href="/runs/{branch}/rules#power"' in page.text
 
