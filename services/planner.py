@@ -23,7 +23,7 @@ from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
 from gradci.scenarios.contract.matrix import Matrix, select_scenarios
 from gradci.scenarios.contract.requirements import DeviceOffer, Requirements, capability_number, needs, unmet
 from gradci.services.broker.queues import queue_for_device
-from gradci.services.job_balance import Costs, cut_by_cost, longest_first, target_seconds
+from gradci.services.job_balance import Costs, Risk, cut_by_cost, riskiest_first, target_seconds
 
 
 class PlanError(ValueError):
@@ -218,24 +218,30 @@ def never_runs(info: ScenarioInfo, device: str, dtypes: Sequence[str]) -> str | 
 
 def job_specs(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, chunk_size: int,
               gpus: GpuWorkers = GpuWorkers(), scopes: Mapping[str, BackendScope] | None = None,
-              costs: Costs | None = None) -> list[JobSpec]:
+              costs: Costs | None = None, risk: Risk | None = None) -> list[JobSpec]:
     """The jobs: device × backend × chunks of the scenarios that can run on the device.
 
     The scenarios of a device are first grouped by the queue their needs route them to. ``scopes``
     (backend → what it has cells of) leaves out the scenarios a backend has no cells of. Without
     ``costs`` every job holds ``chunk_size`` scenarios, in a stable order; with them, jobs are cut at
-    the run's target cost and ordered longest first (``gradci.services.job_balance``).
+    the run's target cost and ordered longest first. ``risk`` orders before either: the scenarios
+    likeliest to fail first in their group, the jobs holding them first (``gradci.services.job_balance``).
     """
     groups = _groups(runnable, matrix, gpus, scopes or {})
+    if risk is not None:
+        groups = [(backend, device, queue, risk.riskiest_first(names, backend, device))
+                  for backend, device, queue, names in groups]
     if costs is None:
-        return [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
-                for backend, device, queue, names in groups for chunk in chunked(names, chunk_size)]
-    seconds = [costs.of(names, backend, device) for backend, device, _, names in groups]
-    target = target_seconds(sum(map(sum, seconds)), costs.workers)
-    specs = [JobSpec(backend=backend, device=device, queue=queue, scenarios=piece, cost_s=cost)
-             for (backend, device, queue, names), group_seconds in zip(groups, seconds)
-             for piece, cost in cut_by_cost(names, group_seconds, target, chunk_size)]
-    return [specs[i] for i in longest_first([spec.cost_s or 0.0 for spec in specs])]
+        specs = [JobSpec(backend=backend, device=device, queue=queue, scenarios=chunk)
+                 for backend, device, queue, names in groups for chunk in chunked(names, chunk_size)]
+    else:
+        seconds = [costs.of(names, backend, device) for backend, device, _, names in groups]
+        target = target_seconds(sum(map(sum, seconds)), costs.workers)
+        specs = [JobSpec(backend=backend, device=device, queue=queue, scenarios=piece, cost_s=cost)
+                 for (backend, device, queue, names), group_seconds in zip(groups, seconds)
+                 for piece, cost in cut_by_cost(names, group_seconds, target, chunk_size)]
+    tiers = [min(risk.of(spec.scenarios, spec.backend, spec.device)) if risk else 0 for spec in specs]
+    return [specs[i] for i in riskiest_first(tiers, [spec.cost_s or 0.0 for spec in specs])]
 
 
 def _groups(runnable: Mapping[str, Sequence[ScenarioInfo]], matrix: Matrix, gpus: GpuWorkers,
@@ -297,6 +303,7 @@ def divide_into_jobs(
     gpus: GpuWorkers = GpuWorkers(),
     scopes: Mapping[str, BackendScope] | None = None,
     costs: Costs | None = None,
+    risk: Risk | None = None,
 ) -> Plan:
     """The whole plan of a run from the scenarios its checkout lists, routed by what ``gpus`` offer.
 
@@ -310,7 +317,7 @@ def divide_into_jobs(
         raise PlanError(f"no scenario matches {', '.join(patterns)}" if patterns else
                         "the repository declares no scenario")
     runnable, skipped = split_runnable(chosen, matrix)
-    jobs = job_specs(runnable, matrix, chunk_size, gpus, scopes, costs)
+    jobs = job_specs(runnable, matrix, chunk_size, gpus, scopes, costs, risk)
     if not jobs:
         if not skipped:
             raise PlanError(f"no backend of {', '.join(matrix.backends or ())} checks the chosen scenarios: "

@@ -24,7 +24,9 @@ from gradci.scenarios.authoring.project import ProjectError, read_config
 from gradci.scenarios.contract.cell import Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.services import planner
+from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.cell_costs import last_timed_run, scenario_costs
+from gradci.services.db.cell_risk import cells_reaching, failing_cells, rule_methods
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
 from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
 from gradci.services.db.results import upsert_results
@@ -33,7 +35,7 @@ from gradci.services.db.runs import mark_run_error
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
 from gradci.services.db.workers import gpu_workers, online_counts_by_device
-from gradci.services.job_balance import Costs
+from gradci.services.job_balance import Costs, Risk, changed_rules
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
 from gradci.worker.runner import RunnerError
@@ -72,6 +74,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             online = online_counts_by_device(session, within_s=settings.worker_online_s)
             gpus = gpu_workers(session, within_s=settings.worker_online_s)
             costs = _costs(session, run, online) if settings.job_balance else None
+            earlier = last_timed_run(session, run)  # whose cells say which may fail now
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
@@ -85,11 +88,13 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             source.scenarios, run_matrix=ref.matrix, file_matrix=source.file_matrix,
             available_backends=source.available_backends, known_backends=list(source.backends),
             default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
-            scopes=source.scopes, costs=costs,
+            scopes=source.scopes, costs=costs, risk=_risk(database, earlier, source.rules),
         )
     except (CheckoutError, RunnerError, planner.PlanError) as exc:
         _fail(database, run_id, str(exc))
         return
+    except DATABASE_UNAVAILABLE:
+        raise  # the task is retried: nothing was stored
     except Exception as exc:  # a bug or an outage: the run must still end, with the reason
         log.exception("plan_run %s failed", run_id)
         _fail(database, run_id, f"planning failed: {type(exc).__name__}: {exc}")
@@ -103,6 +108,18 @@ def _costs(session: Session, run: Run, online: Mapping[str, int]) -> Costs | Non
     if earlier is None:
         return None
     return Costs(scenario_costs(session, earlier), workers=max(1, sum(online.values())))
+
+
+def _risk(database: str, earlier: int | None, rules: Sequence[Mapping[str, Any]]) -> Risk | None:
+    """Which cells to check first, from the earlier run (None: there is none).
+
+    Those that reached a rule this checkout changed, then those that failed or nearly failed there.
+    """
+    if earlier is None:
+        return None
+    with session_scope(database, readonly=True) as session:
+        changed = changed_rules(rules, rule_methods(session, earlier))
+        return Risk.of_earlier_run(cells_reaching(session, earlier, changed), failing_cells(session, earlier))
 
 
 def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -> list[tuple[int, str]]:
