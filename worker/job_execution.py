@@ -27,6 +27,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.utils.functional import retry_over_time
 
 from gradci.scenarios.authoring.project import ProjectError, load_project
+from gradci.scenarios.contract.cell import FAILING
 from gradci.scenarios.contract.devices import CPU
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.cell_records import CellRecordsBuffer
@@ -62,6 +63,7 @@ BATCH_CELLS = 500
 # cost far more); past it the task raises, and Celery's retry takes over.
 FINISH_WAIT_S = 120.0
 SendFinalize = Callable[[int], None]
+ReportFailure = Callable[[int], None]  # a run's id: a job stored a failing cell of it
 T = TypeVar("T")
 
 
@@ -104,6 +106,7 @@ class ResultWriter:
         self.pending: list[dict[str, Any]] = []
         self.last_poll = time.monotonic()
         self.written = 0
+        self.failed = False  # a failing cell was stored since ``new_failures`` last looked
         self.rule_coverage = CellRecordsBuffer(job.run_id, f"job {job.id}")
 
     def add(self, cell: dict[str, Any]) -> None:
@@ -180,9 +183,15 @@ class ResultWriter:
         self.rule_coverage.store(session)
         return written
 
+    def new_failures(self) -> bool:
+        """Whether a failing cell was stored since the last call."""
+        failed, self.failed = self.failed, False
+        return failed
+
     def _stored(self, count: int) -> None:
         """The transaction that stored the buffered cells committed: they are no longer pending."""
         self.written += count
+        self.failed = self.failed or (count > 0 and any(cell.get("status") in FAILING for cell in self.pending))
         self.pending = []
         self.rule_coverage.committed()
 
@@ -285,9 +294,11 @@ def error_cells(job: JobRef, source: Source | None, cells: Sequence[tuple[str, s
 
 class JobExecution:
     def __init__(self, job_id: int, context: WorkerContext, worker_name: str, delivery: str,
-                 send_finalize: SendFinalize) -> None:
+                 send_finalize: SendFinalize, report_failure: ReportFailure | None = None) -> None:
         self.job_id, self.context, self.worker_name, self.delivery = job_id, context, worker_name, delivery
         self.send_finalize = send_finalize
+        # Told when this job stored a failing cell while the run goes on: its check run shows it.
+        self.report_failure = report_failure
         self.database = context.settings.database_url
 
     def __call__(self) -> None:
@@ -338,6 +349,7 @@ class JobExecution:
             # scenario per job instead of one per cell (the runner's timeout still holds per cell).
             for index, scenario_cells in scenario_groups(cells):  # noqa: B007 - read after the loop: where it stopped
                 stop = writer.flush_and_poll() if writer.due() else None
+                self._progress(job, writer)
                 if stop is Stop.lost:
                     log.warning("job %s was taken over by another delivery: this one stops", job.id)
                     return
@@ -359,6 +371,12 @@ class JobExecution:
                 writer.add(cell)
         if writer.finish(status, message):
             self.send_finalize(job.run_id)
+        else:  # other jobs go on: what this one found is worth showing now
+            self._progress(job, writer)
+
+    def _progress(self, job: JobRef, writer: ResultWriter) -> None:
+        if writer.new_failures() and self.report_failure is not None:
+            self.report_failure(job.run_id)
 
     def give_up(self, job: JobRef, run: RunRef) -> None:
         """Attempts exhausted: the job's cells that no attempt stored become error cells."""

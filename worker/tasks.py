@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Any
 
 from celery import shared_task
@@ -34,9 +35,11 @@ from gradci.services.db.session import session_scope
 from gradci.services.db.uploads import close_overdue
 from gradci.services.db.workers import elected_worker
 from gradci.services.github.intake import act_on_delivery
-from gradci.services.github.publish import claim_due_reports, owe_reports
+from gradci.services.github.progress import claim_progress, publish_progress
+from gradci.services.github.publish import claim_due_reports, owe_reports, publish_run
 from gradci.services.reports.run_report import store_report
 from gradci.services.reports.targets import TargetConfigError
+from gradci.services.settings import Settings
 from gradci.worker.context import current
 from gradci.worker.job_execution import JobExecution
 from gradci.worker.plan_run import plan_jobs
@@ -73,13 +76,24 @@ def send_delivery(delivery_id: int) -> None:
     handle_delivery.apply_async(args=[delivery_id], queue=CONTROL_QUEUE)
 
 
+def publish_now(run_id: int) -> None:
+    """Publish a run's report in this process, now: the pending status a pull request sees first.
+
+    Sent as a message instead, it waited behind the run's own plan on the control queue — the
+    pending status came after planning, seconds after the webhook. A failure is the sweeper's to
+    retry: the report stays owed.
+    """
+    publish_run(run_id, current().settings)
+
+
 @shared_task(name=HANDLE_DELIVERY, **DATABASE_RETRY)
 def handle_delivery(delivery_id: int) -> None:
     """Act on a stored GitHub delivery exactly once (a second message of it does nothing).
 
-    Its runs are stored with the delivery marked processed, then their plans and reports sent.
+    Its runs are stored with the delivery marked processed, then their plans sent and their reports
+    published from this task (the pending status and check run, before any plan could finish here).
     """
-    act_on_delivery(current().settings, delivery_id, plan=send_plan, publish=send_publish)
+    act_on_delivery(current().settings, delivery_id, plan=send_plan, publish=publish_now)
 
 
 @shared_task(name=PLAN_RUN, bind=True, **DATABASE_RETRY)
@@ -99,7 +113,27 @@ def run_job(self, job_id: int) -> None:
     has its own (``claim_job``).
     """
     context = current()
-    JobExecution(job_id, context, self.request.hostname or context.name, self.request.id, send_finalize)()
+    JobExecution(job_id, context, self.request.hostname or context.name, self.request.id, send_finalize,
+                 report_failure)()
+
+
+def report_failure(run_id: int) -> None:
+    """A job stored a failing cell while its run goes on: show the failures so far on GitHub.
+
+    From a thread of its own, so that the job's cells go on meanwhile; at most one update per run
+    every few seconds (``claim_progress``).
+    """
+    settings = current().settings
+    if claim_progress(settings, run_id):
+        threading.Thread(target=_publish_progress, args=(run_id, settings), name=f"gradci-progress-{run_id}",
+                         daemon=True).start()
+
+
+def _publish_progress(run_id: int, settings: Settings) -> None:
+    try:
+        publish_progress(run_id, settings)
+    except Exception:  # best effort: the final report says it all
+        log.exception("run %s: its failures so far were not shown", run_id)
 
 
 @shared_task(name=FINALIZE_RUN, **DATABASE_RETRY)
@@ -144,8 +178,6 @@ def publish_github(run_id: int) -> None:
 
     GitHub being down leaves the report pending, with its next attempt set: the sweeper sends it then.
     """
-    from gradci.services.github.publish import publish_run
-
     publish_run(run_id, current().settings)
 
 

@@ -491,6 +491,10 @@ class GitHubReport(Base):
     # yet attempted, due once it has been pending for the backoff's base.
     next_attempt_at: Mapped[datetime | None]
     check_run_id: Mapped[int | None] = mapped_column(BigInteger)  # App mode: the run's check run on GitHub
+    # While the run runs: when its failures so far were last shown on GitHub, and how many times
+    # (``gradci.services.github.progress``: rate-limited per run).
+    progress_at: Mapped[datetime | None]
+    progress_updates: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class StoredReport(Base):

@@ -16,6 +16,7 @@ CHECK_NAME = "gradci"
 UPLOAD_CHECK_NAME = "gradci/upload"  # results a project's CI uploaded: never in the service's own check
 ANNOTATIONS_PER_REQUEST = 50
 SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output summary
+TITLE_LIMIT = 255  # a title is one line on the page: a long scenario name is cut
 
 
 def start(client: GitHubClient, full_name: str, head_sha: str, run_id: int, details_url: str | None,
@@ -49,6 +50,15 @@ def update(client: GitHubClient, full_name: str, check_run_id: int, title: str, 
     """
     client.request("PATCH", f"/repos/{full_name}/check-runs/{check_run_id}",
                    json={"output": {"title": title, "summary": truncate(summary, SUMMARY_LIMIT)}})
+
+
+def progress(client: GitHubClient, full_name: str, check_run_id: int, title: str, summary: str) -> None:
+    """Show what a running run found so far on its check run, which stays in progress.
+
+    Its status is not sent: an update that arrives after the run was completed must not reopen it.
+    """
+    output = {"title": truncate(title, TITLE_LIMIT), "summary": truncate(summary, SUMMARY_LIMIT)}
+    client.request("PATCH", f"/repos/{full_name}/check-runs/{check_run_id}", json={"output": output})
 
 
 def refuse(client: GitHubClient, full_name: str, head_sha: str, why: str) -> None:

@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from urllib.parse import urlparse
 
@@ -57,6 +58,8 @@ class FakeGitHub(GitHubAccounts, JsonServer):
         self.tokens: dict[str, tuple[int, float]] = {}  # token -> (installation id, expiry)
         self._next_id = 1000
         self._lock = threading.Lock()
+        # Called with each call as it arrives (under the fake's lock): a test records what was true then.
+        self.observers: list[Callable[[dict], None]] = []
 
     def comments_on(self, full_name: str, pr_number: int) -> list[dict]:
         return [c for c in self.comments.values() if c["repo"] == full_name and c["pr"] == pr_number]
@@ -148,6 +151,8 @@ class FakeGitHub(GitHubAccounts, JsonServer):
         with self._lock:
             call = {"method": method, "path": path, "body": body, "headers": headers}
             self.calls.append(call)
+            for observe in self.observers:
+                observe(call)
             if self.fail_next:
                 call["answered"] = self.fail_next.pop(0)
                 return call["answered"], {"message": "planned failure"}
