@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from gradci.services.migrations.columns import add_columns, drop_columns
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 
 
 def added() -> dict[str, list[sa.Column]]:
