@@ -6,9 +6,15 @@
    imports jax and torch, the worker's runner too; both start with JAX's compilation cache empty.
 2. Ingestion of synthetic results through the batched upsert, committed every
    ``BATCH_CELLS`` as a worker does (target ≥ 2,000 cells/s), first write and a redelivery's rewrite.
+3. ``--first-answer``: the first answer a pull request gets (issue 32 item 3, target ≤ 1 s): a real
+   ``gradci api`` and ``gradci worker`` (PostgreSQL and Redis of the test cluster) and a fake GitHub
+   on loopback; each push of a pull request is a signed webhook, timed from its POST to the pending
+   commit status (token mode) or the in-progress check run (App mode) arriving at the fake, and to
+   the run's jobs being stored (its planning done), for contrast.
 
 Run: .venv/bin/python bench/service.py [--sample N | --all] [--database-url URL --broker-url URL]
 Without URLs the service runs embedded (SQLite, SQLite broker transport) in a temporary folder.
+.venv/bin/python bench/service.py --first-answer [--pushes N]
 """
 from __future__ import annotations
 
@@ -173,6 +179,117 @@ def ingestion_rate(database_url: str) -> tuple[float, float]:
     return rates[0], rates[1]
 
 
+# --- 3. the first answer -------------------------------------------------------------------------
+
+FIRST_ANSWER_MODULE = '''
+import numpy as np
+from gradci import Scenario, namespace
+
+def poly(x):
+    return namespace(x).sum(x ** 3 - 2 * x)
+
+def scenarios():
+    x = np.array([0.3, -0.2, 0.7])
+    return [Scenario(f"s{i}/poly", "gradient", poly, x * (1 + {push} + i / 10)) for i in range(4)]
+'''
+
+
+def first_answer(pushes: int) -> None:
+    """Time webhook → first answer on GitHub over ``pushes`` pushes, in token mode then App mode."""
+    from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
+    from gradci._testing.repos import commit_all, init_repository
+    from tests.support.fake_github import FakeGitHub
+
+    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-first-"))
+    root = workdir / "mirrors"
+    repo = init_repository(root / "Codertocat" / "Hello-World.git", "master")
+    (repo / "gradci.toml").write_text('[scenarios]\nmodules = ["grad_scenarios"]\n'
+                                      '[matrix]\nbackends = ["torch-rev"]\ndtypes = ["float64"]\n')
+    shas = []
+    for push in range(pushes + 1):
+        (repo / "grad_scenarios.py").write_text(FIRST_ANSWER_MODULE.replace("{push}", str(push)))
+        shas.append(commit_all(repo, f"push {push}"))
+    for mode in ("token", "app"):
+        with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_first") as database, \
+                claimed_redis_database() as broker:
+            figures = _first_answers(fake, mode, database, broker, workdir / mode, root, shas)
+        answers, planned = zip(*figures)
+        print(f"{mode} mode, {len(figures)} pushes: webhook → pending {'status' if mode == 'token' else 'check run'} "
+              f"{_spread(answers)}; webhook → jobs stored (planned) {_spread(planned)}")
+        print("  each push (the first also schedules its base's run): "
+              + ", ".join(f"{answer:.2f}/{plan:.2f} s" for answer, plan in figures))
+
+
+def _spread(seconds: Any) -> str:
+    ordered = sorted(seconds)
+    return f"median {ordered[len(ordered) // 2]:.2f} s (min {ordered[0]:.2f}, max {ordered[-1]:.2f})"
+
+
+def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Path, mirrors: Path,
+                   shas: list[str]) -> list[tuple[float, float]]:
+    """(webhook → first answer, webhook → planned) of each push after the first (the base)."""
+    from sqlalchemy import func, select
+
+    from gradci._testing.processes import wait_for
+    from gradci._testing.service import running_service
+    from gradci.services.db.models import Job, Run
+    from gradci.services.db.session import session_scope
+    from tests.support import webhook_client
+    from tests.support.payloads import pull_request
+
+    settings: dict[str, str] = dict(github_webhook_secret=webhook_client.SECRET, github_api_url=fake.url,
+                                    worker_heartbeat_s="1", allowed_repos="Codertocat/Hello-World",
+                                    clone_url_template=f"file://{mirrors}/{{full_name}}.git")
+    if mode == "app":
+        key = workdir / "app.pem"
+        workdir.mkdir(parents=True)
+        key.write_text(fake.as_app(31337, {4242: {"Codertocat/Hello-World"}}))
+        key.chmod(0o600)
+        settings |= dict(github_app_id="31337", github_app_private_key_file=str(key))
+    else:
+        settings["github_token"] = "bench-token"
+
+    def answered(sha: str) -> bool:
+        if mode == "app":
+            return bool(fake.check_runs_for(sha))
+        return any(status["state"] == "pending" for status in fake.statuses_for(sha))
+
+    def planned(sha: str) -> bool:
+        with session_scope(database, readonly=True) as session:
+            return bool(session.scalar(select(func.count()).select_from(Job).join(Run, Run.id == Job.run_id)
+                                       .where(Run.head_sha == sha)))
+
+    def finished(sha: str) -> bool:
+        with session_scope(database, readonly=True) as session:
+            statuses = list(session.scalars(select(Run.status).where(Run.head_sha == sha)))
+        return bool(statuses) and all(status in ("passed", "failed", "error", "cancelled") for status in statuses)
+
+    figures = []
+    with running_service(database, broker, workdir / "work", workdir / "logs", concurrency=1, **settings) as service:
+        base = shas[0]
+        for number, head in enumerate(shas[1:], 1):
+            body = pull_request("opened" if number == 1 else "synchronize", head, base)
+            if mode == "app":
+                body["installation"] = {"id": 4242}
+            start = time.perf_counter()
+            sent = webhook_client.deliver_over_http(service.url, "pull_request", body)
+            assert sent.status_code == 202, sent.text
+            answer = planning = None
+            while answer is None or planning is None:
+                now = time.perf_counter() - start
+                if answer is None and answered(head):
+                    answer = now
+                if planning is None and planned(head):
+                    planning = now
+                if now > 120:
+                    raise RuntimeError(f"push {number}: no answer after 120 s; see {workdir / 'logs'}")
+                time.sleep(0.01)
+            figures.append((answer, planning))
+            # The worker idle again before the next push (the base run too, after the first).
+            wait_for(lambda: finished(head) and finished(base), f"push {number}'s runs", timeout_s=180)
+    return figures
+
+
 # --- main ----------------------------------------------------------------------------------------
 
 
@@ -197,10 +314,16 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="the whole default() library (long on a small machine)")
     parser.add_argument("--database-url", help="PostgreSQL URL (an empty database); default: embedded SQLite")
     parser.add_argument("--broker-url", help="Redis URL; default: the embedded SQLite transport")
+    parser.add_argument("--first-answer", action="store_true",
+                        help="time webhook → pending status / check run (PostgreSQL and Redis of the test cluster)")
+    parser.add_argument("--pushes", type=int, default=5, help="pushes timed by --first-answer (default 5)")
     parser.add_argument("--check-in-process", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.check_in_process:
         check_in_process(args.check_in_process)
+        return
+    if args.first_answer:
+        first_answer(args.pushes)
         return
 
     workdir, database_url, env = service_setup(args.database_url, args.broker_url)

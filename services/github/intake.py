@@ -150,15 +150,16 @@ def act_on_delivery(settings: Settings, delivery: int, *, plan: Send, publish: S
     """Act on the stored delivery ``delivery`` (the row's id), then send the plans and reports it owes.
 
     First act on its pull request's earlier deliveries still pending, unless a worker did already; then
-    send the new runs' plans and the reports of the runs started and cancelled. What the broker refuses
-    now, the reconciler (plans) and the report sweep (reports) send later.
+    send the new runs' plans and the reports of the runs started and cancelled (``publish`` may publish
+    them at once: the pending status is a pull request's first answer). What the broker refuses now,
+    the reconciler (plans) and the report sweep (reports) send later.
     """
     with session_scope(settings.database_url) as session:
         outcomes = act_on_stored(session, delivery)
     for outcome in outcomes:
         _send_each(outcome.new_runs, plan, "plan")
-    for outcome in outcomes:
-        _send_each(outcome.cancelled + outcome.new_runs, publish, "report")
+    for outcome in outcomes:  # the new runs' pending reports first: what the pull request waits for
+        _send_each(outcome.new_runs + outcome.cancelled, publish, "report")
     for outcome in outcomes:
         if outcome.refused is not None:
             refuse_on_check_run(settings, outcome.refused)
