@@ -8,6 +8,9 @@ thread of its own, writes its cells through the keyed upsert (a redelivered job 
 instead of adding to them), and looks at the run's cancel flag between cells (at most every
 ``CANCEL_POLL_S``, in the same transaction as a batch of results).
 
+A job that stores a failing cell while other jobs of its run go on says so (``report_failure``): the
+run's check run names the failure then, not at the end (``gradci.services.github.progress``).
+
 The database may go away while a job runs: its cells stay buffered and the job goes on; closing
 the job waits for the database (``FINISH_WAIT_S``) before the task gives up its delivery to
 Celery's retry. A job whose lease lapsed meanwhile and that another delivery took over stops

@@ -1,9 +1,9 @@
 """The Celery tasks, thin shells over the modules that do the work, and the elected worker's chores.
 
 The modules are ``gradci.services.github.intake``, ``gradci.worker.plan_run``,
-``gradci.worker.job_execution``, ``gradci.services.db.jobs.finish_run`` and
-``gradci.services.github.publish``, so that each can be run and tested without a broker. The chores
-are what the elected worker does after its heartbeats.
+``gradci.worker.job_execution``, ``gradci.services.db.jobs.finish_run``,
+``gradci.services.github.publish`` and ``gradci.services.github.progress``, so that each can be
+run and tested without a broker. The chores are what the elected worker does after its heartbeats.
 
 Every task is idempotent, as acks_late requires: a delivery acted on is marked so with its runs, a
 redelivered plan re-sends only waiting jobs, a redelivered job rewrites the same result rows,
