@@ -1,0 +1,126 @@
+"""A pull request's verdict with affected cells only (issue 32, item 5): webhook → final check run.
+
+A real service (PostgreSQL, Redis, one worker of concurrency 2 on the CPU, App mode, a fake GitHub
+on loopback) checks a copy of torchdiffeq's repository with 20 scenarios (``bench.affected_project``):
+a push of its default branch first (the base run, full), then, side by side in one run of this
+script, three pull requests:
+
+(a) the adjoint method's backward changed, labelled ``full``: every cell runs;
+(b) the same change without the label: the cells that ran the adjoint's backward re-run, the rest
+    are carried from the base run;
+(c) a change of the README only: every cell carried.
+
+Each is timed from the webhook's POST to the completed check run on the fake GitHub. Goals (issue 32):
+(b) ≤ 0.1 × (a), (c) ≤ 5 s on 2 cores. Rounds alternate nothing (each pull request is its own commit):
+the machine is shared, so the load average is printed beside the figures.
+
+Run: .venv/bin/python -m bench.affected [--rounds N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.affected_project import change_docs, change_one_rule, make_repository
+
+FULL_NAME = "Codertocat/Hello-World"
+APP_ID, INSTALLATION = 31337, 4242
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1, help="pull requests of each kind (default 1)")
+    args = parser.parse_args()
+    from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
+    from tests.support.fake_github import FakeGitHub
+
+    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-affected-"))
+    mirrors = workdir / "mirrors"
+    repo = mirrors / "Codertocat" / "Hello-World.git"
+    base = make_repository(repo)
+    heads = []
+    for _ in range(args.rounds):
+        _git(repo, "checkout", "-q", base)
+        rule = change_one_rule(repo)
+        _git(repo, "checkout", "-q", base)
+        docs = change_docs(repo)
+        heads.append((rule, docs))
+    _git(repo, "checkout", "-q", base)
+    with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_affected") as database, \
+            claimed_redis_database() as broker:
+        figures = _measure(fake, database, broker, workdir, mirrors, base, heads)
+    print(f"torchdiffeq copy, 20 scenarios × 2 dtypes on torch-rev, one worker of concurrency 2; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"base push (full, cold runner): {figures['base']:.1f} s")
+    for number, (full, rule, docs, carried) in enumerate(figures["rounds"], 1):
+        print(f"round {number}: (a) full {full:.1f} s, (b) one rule {rule:.1f} s = {rule / full:.2f} × (a) "
+              f"[{carried} cells carried], (c) docs only {docs:.1f} s")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path, base: str,
+             heads: list[tuple[str, str]]) -> dict[str, Any]:
+    from gradci._testing.service import running_service
+    from tests.support import webhook_client
+    from tests.support.payloads import payload, pull_request
+
+    key = workdir / "app.pem"
+    key.write_text(fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}}))
+    key.chmod(0o600)
+    settings = dict(github_webhook_secret=webhook_client.SECRET, github_api_url=fake.url, worker_heartbeat_s="1",
+                    allowed_repos=FULL_NAME, clone_url_template=f"file://{mirrors}/{{full_name}}.git",
+                    github_app_id=str(APP_ID), github_app_private_key_file=str(key))
+
+    def deliver(event: str, body: dict, sha: str) -> float:
+        """Seconds from the webhook to the completed check run of ``sha``."""
+        body = {**body, "installation": {"id": INSTALLATION}}
+        start = time.perf_counter()
+        sent = webhook_client.deliver_over_http(service.url, event, body, None, webhook_client.SECRET)
+        assert sent.status_code == 202, sent.text
+        while not any(run.get("status") == "completed" for run in fake.check_runs_for(sha)):
+            if time.perf_counter() - start > 900:
+                raise RuntimeError(f"no completed check run for {sha[:7]} after 900 s; see {workdir / 'logs'}")
+            time.sleep(0.02)
+        return time.perf_counter() - start
+
+    def pull(number: int, head: str, labels: tuple[str, ...] = ()) -> float:
+        body = pull_request("opened", head, base)
+        body["number"] = body["pull_request"]["number"] = number
+        body["pull_request"]["labels"] = [{"name": name} for name in labels]
+        return deliver("pull_request", body, head)
+
+    figures: dict[str, Any] = {"rounds": []}
+    with running_service(database, broker, workdir / "work", workdir / "logs", concurrency=2, **settings) as service:
+        push = payload("push")
+        push.update(ref="refs/heads/master", after=base, deleted=False)
+        push["repository"]["default_branch"] = "master"
+        figures["base"] = deliver("push", push, base)
+        for number, (rule, docs) in enumerate(heads):
+            full = pull(10 + 3 * number, rule, ("full",))
+            affected = pull(11 + 3 * number, rule)
+            figures["rounds"].append((full, affected, pull(12 + 3 * number, docs), _carried(service, rule)))
+    return figures
+
+
+def _carried(service: Any, sha: str) -> int:
+    """How many cells the latest run of ``sha`` carried."""
+    with service.client() as client:
+        run = client.get("/api/runs", params={"sha": sha}).json()["items"][0]
+        cells = client.get(f"/api/runs/{run['id']}/results", params={"limit": 1000}).json()
+    items = cells["items"] if isinstance(cells, dict) else cells
+    return sum(1 for cell in items if cell.get("carried_from_run") is not None or cell.get("carried"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+if __name__ == "__main__":
+    main()
