@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from gradci.scenarios.contract.devices import CPU, CUDA, validate_device
@@ -326,6 +326,28 @@ def divide_into_jobs(
         raise PlanError(f"no cell of this run can ever run: scenario {first.scenario!r} {first.reason}")
     return Plan(matrix=matrix, scenarios=tuple(chosen), jobs=tuple(jobs), skipped=tuple(skipped),
                 omitted=omitted_cells(runnable, matrix, scopes or {}))
+
+
+def without_groups(plan: Plan, groups: Collection[tuple[str, str, str]]) -> Plan:
+    """``plan`` without the cells of ``groups`` (scenario, backend, device), carried from a base run.
+
+    The jobs keep their order, backend, device and queue; each loses the excluded scenarios, and a job
+    left with none is dropped (every cell of a run may be carried: it then has no job). Jobs of a
+    group left smaller are not merged: a job's cost is its cells', whatever they are.
+    """
+    if not groups:
+        return plan
+    excluded = set(groups)
+    jobs = []
+    for job in plan.jobs:
+        kept = tuple(name for name in job.scenarios if (name, job.backend, job.device) not in excluded)
+        if kept == job.scenarios:
+            jobs.append(job)
+        elif kept:
+            share = len(kept) / len(job.scenarios)
+            jobs.append(dataclasses.replace(job, scenarios=kept,
+                                            cost_s=job.cost_s * share if job.cost_s is not None else None))
+    return dataclasses.replace(plan, jobs=tuple(jobs))
 
 
 def job_cells(job_scenarios: Sequence[str], declared_dtypes: Mapping[str, Sequence[str]],

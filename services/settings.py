@@ -83,6 +83,14 @@ class Settings(BaseSettings):
     # Cut jobs by what an earlier run's cells cost and send them longest first (services/job_balance.py);
     # off: every job holds job_chunk_size scenarios, in the planner's stable order.
     job_balance: bool = True
+    # Affected cells (docs/affected-cells.md): a run carries the cells of its base run whose inputs are
+    # unchanged. Runs of the repositories matching full_run_repos (fnmatch over URL or owner/name; "*": all)
+    # always run every cell, as do a pull request labelled full_run_label and a default-branch push
+    # when the repository's last full default-branch run finished over full_run_every_h hours ago (0:
+    # every default-branch push is full).
+    full_run_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    full_run_label: str = "full"
+    full_run_every_h: float = Field(24.0, ge=0)
     cell_timeout_s: float = Field(300.0, gt=0)
     job_soft_time_limit_s: int = Field(3300, gt=0)
     job_hard_time_limit_s: int = Field(3600, gt=0)
@@ -134,7 +142,7 @@ class Settings(BaseSettings):
     report_retry_base_s: float = Field(30.0, gt=0)
     report_retry_max_s: float = Field(3600.0, gt=0)
 
-    @field_validator("allowed_repos", "operators", mode="before")
+    @field_validator("allowed_repos", "operators", "full_run_repos", mode="before")
     @classmethod
     def _split_comma_list(cls, value: Any) -> Any:
         # "a/b, c/*" in the environment reads better than a JSON list.

@@ -52,6 +52,7 @@ from gradci.services.db.repository_options import measures_power
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import session_scope
 from gradci.services.planner import job_cells
+from gradci.worker.affected import DependencyBuffer
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
@@ -104,16 +105,19 @@ class ResultWriter:
     Given the ``delivery`` that runs the job, it also notices when the job is no longer that delivery's.
     """
 
-    def __init__(self, database: str, job: JobRef, delivery: str | None = None) -> None:
+    def __init__(self, database: str, job: JobRef, delivery: str | None = None,
+                 dependencies: DependencyBuffer | None = None) -> None:
         self.database, self.job, self.delivery = database, job, delivery
         self.pending: list[dict[str, Any]] = []
         self.last_poll = time.monotonic()
         self.written = 0
         self.failed = False  # a failing cell was stored since ``new_failures`` last looked
         self.rule_coverage = CellRecordsBuffer(job.run_id, f"job {job.id}")
+        self.dependencies = dependencies  # None: the cells are stored without records (never carried)
 
     def add(self, cell: dict[str, Any]) -> None:
-        self.pending.append(self.rule_coverage.take(cell))
+        cell = self.rule_coverage.take(cell)
+        self.pending.append(self.dependencies.take(cell) if self.dependencies is not None else cell)
 
     def due(self) -> bool:
         return len(self.pending) >= BATCH_CELLS or time.monotonic() - self.last_poll >= CANCEL_POLL_S
@@ -184,6 +188,8 @@ class ResultWriter:
             written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
                                      replace_only_if=held_by(self.job.id, self.delivery))
         self.rule_coverage.store(session)
+        if self.dependencies is not None:
+            self.dependencies.store(session)
         return written
 
     def new_failures(self) -> bool:
@@ -197,6 +203,8 @@ class ResultWriter:
         self.failed = self.failed or (count > 0 and any(cell.get("status") in FAILING for cell in self.pending))
         self.pending = []
         self.rule_coverage.committed()
+        if self.dependencies is not None:
+            self.dependencies.committed()
 
 
 class LeaseKeeper:
@@ -345,7 +353,9 @@ class JobExecution:
             if power:  # a default branch's push, its repository's option on: errors planted in its rules
                 options["power"] = True
         cells = cells_of(job, source, run)
-        writer = ResultWriter(self.database, job, self.delivery)
+        # What each cell depended on, stamped with what the worker knows: the environment, the commit.
+        dependencies = DependencyBuffer(source.root, source.sha, options, self.context.device_record())
+        writer = ResultWriter(self.database, job, self.delivery, dependencies)
         status, message, index = JobStatus.done.value, None, 0
         try:
             # A scenario's dtypes in one request, as `gradci check` asks for them: one check of the

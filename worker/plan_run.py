@@ -36,8 +36,10 @@ from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
 from gradci.services.db.workers import gpu_workers, online_counts_by_device
 from gradci.services.job_balance import Costs, Risk, changed_rules
+from gradci.worker import carrying
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
+from gradci.worker.job_execution import engine_options
 from gradci.worker.runner import RunnerError
 from gradci.worker.sources import RunRef, Source, load_source
 
@@ -99,7 +101,13 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         log.exception("plan_run %s failed", run_id)
         _fail(database, run_id, f"planning failed: {type(exc).__name__}: {exc}")
         return
-    _send_all(_store(database, run_id, source, the_plan), send_job)
+    # The cells a base run's results stand for are stored now; only the others become jobs.
+    carry = carrying.decide(settings, run_id, source, the_plan, engine_options(source, ref))
+    the_plan = planner.without_groups(the_plan, carry.groups)
+    sent = _store(database, run_id, source, the_plan, carry)
+    _send_all(sent, send_job)
+    if not sent and carry.rows and send_finalize is not None:
+        send_finalize(run_id)  # every cell carried: no job will finalise the run
 
 
 def _costs(session: Session, run: Run, online: Mapping[str, int]) -> Costs | None:
@@ -122,7 +130,8 @@ def _risk(database: str, earlier: int | None, rules: Sequence[Mapping[str, Any]]
         return Risk.of_earlier_run(cells_reaching(session, earlier, changed), failing_cells(session, earlier))
 
 
-def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -> list[tuple[int, str]]:
+def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan,
+           carry: carrying.Carry | None = None) -> list[tuple[int, str]]:
     with session_scope(database) as session:
         run = lock_run(session, run_id)
         # Cancelled while we planned, or planned by a concurrent delivery: nothing to add.
@@ -141,6 +150,8 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan) -
                    for cell in skip_cells(source, backend, skip.device, [(skip.scenario, d) for d in skip.dtypes],
                                           skip.reason)]
         upsert_results(session, run_id, skipped)
+        if carry is not None:
+            carrying.store(session, run_id, carry)
         log.info("run %s: %d cells in %d jobs, %d skipped, %d not made (backends of frameworks a scenario "
                  "gives no f for, or of other operators)", run_id, the_plan.cell_count, len(jobs), len(skipped),
                  the_plan.omitted)

@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import Any
 
+from gradci.scenarios.affected.recording import inside
 from gradci.scenarios.affected.source_digest import bytes_digest
 
 PACKAGES = ("gradci", "numpy", "scipy", "jax", "jaxlib", "torch", "ml_dtypes", "opt_einsum")
@@ -63,11 +64,17 @@ def config(root: str | Path | None, options: Mapping[str, Any]) -> dict[str, str
     found = {"options": hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()}
     if root is None:
         return found
-    base = Path(root)
+    base = Path(root).resolve()
     paths = [base / name for name in CONFIG_FILES] + [p for pattern in REQUIREMENTS for p in sorted(base.glob(pattern))]
     for path in paths:
-        if path.is_file():
-            found[path.relative_to(base).as_posix()] = bytes_digest(path.read_bytes())
+        name = path.relative_to(base).as_posix()
+        # A link out of the checkout (to a secret, to /dev/zero) is never read: a worker computes this
+        # outside the sandbox, and the digest would be stored where the repository's users can see it.
+        inner = inside(base, name)
+        if inner is None:
+            found[name] = "outside the checkout"
+        elif inner.is_file():
+            found[name] = bytes_digest(inner.read_bytes())
     return found
 
 

@@ -209,6 +209,10 @@ class Run(Base):
     # Cells the plan did not make: backends of a framework a scenario gives no f for (a torch-only
     # rule has no jax cells). Counted in the run's summary, never listed as skips.
     omitted_cells: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # What plan_run carried from a base run (gradci.services.db.dependencies.CarrySummary.to_dict):
+    # the base, how many cells were carried, how many re-ran and the first reasons; or why the run was
+    # full. None: planned before 0020, or never planned.
+    carry: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
 
     repository: Mapped[Repository | None] = relationship(lazy="joined")
 
@@ -307,6 +311,27 @@ class Result(Base):
     # The upload shard that brought the cell (UploadShard.id; None: a worker's job): uploading the
     # shard again replaces these. No foreign key: its check would scan this table per deleted shard.
     shard_id: Mapped[int | None] = mapped_column(Integer)
+    # What the cell depended on (DependencyRecord.digest; None: nothing recorded, so never carried).
+    depends_digest: Mapped[str | None] = mapped_column(String(64))
+    # A cell carried from an earlier run: where it was computed (the run, its commit) and why it was
+    # not re-run. No foreign key on the run: the provenance outlives a deleted run, as text does.
+    carried_run_id: Mapped[int | None] = mapped_column(Integer)
+    carried_sha: Mapped[str | None] = mapped_column(String(64))
+    carried_reason: Mapped[str | None] = mapped_column(String(255))
+
+
+class DependencyRecord(Base):
+    """What a cell depended on (gradci.scenarios.affected), stored once per distinct record.
+
+    Content-addressed: the cells of one scenario usually share one record, and a carried cell keeps its
+    base's. Never deleted with a run (a later run's carried cells may still name it).
+    """
+
+    __tablename__ = "dependency_records"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    record: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ScenarioCatalogEntry(Base):

@@ -20,7 +20,10 @@ from gradci.services.db.upsert import dialect_insert
 
 CONFLICT_KEY = ("run_id", *CELL_KEY)
 # What a rewrite of a cell replaces: everything but its key and when it was first stored.
-UPDATED_ON_CONFLICT = tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint", "shard_id")
+# A carried cell's provenance (None on a fresh one): a cell re-run over a carried one is fresh again.
+PROVENANCE_FIELDS = ("depends_digest", "carried_run_id", "carried_sha", "carried_reason")
+UPDATED_ON_CONFLICT = (tuple(f for f in CELL_FIELDS if f not in CELL_KEY) + ("job_id", "fingerprint", "shard_id")
+                       + PROVENANCE_FIELDS)
 # Rows per statement: well under SQLite's and PostgreSQL's bound-parameter limits.
 DEFAULT_BATCH_SIZE = 1000
 
@@ -35,9 +38,9 @@ def _finite_or_none(value: Any) -> float | None:
 def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: int | None = None) -> dict[str, Any]:
     """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields.
 
-    A mapping is what a runner streams. An optional ``fingerprint`` key is kept; unknown keys are
-    ignored. A cell the engine could never produce raises ``gradci.scenarios.contract.cell.InvalidCell``
-    saying which field is wrong.
+    A mapping is what a runner streams. Optional ``fingerprint`` and ``PROVENANCE_FIELDS`` keys are
+    kept; unknown keys are ignored. A cell the engine could never produce raises
+    ``gradci.scenarios.contract.cell.InvalidCell`` saying which field is wrong.
     """
     fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
     validate_cell(fields)
@@ -50,7 +53,7 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: i
     for name in (*UNKNOWN_WHEN_ERRORED, *TEXT_FIELDS):
         row[name] = row[name] or ""
     row.update(run_id=run_id, job_id=job_id, shard_id=shard_id, fingerprint=fields.get("fingerprint"),
-               created_at=utcnow())
+               created_at=utcnow(), **{name: fields.get(name) for name in PROVENANCE_FIELDS})
     return row
 
 

@@ -14,6 +14,7 @@ from gradci.scenarios.contract.coverage import percent
 from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.gfm import code
 from gradci.services.reports.report_record import (
+    CarriedSection,
     CellBrief,
     PowerSection,
     RuleEntry,
@@ -171,6 +172,21 @@ def power_section(power: PowerSection | None) -> str:
     if power.finding_count > min(len(power.findings), LIST_LIMIT):
         lines.append(f"- … and {power.finding_count - min(len(power.findings), LIST_LIMIT)} more")
     return "\n".join(lines) + "\n"
+def carried_line(carried: CarriedSection | None) -> str:
+    """The run's carried cells, where from, and why the others re-ran ("" when there is nothing to say)."""
+    if carried is None:
+        return ""
+    if carried.full:
+        return f"Every cell ran: {code(carried.full, in_table=False)}."
+    if carried.base_run_id is None:
+        return ""
+    where = f"run {carried.base_run_id}" + (f" at {code(_short(carried.base_sha), in_table=False)}"
+                                            if carried.base_sha else "")
+    line = f"**{carried.carried}** cells carried from {where}, inputs unchanged; **{carried.rerun}** re-run"
+    reasons = [f"{code(r.scenario, in_table=False)} on {code(r.backend, in_table=False)}/"
+               f"{code(r.device, in_table=False)}: {code(r.reason, in_table=False)}" for r in carried.reasons]
+    more = " …" if carried.rerun > len(carried.reasons) else ""
+    return line + (": " + "; ".join(reasons) + more if reasons else "") + "."
 
 
 def _num(value: float | None) -> str:
@@ -187,8 +203,8 @@ def render(report: RunReport, run_url: str | None = None) -> str:
     for g in report.groups:
         missing = ", ".join(code(m) for m in g.missing[:10]) + (" …" if g.missing_count > 10 else "")
         table.append(f"| {code(g.backend)} | {code(g.device)} | {percent(g.coverage)} | {missing or '—'} |")
-    sections = [MARKER, header, "\n".join(table), diff_block(report), rules_section(report.rules),
-                power_section(report.power),
+    sections = [MARKER, header, carried_line(report.carried), "\n".join(table), diff_block(report),
+                rules_section(report.rules), power_section(report.power),
                 _cells_table("Regressions", report.regressions, counts.regressions),
                 _cells_table("Fixes", report.fixes, counts.fixes),
                 _cells_table("Near misses (over half the tolerance, 10× the base error)", report.near_misses,

@@ -245,6 +245,28 @@ class PowerSection(Record):
     rule_count: int  # the rules some cell's plants reached
     findings: list[PowerFinding]  # at most LIST_LIMIT
     finding_count: int
+class RerunReason(Record):
+    """Why one group (scenario, backend, device) of a run re-ran instead of being carried."""
+
+    scenario: str
+    backend: str
+    device: str
+    reason: str
+
+
+class CarriedSection(Record):
+    """What the run carried from a base run (``Run.carry``): the cells, where from, and why others re-ran.
+
+    ``full``: why the run ran every cell instead (asked for, or due); ``base_run_id`` None and no
+    ``full``: there was no base run to carry from.
+    """
+
+    carried: int = 0
+    base_run_id: int | None = None
+    base_sha: str | None = None
+    rerun: int = 0
+    reasons: list[RerunReason] = []
+    full: str | None = None
 
 
 class RunReport(ReportSubject):
@@ -265,3 +287,4 @@ class RunReport(ReportSubject):
     change_counts: ChangeCounts
     rules: RulesSection | None = None  # None: the checkout has no derivative rules (or none were recorded)
     power: PowerSection | None = None  # None: neither the run nor a default-branch run measured power
+    carried: CarriedSection | None = None  # None: planned before carrying existed, or never planned

@@ -12,12 +12,19 @@ from gradci.services.reports.finished_counts import is_final
 from gradci.services.reports.junit import compressed_junit
 from gradci.services.reports.power_report import power_section
 from gradci.services.reports.pr_report import RunFigures, build_report
-from gradci.services.reports.report_record import LIST_LIMIT, ReportSubject, RunReport, StatusCounts
+from gradci.services.reports.report_record import (
+    LIST_LIMIT,
+    CarriedSection,
+    ReportSubject,
+    RunReport,
+    StatusCounts,
+)
 from gradci.services.reports.rules_report import rules_section
 from gradci.services.reports.run_grid import layout_record
 from gradci.services.reports.targets import parse_report_config
 
 COMPARABLE = (RunStatus.passed.value, RunStatus.failed.value)
+REASONS_SHOWN = 5  # re-run reasons a report lists (the run's page lists those stored)
 
 
 def base_run(session: Session, run: Run, finished_only: bool = True) -> Run | None:
@@ -114,4 +121,11 @@ def _compute(session: Session, run: Run, base: Run | None) -> RunReport:
     report = build_report(subject, _figures(session, run, base), project_target, patch_target,
                           rules=rules_section(session, run, base))
     # Beside the verdict, never in it: no status reads it.
-    return report.model_copy(update={"power": power_section(session, run)})
+    return report.model_copy(update={"power": power_section(session, run), "carried": carried_section(run.carry)})
+
+
+def carried_section(carry: dict | None) -> CarriedSection | None:
+    """The report's carried line from what the plan stored (``Run.carry``)."""
+    if not carry:
+        return None
+    return CarriedSection.model_validate({**carry, "reasons": list(carry.get("reasons") or ())[:REASONS_SHOWN]})
