@@ -19,7 +19,7 @@ from gradci.services.api.access import ReadAccess
 from gradci.services.api.deps import ReadSession
 from gradci.services.api.runs import RunId
 from gradci.services.db import queries
-from gradci.services.db.models import Job, ScenarioCatalogEntry, Worker
+from gradci.services.db.models import Job, Result, Run, ScenarioCatalogEntry, Worker
 from gradci.services.db.power import power_of_cell
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.services.reports.run_report import base_run
@@ -46,7 +46,21 @@ def cell_page(run_id: RunId, cell_id: CellId, request: Request, session: ReadSes
         "ratio": stored_tolerance_ratio(cell), "job": job, "worker": worker,
         "device_facts": device_facts(job.device_record if job else None), "repeats": repeats_text(cell.repeat_spread),
         "base": base, "base_cell": queries.same_cell(session, base.id, cell) if base else None,
-        "power": cell_row(cell, power) if power is not None else None, "with_code": with_code})
+        "power": cell_row(cell, power) if power is not None else None, "with_code": with_code,
+        "origin_cell": carried_from(session, run, cell)})
+
+
+def carried_from(session: Session, run: Run, cell: Result) -> Result | None:
+    """A carried cell's own row in the run it was carried from (None: fresh, or that run is gone).
+
+    Only a run of the same repository: the link must not lead where this page's reader may not look.
+    """
+    if cell.carried_run_id is None:
+        return None
+    origin = session.get(Run, cell.carried_run_id)
+    if origin is None or origin.repository_id != run.repository_id:
+        return None
+    return queries.same_cell(session, origin.id, cell)
 
 
 def definition_site(session: Session, run_id: int, scenario: str) -> str | None:

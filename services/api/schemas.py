@@ -54,9 +54,14 @@ class RunCreate(BaseModel):
         None, description="time each cell's steady state over repeated calls (over gradci.toml's [check] timings; "
         "default: one call, a steady-state time only where the backend compiles)")
 
+    full: bool | None = Field(
+        None, description="run every cell: carry nothing from an earlier run of the repository, even where a "
+        "cell's inputs are unchanged (docs/affected-cells.md)")
+
     def options(self) -> dict[str, Any]:
-        """The run's engine options (``Run.options``)."""
-        return {name: value for name, value in (("repeats", self.repeats), ("timings", self.timings))
+        """The run's options (``Run.options``): the engine's, and ``full``."""
+        return {name: value for name, value in (("repeats", self.repeats), ("timings", self.timings),
+                                                ("full", self.full or None))
                 if value is not None}
 
     def matrix(self) -> Matrix:
@@ -109,6 +114,24 @@ class WaitingOut(BaseModel):
                                         "GRADCI_DEVICE_WAIT seconds its cells become skip with the reason")
 
 
+class RerunOut(BaseModel):
+    scenario: str
+    backend: str
+    device: str
+    reason: str
+
+
+class CarryOut(BaseModel):
+    """What the run carried from an earlier run instead of re-running it (docs/affected-cells.md)."""
+
+    carried: int = Field(0, description="cells carried, counted in coverage like fresh ones")
+    base_run_id: int | None = Field(None, description="the run they were carried from (null: no base run)")
+    base_sha: str | None = None
+    rerun: int = Field(0, description="groups (scenario, backend, device) re-run")
+    reasons: list[RerunOut] = Field(default_factory=list, description="why groups re-ran: the first ones")
+    full: str | None = Field(None, description="why the run ran every cell (null: it carried what it could)")
+
+
 class RunOut(BaseModel):
     id: int
     status: str
@@ -135,6 +158,7 @@ class RunOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    carry: CarryOut | None = Field(None, description="what the run carried from its base run; null: not planned yet")
 
 
 class RunsPage(BaseModel):
@@ -149,6 +173,10 @@ class _StoredCell(BaseModel):
 
     id: int
     job_id: int | None
+    carried_run_id: int | None = Field(None, description="a carried cell: the run that computed it (null: computed "
+                                                         "by this run)")
+    carried_sha: str | None = Field(None, description="a carried cell: the commit it was computed at")
+    carried_reason: str | None = Field(None, description='a carried cell: why it was not re-run ("inputs unchanged")')
 
 
 # A stored cell: the engine's Cell, plus where and when the service stored it.
