@@ -16,7 +16,7 @@ from gradci.services.settings import Settings
 
 REPORT_KEYS = {"run_id", "run_status", "finished", "base_run_id", "head_sha", "base_sha", "pr_number", "project",
                "patch", "totals", "groups", "changed_scenarios", "regressions", "fixes", "near_misses",
-               "change_counts", "rules", "power"}
+               "change_counts", "rules", "power", "carried"}
 
 
 def test_status_counts_follow_the_engine_vocabulary():
