@@ -231,3 +231,17 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     labelled = new_finished_run(service, shas["readme"], seen)
     assert labelled["carry"]["full"] == "the pull request is labelled 'full'"
     assert carried(cells(service, labelled["id"])) == set()
+
+
+def test_a_run_whose_every_cell_is_carried_has_no_job_and_finishes(service):
+    """The built-in library: its cells' record is their scenario's fingerprint, in gradci's environment."""
+    matrix = {"scenarios": "elementary/num-to-num/gradient", "backends": ["torch-rev"], "dtypes": ["float64"]}
+    with service.client() as client:
+        first, again = (service.wait_finished(client.post("/api/runs", json=matrix).json()["id"], timeout_s=300)
+                        for _ in range(2))
+    assert first["status"] == again["status"] == "passed"
+    assert again["carry"] | {"reasons": None} == {"base_run_id": first["id"], "base_sha": None, "carried": 1,
+                                                  "rerun": 0, "reasons": None, "full": None}
+    assert jobs_of(service.database_url, again["id"]) == [] and again["coverage"] == 100.0
+    (cell,) = cells(service, again["id"]).values()
+    assert (cell["carried_run_id"], cell["carried_reason"]) == (first["id"], "inputs unchanged")
