@@ -28,7 +28,7 @@ from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.cell_costs import last_timed_run, scenario_costs
 from gradci.services.db.cell_risk import cells_reaching, failing_cells, rule_methods
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
-from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run
+from gradci.services.db.models import FINISHED_RUN_STATUSES, JobStatus, Run, utcnow
 from gradci.services.db.results import upsert_results
 from gradci.services.db.rules import record_rules
 from gradci.services.db.runs import mark_run_error
@@ -143,7 +143,11 @@ def _store(database: str, run_id: int, source: Source, the_plan: planner.Plan,
         record_rules(session, run_id, source.rules)
         run.config = repository_config(source.root)
         run.omitted_cells = the_plan.omitted
-        jobs = store_jobs(session, run, the_plan.jobs)
+        if the_plan.jobs:
+            jobs = store_jobs(session, run, the_plan.jobs)
+        else:  # every cell carried: the run stays queued, with no job, until finalize_run closes it; should
+            # that message be lost, the reconciler sends the plan again (an unplanned run), which sends it again.
+            jobs, run.started_at = [], run.started_at or utcnow()
         assert the_plan.matrix.backends is not None, "a plan's matrix is resolved"
         skipped = [cell for skip in the_plan.skipped for backend in the_plan.matrix.backends
                    if source.by_name[skip.scenario].has_cells_for(source.scopes.get(backend))

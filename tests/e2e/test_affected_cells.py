@@ -19,7 +19,11 @@ from gradci._testing.databases import emptied, flushed
 from gradci._testing.processes import wait_for
 from gradci._testing.repos import commit_all, git, init_repository
 from gradci._testing.service import Service, jobs_of, running_service
+from gradci.services.broker.queues import PLAN_RUN
+from gradci.services.db.models import Run
+from gradci.services.db.session import session_scope
 from tests.support import webhook_client
+from tests.support.broker import send_task
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload, pull_request
 from tests.support.projects import PROJECTS
@@ -245,3 +249,14 @@ def test_a_run_whose_every_cell_is_carried_has_no_job_and_finishes(service):
     assert jobs_of(service.database_url, again["id"]) == [] and again["coverage"] == 100.0
     (cell,) = cells(service, again["id"]).values()
     assert (cell["carried_run_id"], cell["carried_reason"]) == (first["id"], "inputs unchanged")
+
+    # At least once: a carried run whose plan is delivered again stores no cell twice. Its plan is
+    # delivered again, as the reconciler does for a queued run with no job, and finalize with it.
+    with session_scope(service.database_url) as session:
+        run = session.get(Run, again["id"])
+        assert run is not None
+        run.status, run.finished_at = "queued", None  # as if its finalize_run had been lost
+    send_task(service.broker_url, PLAN_RUN, again["id"])
+    healed = service.wait_finished(again["id"], timeout_s=120)
+    assert healed["status"] == "passed" and healed["counts"]["pass"] == 1
+    assert list(cells(service, again["id"]).values())[0]["id"] == cell["id"]  # the same row, rewritten
