@@ -70,22 +70,31 @@ def base_cells(session: Session, run_id: int) -> list[dict[str, Any]]:
     """A run's cells with their dependency records (``depends``) and provenance (``carried``).
 
     As the engine's ``plan_carry`` takes them; each also keeps its stored fields, to be stored again as
-    a carried cell.
+    a carried cell. Each distinct record is read once, however many cells share it.
     """
-    query = (select(Result, DependencyRecord.record)
-             .outerjoin(DependencyRecord, DependencyRecord.digest == Result.depends_digest)
-             .where(Result.run_id == run_id).order_by(Result.id).execution_options(yield_per=1000))
+    query = select(Result).where(Result.run_id == run_id).order_by(Result.id).execution_options(yield_per=1000)
     cells = []
-    for result, record in session.execute(query):
+    for result in session.scalars(query):
         cell: dict[str, Any] = {name: getattr(result, name) for name in CELL_FIELDS}
         cell.update(fingerprint=result.fingerprint, depends_digest=result.depends_digest)
-        if record is not None:
-            cell["depends"] = record
         if result.carried_run_id is not None or result.carried_sha is not None:
             cell["carried"] = {"run": result.carried_run_id, "sha": result.carried_sha,
                                "reason": result.carried_reason}
         cells.append(cell)
+    records = records_by_digest(session, {cell["depends_digest"] for cell in cells if cell["depends_digest"]})
+    for cell in cells:
+        if cell["depends_digest"] in records:
+            cell["depends"] = records[cell["depends_digest"]]
     return cells
+
+
+def records_by_digest(session: Session, digests: Collection[str]) -> dict[str, dict[str, Any]]:
+    wanted, found = sorted(digests), {}
+    for start in range(0, len(wanted), BATCH_ROWS):
+        query = select(DependencyRecord.digest, DependencyRecord.record).where(
+            DependencyRecord.digest.in_(wanted[start:start + BATCH_ROWS]))
+        found.update({digest: record for digest, record in session.execute(query)})
+    return found
 
 
 def carried_result(cell: Mapping[str, Any]) -> dict[str, Any]:
