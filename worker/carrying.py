@@ -84,9 +84,9 @@ def _default_branch_due(session: Session, run: Run, every_h: float) -> str | Non
                                Run.trigger == Trigger.push.value, Run.pr_number.is_(None),
                                Run.status.in_(FULL_STATUSES), Run.finished_at.is_not(None))
              .order_by(Run.finished_at.desc()).limit(LOOKED_AT))
-    # A run planned before carrying existed (no summary) ran in full.
-    last_full = next((earlier for earlier in session.scalars(query)
-                      if earlier.carry is None or (earlier.carry or {}).get("full")), None)
+    # A run planned before carrying existed (no summary), or that had no base, ran in full.
+    last_full = next((earlier for earlier in session.scalars(query) if earlier.carry is None
+                      or earlier.carry.get("full") or earlier.carry.get("base_run_id") is None), None)
     if last_full is None or last_full.finished_at is None:
         return "the default branch has no full run yet"
     if database_now(session) - last_full.finished_at > timedelta(hours=every_h):

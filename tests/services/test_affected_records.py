@@ -97,6 +97,8 @@ def test_a_run_is_full_when_asked_labelled_configured_or_due(database_url):
         old_full = finished_run(session, hours_ago=30, carry=CarrySummary(full="no full run yet").to_dict())
         finished_run(session, hours_ago=2, carry=CarrySummary(base_run_id=old_full.id, carried=1).to_dict())
         assert f"run {old_full.id}) is over 24 h old" in full_reason(session, push, settings)
+        no_base = finished_run(session, hours_ago=20, carry=CarrySummary().to_dict())  # ran all: full
+        assert f"(run {no_base.id}) is over 10 h old" in full_reason(session, push, Settings(full_run_every_h=10))
         finished_run(session, hours_ago=3, carry=CarrySummary(full="asked").to_dict())
         assert full_reason(session, push, settings) is None
         assert "GRADCI_FULL_RUN_EVERY_H=0" in full_reason(session, push, Settings(full_run_every_h=0))
