@@ -11,6 +11,10 @@ GPU jobs are routed by the scenarios' requirements over the GPUs the workers tab
 the reason when the jobs are. A plan delivered again for a run whose jobs exist ends the wait of
 those that waited for a device longer than GRADCI_DEVICE_WAIT (the reconciler sends it): their
 cells are stored as ``skip`` with the reason they waited, and the job is done.
+
+Before the jobs are stored, the cells a base run's results stand for are carried
+(``gradci.worker.carrying``): stored with their provenance in the same transaction, and left out of
+the jobs. A run whose every cell is carried has no job: it stays queued until finalize_run closes it.
 """
 from __future__ import annotations
 
@@ -106,7 +110,7 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
     the_plan = planner.without_groups(the_plan, carry.groups)
     sent = _store(database, run_id, source, the_plan, carry)
     _send_all(sent, send_job)
-    if not sent and carry.rows and send_finalize is not None:
+    if not the_plan.jobs and send_finalize is not None:
         send_finalize(run_id)  # every cell carried: no job will finalise the run
 
 
