@@ -25,6 +25,7 @@ from gradci.scenarios.affected.recording import DEPENDS_KEY
 from gradci.scenarios.contract.devices import CPU
 from gradci.services.db.dependencies import record_digest, store_records
 from gradci.services.db.models import Worker
+from gradci.services.db.results import PROVENANCE_FIELDS
 
 # The engine's options that change no verdict (as gradci.cli.affected.NOT_INPUTS): a cell computed with
 # or without them is the same cell.
@@ -89,7 +90,8 @@ class DependencyBuffer:
     def take(self, cell: dict[str, Any]) -> dict[str, Any]:
         """The cell without its record, naming it by digest (``depends_digest``) instead."""
         record = cell.pop(DEPENDS_KEY, None)
-        cell.pop(CARRIED_KEY, None)  # only plan_run carries; a runner's word on it counts for nothing
+        for name in (CARRIED_KEY, *PROVENANCE_FIELDS):  # only plan_run carries: a runner's word on it is dropped
+            cell.pop(name, None)
         if not isinstance(record, Mapping):
             if self.root is not None:
                 return cell  # a repository's cell without a record (an error cell): never carried

@@ -167,7 +167,7 @@ def store(session: Session, run_id: int, carry: Carry) -> None:
         return
     run.carry = carry.summary.to_dict()
     if carry.rows:
-        upsert_results(session, run_id, carry.rows)
+        upsert_results(session, run_id, carry.rows, provenance=True)
         if carry.summary.base_run_id is not None:
             copy_reaches(session, carry.summary.base_run_id, run_id, carry.groups)
     summary = carry.summary

@@ -181,12 +181,12 @@ class ResultWriter:
         if not self.pending:
             return 0
         if self.delivery is None:
-            written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id)
+            written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id, provenance=True)
         elif not (self._held(session) if held is None else held):
             return 0
         else:
             written = upsert_results(session, self.job.run_id, self.pending, job_id=self.job.id,
-                                     replace_only_if=held_by(self.job.id, self.delivery))
+                                     replace_only_if=held_by(self.job.id, self.delivery), provenance=True)
         self.rule_coverage.store(session)
         if self.dependencies is not None:
             self.dependencies.store(session)

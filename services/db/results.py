@@ -35,11 +35,13 @@ def _finite_or_none(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: int | None = None) -> dict[str, Any]:
+def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: int | None = None,
+               provenance: bool = False) -> dict[str, Any]:
     """One results row from a ``gradci.scenarios.contract.cell.Cell`` or a mapping of its fields.
 
-    A mapping is what a runner streams. Optional ``fingerprint`` and ``PROVENANCE_FIELDS`` keys are
-    kept; unknown keys are ignored. A cell the engine could never produce raises
+    A mapping is what a runner streams. An optional ``fingerprint`` key is kept, and with ``provenance``
+    the ``PROVENANCE_FIELDS`` (only the service's own writers say where a cell came from: an upload's
+    or a runner's word on it is dropped); unknown keys are ignored. A cell the engine could never produce raises
     ``gradci.scenarios.contract.cell.InvalidCell`` saying which field is wrong.
     """
     fields: Mapping[str, Any] = cell.to_dict() if hasattr(cell, "to_dict") else cell
@@ -53,7 +55,7 @@ def result_row(cell: Any, *, run_id: int, job_id: int | None = None, shard_id: i
     for name in (*UNKNOWN_WHEN_ERRORED, *TEXT_FIELDS):
         row[name] = row[name] or ""
     row.update(run_id=run_id, job_id=job_id, shard_id=shard_id, fingerprint=fields.get("fingerprint"),
-               created_at=utcnow(), **{name: fields.get(name) for name in PROVENANCE_FIELDS})
+               created_at=utcnow(), **{name: fields.get(name) if provenance else None for name in PROVENANCE_FIELDS})
     return row
 
 
@@ -83,13 +85,15 @@ def upsert_results(
     shard_id: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     replace_only_if: ColumnElement[bool] | None = None,
+    provenance: bool = False,
 ) -> int:
     """Insert or replace ``cells`` of ``run_id``; returns the number of rows written.
 
     The cells are checked by ``job_id``, or brought by the upload shard ``shard_id``. The caller commits
     (so a job can store its results and its status in one transaction). ``replace_only_if``: a stored
     cell is replaced only where this holds when the statement runs (``gradci.services.db.jobs.held_by``:
-    its writer still holds its job).
+    its writer still holds its job). ``provenance``: the cells' ``PROVENANCE_FIELDS`` are the service's
+    own (``result_row``).
     """
     table = Result.__table__
     insert = dialect_insert(session, table)
@@ -98,7 +102,7 @@ def upsert_results(
         set_={name: insert.excluded[name] for name in UPDATED_ON_CONFLICT},
         where=replace_only_if,
     )
-    rows = (result_row(cell, run_id=run_id, job_id=job_id, shard_id=shard_id) for cell in cells)
+    rows = (result_row(cell, run_id=run_id, job_id=job_id, shard_id=shard_id, provenance=provenance) for cell in cells)
     written = 0
     for batch in _batches(rows, batch_size):
         session.execute(statement, batch)

@@ -47,7 +47,8 @@ def finished_run(session, *, trigger: str = Trigger.push.value, pr_number: int |
     digest = record_digest(RECORD)
     if recorded:
         store_records(session, {digest: RECORD})
-    upsert_results(session, run.id, [cell("square/gradient", depends_digest=digest if recorded else None)])
+    upsert_results(session, run.id, [cell("square/gradient", depends_digest=digest if recorded else None)],
+                   provenance=True)
     return run
 
 
@@ -116,7 +117,7 @@ def test_carried_cells_keep_their_provenance_record_and_rule_reaches(database_ur
         assert stored["depends"] == RECORD and "carried" not in stored
         new = new_run(session)
         carried = {**stored, "carried": {"run": base.id, "sha": base.head_sha, "reason": "inputs unchanged"}}
-        upsert_results(session, new.id, [carried_result(carried)])
+        upsert_results(session, new.id, [carried_result(carried)], provenance=True)
         copied = copy_reaches(session, base.id, new.id, {("square/gradient", "torch-rev", "cpu")})
         session.flush()
         (row,) = session.scalars(select(Result).where(Result.run_id == new.id))
@@ -127,8 +128,9 @@ def test_carried_cells_keep_their_provenance_record_and_rule_reaches(database_ur
         # Carried again, a cell keeps where it was computed.
         (again,) = base_cells(session, new.id)
         assert again["carried"] == {"run": base.id, "sha": base.head_sha, "reason": "inputs unchanged"}
-        # A fresh cell written over a carried one is fresh: no provenance left behind.
-        upsert_results(session, new.id, [cell("square/gradient")])
+        # A fresh cell written over a carried one is fresh: no provenance left behind; and only the
+        # service's own writers say where a cell came from (an upload's word on it is dropped).
+        upsert_results(session, new.id, [{**cell("square/gradient"), **carried_result(carried)}])
         session.flush()
         session.expire_all()
         (row,) = session.scalars(select(Result).where(Result.run_id == new.id))

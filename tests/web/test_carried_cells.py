@@ -36,7 +36,7 @@ def test_a_carried_cell_shows_where_it_came_from_and_nothing_the_repository_name
         fresh = {**cell_factory(0, status="pass"), "scenario": HOSTILE}
         upsert_results(session, base.id, [fresh])
         upsert_results(session, head.id, [{**fresh, "carried_run_id": base.id, "carried_sha": "a" * 40,
-                                           "carried_reason": "inputs unchanged"}])
+                                           "carried_reason": "inputs unchanged"}], provenance=True)
         head.carry = CarrySummary.of(base.id, "a" * 40, 1, {(HOSTILE, "torch-rev", "cpu"): f"{HOSTILE} changed"}
                                      ).to_dict()
         ids = (base.id, head.id)

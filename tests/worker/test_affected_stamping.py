@@ -50,6 +50,9 @@ def test_each_cell_names_its_record_by_digest_and_a_runner_cannot_claim_a_proven
     (record,) = buffer.pending.values()
     assert record["sha"] == "s" * 40 and record["environment"]["device"] == {"kind": "cpu", "name": "x"}
     assert "depends_digest" not in buffer.take({"scenario": "b", "status": "error"})  # no record: never carried
+    forged = buffer.take({"scenario": "b", "carried_run_id": 9, "carried_sha": "x", "carried_reason": "trust me",
+                          "depends_digest": "f" * 64})  # a runner's word on where its cell came from: dropped
+    assert not {"carried_run_id", "carried_sha", "carried_reason", "depends_digest"} & forged.keys()
     library = DependencyBuffer(None, None, {}, {})
     cell = library.take({"scenario": "c", "fingerprint": "fp"})
     assert library.pending[cell["depends_digest"]]["scenario"] == "fp"  # the built-in library: its fingerprint
