@@ -27,20 +27,12 @@ from gradci.services.db.dependencies import record_digest, store_records
 from gradci.services.db.models import Worker
 from gradci.services.db.results import PROVENANCE_FIELDS
 
-# The engine's options that change no verdict (as gradci.cli.affected.NOT_INPUTS): a cell computed with
-# or without them is the same cell.
-NOT_INPUTS = ("rule_coverage", "power")
 # What identifies a device's results: its kind and model, compute capability, driver and CUDA, and the
 # frameworks installed beside it. Not what changes from one start to the next (free memory, the
 # physical GPU it is pinned to, its index) nor the host's size (cores, total memory).
 IDENTITY_FIELDS = ("kind", "name", "capability", "driver", "cuda", "frameworks")
 NO_WORKER = {"worker": "none online for this device"}
 MIXED = {"workers": "its workers differ (model, driver or versions)"}
-
-
-def inputs_of(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The check's options that are inputs of its cells."""
-    return {name: value for name, value in options.items() if name not in NOT_INPUTS}
 
 
 def device_identity(record: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def environment_for(root: str | None, options: Mapping[str, Any],
             seen = [identity for name, ids in identities.items() if serves(name, device) for identity in ids]
             distinct = {record_digest(identity): identity for identity in seen}
             record = next(iter(distinct.values())) if len(distinct) == 1 else MIXED if distinct else NO_WORKER
-            found[device] = environment(root, inputs_of(options), record)
+            found[device] = environment(root, options, record)
         return found[device]
 
     return of
@@ -83,7 +75,7 @@ class DependencyBuffer:
                  device_record: Mapping[str, Any]) -> None:
         self.root, self.sha = root, sha
         # Computed once per job: the checkout and the installation do not change while it runs.
-        self.environment = environment(root, inputs_of(options), device_identity(device_record))
+        self.environment = environment(root, options, device_identity(device_record))
         self.pending: dict[str, dict[str, Any]] = {}
         self.stored: set[str] = set()
 

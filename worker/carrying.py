@@ -25,9 +25,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.affected.carry import CommitInputs, group_of, plan_carry
+from gradci.scenarios.affected.carry import CommitInputs, group_of, plan_carry, recorded_fingerprints
 from gradci.services import planner
-from gradci.services.db.dependencies import CarrySummary, Group, base_cells, base_run, carried_result, copy_reaches
+from gradci.services.db.dependencies import (
+    CarrySummary,
+    Group,
+    base_cells,
+    base_run,
+    carried_result,
+    copy_catalogs,
+    copy_reaches,
+)
 from gradci.services.db.models import Delivery, Run, RunStatus, Trigger, database_now
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import session_scope
@@ -140,6 +148,46 @@ def _decide(settings: Settings, run_id: int, source: Source, the_plan: planner.P
         rerun[group] = "another of the scenario's cells re-runs (its cells are compared with each other)"
     rows = [carried_result(cell) for group_cells in taken.values() for cell in group_cells]
     return Carry(CarrySummary.of(base_id, base_sha, len(rows), rerun), rows, set(taken))
+
+
+def carry_whole(settings: Settings, run_id: int, root: str | None, options: Mapping[str, Any]) -> Carry | None:
+    """The whole base run carried, decided before the scenarios are listed (None: list and plan them).
+
+    Where nothing any base cell's record names changed (files, data, listings, environment), listing
+    the scenarios would find the base's, fingerprints included (``recorded_fingerprints``): the run is
+    carried whole without starting a runner — a commit that changed only docs is answered in seconds.
+    Anything to re-run, or any doubt, and it returns None: the usual plan decides cell by cell.
+    """
+    try:
+        with session_scope(settings.database_url, readonly=True) as session:
+            run = session.get(Run, run_id)
+            if run is None or full_reason(session, run, settings) is not None:
+                return None
+            base = base_run(session, run)
+            if base is None:
+                return None
+            cells = base_cells(session, base.id)
+            workers = online_workers(session, within_s=settings.worker_online_s)
+            base_id, base_sha = base.id, base.head_sha
+        engine = plan_carry(cells, recorded_fingerprints(cells), CommitInputs(root),
+                            environment_for(root, options, workers), {"run": base_id, "sha": base_sha})
+        if engine.rerun or not engine.carried or len(engine.carried) != len(cells):
+            return None
+        rows = [carried_result(cell) for cell in engine.carried]
+        return Carry(CarrySummary.of(base_id, base_sha, len(rows), {}), rows, engine.carried_groups)
+    except Exception:  # when in doubt, run: the usual plan follows
+        log.exception("run %s: carrying the whole run failed; the scenarios are listed", run_id)
+        return None
+
+
+def store_whole(session: Session, run_id: int, carry: Carry) -> None:
+    """Store a run carried whole: its cells, reaches and summary, and the base's catalogs as its own."""
+    store(session, run_id, carry)
+    base = session.get(Run, carry.summary.base_run_id) if carry.summary.base_run_id is not None else None
+    run = session.get(Run, run_id)
+    if base is not None and run is not None:
+        copy_catalogs(session, base.id, run_id)
+        run.omitted_cells = base.omitted_cells
 
 
 def planned_cells(source: Source, the_plan: planner.Plan) -> dict[Group, tuple[str, ...]]:

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from gradci.scenarios.authoring.project import ProjectError, read_config
 from gradci.scenarios.contract.cell import Cell, Status
 from gradci.scenarios.contract.devices import CPU, CUDA
+from gradci.scenarios.contract.matrix import Matrix
 from gradci.services import planner
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
 from gradci.services.db.cell_costs import last_timed_run, scenario_costs
@@ -85,6 +86,8 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
         return
+    if _carried_whole(ref, context, send_finalize):
+        return
     try:
         source = load_source(ref, context.checkouts(), context.runner(), rules=True)
         if not source.requested(ref.matrix).backends:
@@ -112,6 +115,40 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
     _send_all(sent, send_job)
     if not the_plan.jobs and send_finalize is not None:
         send_finalize(run_id)  # every cell carried: no job will finalise the run
+
+
+def _carried_whole(ref: RunRef, context: WorkerContext, send_finalize: SendFinalize | None) -> bool:
+    """Whether the run was carried whole from its base, before any scenario was listed.
+
+    A commit that changed nothing any base cell depends on (docs, files no cell ran) needs no runner:
+    the checkout's files are digested here and the base's cells stored with their provenance
+    (``carrying.carry_whole``). False: plan it as usual (anything changed, or any doubt).
+    """
+    sha, root = None, None
+    if ref.repo_url is not None:
+        try:
+            sha, path = context.checkouts().checkout(ref.repo_url, ref.revision)
+        except CheckoutError:
+            return False  # the usual path says why
+        root = str(path)
+    source = Source(sha=sha, root=root, scenarios=(), backends={}, file_matrix=Matrix.from_mapping({}))
+    carry = carrying.carry_whole(context.settings, ref.id, root, engine_options(source, ref))
+    if carry is None:
+        return False
+    with session_scope(context.settings.database_url) as session:
+        run = lock_run(session, ref.id)
+        if run is None or run.cancel_requested or run.status in FINISHED_RUN_STATUSES or jobs_of_run(session, ref.id):
+            return True  # cancelled meanwhile, or planned by a concurrent delivery
+        if sha and run.head_sha != sha:
+            run.head_sha = sha
+        run.config = repository_config(root)
+        run.started_at = run.started_at or utcnow()
+        carrying.store_whole(session, ref.id, carry)
+    log.info("run %s: carried whole from run %s (%d cells): nothing its cells depend on changed", ref.id,
+             carry.summary.base_run_id, carry.summary.carried)
+    if send_finalize is not None:
+        send_finalize(ref.id)
+    return True
 
 
 def _costs(session: Session, run: Run, online: Mapping[str, int]) -> Costs | None:

@@ -21,8 +21,6 @@ from gradci.scenarios.contract.devices import CPU
 from gradci.worker.runner import CellSpec
 
 CellKey = tuple[str, str, str, str]
-# The engine's options that change no verdict: a cell computed with or without them is the same cell.
-NOT_INPUTS = ("rule_coverage", "power")
 
 
 class BaseError(Exception):
@@ -45,8 +43,7 @@ def read_base(path: str) -> list[dict[str, Any]]:
 
 def check_environment(root: str | None, options: Mapping[str, Any], device: str) -> Environment:
     """The environment a local check's cells on ``device`` are computed in."""
-    device_record = {"device": device}
-    return environment(root, {k: v for k, v in options.items() if k not in NOT_INPUTS}, device_record)
+    return environment(root, options, {"device": device})
 
 
 class AffectedRecords:

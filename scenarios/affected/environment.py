@@ -7,7 +7,7 @@ words ("torch 2.13.0 → 2.14.0", "gradci.toml changed"):
   source, since a development install keeps one version across edits), numpy, scipy, the frameworks
   and every CUDA component installed as a package (``nvidia-*``, ``jax-cuda*``);
 - ``config``: the project's gradci.toml, its lockfiles and requirement files, and the options the
-  check was asked with;
+  check was asked with (but those that change no verdict: ``NOT_INPUTS``);
 - ``device``: the record of the device the cells ran on (model, driver, CUDA), as its caller knows it.
 
 Read from package metadata and files only: nothing is imported, so a planner can compute it as cheaply
@@ -34,6 +34,8 @@ CONFIG_FILES = ("gradci.toml", "pyproject.toml", "setup.cfg", "setup.py", "uv.lo
                 "Pipfile.lock", "pixi.lock", "environment.yml", "conda-lock.yml")
 REQUIREMENTS = ("requirements*.txt", "constraints*.txt", "requirements/*.txt")
 Environment = dict[str, dict[str, str]]
+# The engine's options that change no verdict: a cell computed with or without them is the same cell.
+NOT_INPUTS = ("rule_coverage", "power")
 
 
 def environment(root: str | Path | None, options: Mapping[str, Any] | None = None,
@@ -61,7 +63,8 @@ def software() -> dict[str, str]:
 
 def config(root: str | Path | None, options: Mapping[str, Any]) -> dict[str, str]:
     """Digests of the project's configuration and lock files that exist, and of the check's options."""
-    found = {"options": hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()}
+    inputs = {name: value for name, value in options.items() if name not in NOT_INPUTS}
+    found = {"options": hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()}
     if root is None:
         return found
     base = Path(root).resolve()

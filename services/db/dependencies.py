@@ -13,11 +13,21 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import FIELD_NAMES as CELL_FIELDS
-from gradci.services.db.models import DependencyRecord, Result, RuleReach, Run, RunStatus, Trigger, utcnow
+from gradci.services.db.models import (
+    DependencyRecord,
+    Result,
+    RuleCatalogEntry,
+    RuleReach,
+    Run,
+    RunStatus,
+    ScenarioCatalogEntry,
+    Trigger,
+    utcnow,
+)
 from gradci.services.db.rules import record_reaches
 from gradci.services.db.upsert import dialect_insert
 
@@ -119,6 +129,16 @@ def copy_reaches(session: Session, base_run_id: int, run_id: int, groups: Collec
             if (reach.scenario, reach.backend, reach.device) in wanted]
     record_reaches(session, rows)
     return len(rows)
+
+
+def copy_catalogs(session: Session, base_run_id: int, run_id: int) -> None:
+    """Give ``run_id`` the base run's scenario and rule catalogs (a run carried whole lists nothing itself)."""
+    for model in (ScenarioCatalogEntry, RuleCatalogEntry):
+        columns = [column.key for column in model.__table__.columns if column.key not in ("id", "run_id")]
+        rows = [{"run_id": run_id, **{name: getattr(entry, name) for name in columns}}
+                for entry in session.scalars(select(model).where(model.run_id == base_run_id))]
+        if rows and not session.scalar(select(model.id).where(model.run_id == run_id).limit(1)):
+            session.execute(insert(model), rows)
 
 
 @dataclasses.dataclass

@@ -247,6 +247,8 @@ def test_a_run_whose_every_cell_is_carried_has_no_job_and_finishes(service):
     assert again["carry"] | {"reasons": None} == {"base_run_id": first["id"], "base_sha": None, "carried": 1,
                                                   "rerun": 0, "reasons": None, "full": None}
     assert jobs_of(service.database_url, again["id"]) == [] and again["coverage"] == 100.0
+    # Decided before any scenario was listed: nothing its cells depend on changed (no runner asked).
+    assert f"run {again['id']}: carried whole from run {first['id']}" in service.log("gradci.worker.log")
     (cell,) = cells(service, again["id"]).values()
     assert (cell["carried_run_id"], cell["carried_reason"]) == (first["id"], "inputs unchanged")
 

@@ -99,6 +99,8 @@ def service(postgres_database, redis_database, mirror, github, tmp_path_factory)
                          tmp_path_factory.mktemp("logs"), concurrency=1, github_webhook_secret=SECRET,
                          github_app_id=str(APP_ID), github_app_private_key_file=str(key_file),
                          github_api_url=fake.url, worker_heartbeat_s="1", allowed_repos=FULL_NAME, job_chunk_size="1",
+                         # Every run full: the order of the cells that run is the point, none carried.
+                         full_run_repos=FULL_NAME,
                          clone_url_template=f"file://{mirror[0]}/{{full_name}}.git") as running:
         try:
             yield running
