@@ -66,13 +66,13 @@ def main() -> None:
 def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path, base: str,
              heads: list[tuple[str, str]]) -> dict[str, Any]:
     from gradci._testing.service import running_service
-    from tests.support import webhook_client
     from tests.support.payloads import payload, pull_request
+    from tests.support.webhook_client import SECRET, deliver_over_http
 
     key = workdir / "app.pem"
     key.write_text(fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}}))
     key.chmod(0o600)
-    settings = dict(github_webhook_secret=webhook_client.SECRET, github_api_url=fake.url, worker_heartbeat_s="1",
+    settings = dict(github_webhook_secret=SECRET, github_api_url=fake.url, worker_heartbeat_s="1",
                     allowed_repos=FULL_NAME, clone_url_template=f"file://{mirrors}/{{full_name}}.git",
                     github_app_id=str(APP_ID), github_app_private_key_file=str(key))
 
@@ -80,7 +80,7 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
         """Seconds from the webhook to the completed check run of ``sha``."""
         body = {**body, "installation": {"id": INSTALLATION}}
         start = time.perf_counter()
-        sent = webhook_client.deliver_over_http(service.url, event, body, None, webhook_client.SECRET)
+        sent = deliver_over_http(service.url, event, body, None, SECRET)
         assert sent.status_code == 202, sent.text
         while not any(run.get("status") == "completed" for run in fake.check_runs_for(sha)):
             if time.perf_counter() - start > 900:

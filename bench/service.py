@@ -234,10 +234,10 @@ def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Pa
     from gradci._testing.service import running_service
     from gradci.services.db.models import Job, Run
     from gradci.services.db.session import session_scope
-    from tests.support import webhook_client
     from tests.support.payloads import pull_request
+    from tests.support.webhook_client import SECRET, deliver_over_http
 
-    settings: dict[str, str] = dict(github_webhook_secret=webhook_client.SECRET, github_api_url=fake.url,
+    settings: dict[str, str] = dict(github_webhook_secret=SECRET, github_api_url=fake.url,
                                     worker_heartbeat_s="1", allowed_repos="Codertocat/Hello-World",
                                     clone_url_template=f"file://{mirrors}/{{full_name}}.git")
     if mode == "app":
@@ -272,7 +272,7 @@ def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Pa
             if mode == "app":
                 body["installation"] = {"id": 4242}
             start = time.perf_counter()
-            sent = webhook_client.deliver_over_http(service.url, "pull_request", body)
+            sent = deliver_over_http(service.url, "pull_request", body)
             assert sent.status_code == 202, sent.text
             answer = planning = None
             while answer is None or planning is None:

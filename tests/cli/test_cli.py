@@ -76,7 +76,8 @@ def test_json_has_every_cell_field_and_flags_override_the_matrix(tmp_path):
     assert set(cells[0]) == {"scenario", "operator", "framework", "backend", "mode", "device", "dtype", "status",
                              "max_abs_err", "max_rel_err", "atol", "rtol", "time_ms", "first_call_ms",
                              "peak_memory_bytes", "message", "warnings", "reference", "reference_error",
-                             "precision", "repeat_spread", "reference_ms", "import_ms", "detail"}
+                             "precision", "repeat_spread", "reference_ms", "import_ms", "detail",
+                             "depends", "rule_coverage"}  # its records: what it read, which rules it ran
 
 
 def test_junit_output_file(tmp_path):
