@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gradci._testing.databases import emptied, flushed
 from gradci._testing.processes import wait_for
 from gradci._testing.repos import commit_all, git, init_repository
-from gradci._testing.service import Service, jobs_of, running_service
+from gradci._testing.service import Service, jobs_of
 from gradci.services.broker.queues import PLAN_RUN
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
+from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
 from tests.support.broker import send_task
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload, pull_request
@@ -30,9 +30,7 @@ from tests.support.projects import PROJECTS
 
 pytestmark = pytest.mark.integration
 
-FULL_NAME = "Codertocat/Hello-World"
 PR_NUMBER = 2  # the payload's pull request
-APP_ID, INSTALLATION = 31337, 4242
 SECRET = webhook_client.SECRET
 OPS = "rulecov/ops.py"
 SCENARIOS = "rulecov/scenarios.py"
@@ -94,19 +92,8 @@ def github() -> Iterator[tuple[FakeGitHub, str]]:
 
 @pytest.fixture(scope="module")
 def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
-    fake, private_key = github
-    key_file = tmp_path_factory.mktemp("key") / "app.pem"
-    key_file.write_text(private_key)
-    key_file.chmod(0o600)
-    with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"),
-                         tmp_path_factory.mktemp("logs"), concurrency=1, github_webhook_secret=SECRET,
-                         github_app_id=str(APP_ID), github_app_private_key_file=str(key_file),
-                         github_api_url=fake.url, public_url="http://gradci.example", worker_heartbeat_s="1",
-                         allowed_repos=FULL_NAME, clone_url_template=f"file://{mirror[0]}/{{full_name}}.git") as running:
-        try:
-            yield running
-        finally:
-            print(running.log("gradci.worker.log")[-4000:])
+    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory) as running:
+        yield running
 
 
 def deliver(service: Service, event: str, body: dict) -> None:

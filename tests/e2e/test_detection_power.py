@@ -15,13 +15,13 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from gradci._testing.databases import emptied, flushed
 from gradci._testing.processes import wait_for
 from gradci._testing.repos import commit_all, init_repository
-from gradci._testing.service import GRADCI, Service, running_service
+from gradci._testing.service import GRADCI, Service
 from gradci.services.db.models import CellPower, Result, Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
+from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
 from tests.support.browser import browser, script_errors, shoot  # noqa: F401 - browser: a fixture
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
@@ -29,8 +29,6 @@ from tests.support.payloads import payload, pull_request
 
 pytestmark = pytest.mark.integration
 
-FULL_NAME = "Codertocat/Hello-World"
-APP_ID, INSTALLATION = 31338, 4243
 SECRET = webhook_client.SECRET
 
 # Mul's backward returns a gradient for y too, which no scenario differentiates: planted errors in it
@@ -97,19 +95,8 @@ def github() -> Iterator[tuple[FakeGitHub, str]]:
 
 @pytest.fixture(scope="module")
 def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
-    fake, private_key = github
-    key_file = tmp_path_factory.mktemp("key") / "app.pem"
-    key_file.write_text(private_key)
-    key_file.chmod(0o600)
-    with running_service(emptied(postgres_database), flushed(redis_database), tmp_path_factory.mktemp("work"),
-                         tmp_path_factory.mktemp("logs"), concurrency=1, github_webhook_secret=SECRET,
-                         github_app_id=str(APP_ID), github_app_private_key_file=str(key_file),
-                         github_api_url=fake.url, public_url="http://gradci.example", worker_heartbeat_s="1",
-                         allowed_repos=FULL_NAME, clone_url_template=f"file://{mirror[0]}/{{full_name}}.git") as running:
-        try:
-            yield running
-        finally:
-            print(running.log("gradci.worker.log")[-4000:])
+    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory) as running:
+        yield running
 
 
 def deliver(service: Service, event: str, body: dict[str, Any]) -> None:
