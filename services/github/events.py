@@ -136,12 +136,13 @@ def clone_url(full_name: str | None, payload_url: str | None, template: str | No
 
 def decide(event: str, payload: dict, allowed: list[str], clone_url_template: str | None = None,
            approval_label: str = DEFAULT_APPROVAL_LABEL, app_mode: bool = False,
-           registered: Set[str] = frozenset()) -> Decision:
+           registered: Set[str] = frozenset(), full_label: str | None = None) -> Decision:
     """What ``payload`` asks for.
 
     In App mode (``app_mode``) every webhook of a repository comes from an installation of gradci's App,
     which it names: one that names none is refused, and the App's own events (installations, re-run
-    requests) are acted on; in token mode they are ignored.
+    requests) are acted on; in token mode they are ignored. ``full_label``: the label that asks a pull
+    request's run for every cell (``GRADCI_FULL_RUN_LABEL``); adding it runs the pull request again.
     """
     if event == "ping":
         return Decision(DecisionKind.ping, "pong")
@@ -156,7 +157,7 @@ def decide(event: str, payload: dict, allowed: list[str], clone_url_template: st
         return Decision(DecisionKind.refuse, f"the webhook names no installation of gradci's GitHub App: install "
                                              f"the App on {full_name} (gradci is in App mode)", full_name)
     if event == "pull_request":
-        decision = _pull_request(payload, full_name, clone_url_template, approval_label)
+        decision = _pull_request(payload, full_name, clone_url_template, approval_label, full_label)
     elif event == "push":
         decision = _push(payload, full_name, clone_url_template)
     elif event in INSTALLATION_EVENTS:
@@ -229,7 +230,8 @@ def _rerequested(event: str, payload: dict, full_name: str | None, template: str
                     run_id=run_id, clone_url=clone_url(full_name, _get(payload, "repository", "clone_url"), template))
 
 
-def _pull_request(payload: dict, full_name: str | None, template: str | None, label: str) -> Decision:
+def _pull_request(payload: dict, full_name: str | None, template: str | None, label: str,
+                  full_label: str | None = None) -> Decision:
     action = payload.get("action")
     pr = payload.get("pull_request") or {}
     head_repo = _get(pr, "head", "repo") or {}
@@ -243,6 +245,11 @@ def _pull_request(payload: dict, full_name: str | None, template: str | None, la
         # A fork's commits are fetched from the base repository's pull/N/head ref, which GitHub keeps
         # even after the fork is deleted.
         base["clone_url"] = _get(payload, "repository", "clone_url") or head_repo.get("clone_url")
+    if action == "labeled" and full_label and _get(payload, "label", "name") == full_label != label:
+        if fork:  # a fork's code runs only once approved: the full label applies to that run
+            return Decision(DecisionKind.ignore, f"label {full_label!r} on a fork's pull request: its next approved "
+                                                 f"run ({label!r}) runs every cell", **base)
+        return Decision(DecisionKind.run_pr, f"labelled {full_label!r}: every cell runs", **base)
     if action == "labeled":
         if _get(payload, "label", "name") != label:
             return Decision(DecisionKind.ignore, f"label {_get(payload, 'label', 'name')!r} is not {label!r}",

@@ -114,7 +114,8 @@ def receive(session: Session, settings: Settings, event: str, delivery_id: str, 
     if type_error is not None:
         return Received(400, {"detail": type_error})
     decision = decide(event, payload, settings.allowed_repos, clone_url_template(settings),
-                      app_mode=settings.github_app_mode, registered=registered_names(session))
+                      app_mode=settings.github_app_mode, registered=registered_names(session),
+                      full_label=settings.full_run_label)
     refused = refusal(decision)
     if refused is not None:
         return Received(*refused)

@@ -92,6 +92,23 @@ def test_forks_need_the_approval_label(client, settings):
     assert [r.pr_number for r in runs(settings.database_url) if r.pr_number] == [2]
 
 
+def test_adding_the_full_label_runs_the_pull_request_again_and_a_forks_waits_for_approval(client, settings):
+    """The label that asks for every cell (GRADCI_FULL_RUN_LABEL) is read when the run is planned: adding
+    it to a pull request runs its head again; on a fork's, only the approval runs its code."""
+    labeled = payload("pull_request.labeled")
+    labeled["label"]["name"] = settings.full_run_label
+    labeled["pull_request"]["labels"] = [{"name": settings.full_run_label}]
+    assert deliver(client, "pull_request", labeled).json()["accepted"] == "run_pr"
+    other = copy.deepcopy(labeled)
+    other["label"]["name"] = "documentation"
+    assert "is not" in deliver(client, "pull_request", other).json()["ignored"]
+    fork = copy.deepcopy(labeled)
+    fork["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    assert "fork" in deliver(client, "pull_request", fork).json()["ignored"]
+    act_on_stored(settings)
+    assert [r.pr_number for r in runs(settings.database_url) if r.pr_number] == [2]
+
+
 def test_unknown_events_are_accepted_and_ignored(client, settings):
     assert deliver(client, "issues", {"action": "opened", "issue": {}}).status_code == 202
     assert deliver(client, "pull_request", {**payload("pull_request.opened"), "action": "edited"}).status_code == 202
