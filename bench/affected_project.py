@@ -97,20 +97,23 @@ def make_repository(root: Path) -> str:
     return commit(root, "torchdiffeq with gradci scenarios")
 
 
-def change_one_rule(root: Path) -> str:
-    """Edit the adjoint method's backward (a no-op in value, a change in code): its cells must re-run."""
+def change_one_rule(root: Path, number: int = 0) -> str:
+    """Edit the adjoint method's backward (a no-op in value, a change in code): its cells must re-run.
+
+    ``number`` makes each such commit a commit of its own.
+    """
     path = root / RULE_FILE
     text = path.read_text()
     anchor = "    def backward(ctx, *grad_y):\n"
     assert text.count(anchor) == 1, "torchdiffeq's adjoint backward changed shape: update the bench"
-    path.write_text(text.replace(anchor, anchor + "        grad_y = tuple(g * 1.0 for g in grad_y)\n"))
-    return commit(root, "adjoint: scale the incoming gradients (a no-op)")
+    path.write_text(text.replace(anchor, anchor + f"        grad_y = tuple(g * 1.0 for g in grad_y)  # {number}\n"))
+    return commit(root, f"adjoint: scale the incoming gradients (a no-op, {number})")
 
 
-def change_docs(root: Path) -> str:
+def change_docs(root: Path, number: int = 0) -> str:
     with (root / "README.md").open("a") as readme:
-        readme.write("\nSee the paper for the adjoint method.\n")
-    return commit(root, "README: a line")
+        readme.write(f"\nSee the paper for the adjoint method ({number}).\n")
+    return commit(root, f"README: a line ({number})")
 
 
 def commit(root: Path, message: str) -> str:
