@@ -9,7 +9,11 @@ files count: the defaults torch's ``Function`` provides are not the user's rule.
 Nothing is imported here: torch and jax are looked for among the modules already loaded, so a project
 that uses neither costs nothing. Functions are found by walking the project's imported modules (their
 globals, and the attributes of the classes they define); ``autograd.Function`` subclasses through
-torch's own subclass list, so that classes defined inside functions count once they exist.
+torch's own subclass list, so that classes defined inside functions count once they exist. A
+``custom_vjp`` or ``custom_jvp`` made inside a function on each call (jaxopt's ``custom_root`` makes
+its implicit-differentiation rule so) is in no module: ``watch_rules_made_in_calls`` has jax's
+``defvjp``/``defjvp`` remember each one given its rule, and ``on_rule_made`` lets a plant reach the
+ones made while it stands (by ``rule_key``).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import itertools
 import linecache
 import sys
 import types
@@ -49,6 +54,9 @@ class RuleMethod:
     # A hash of its source text (first to last line): two commits' rule changed where it differs, and
     # a rule only moved down a file did not ("": not known).
     digest: str = ""
+    # Defined by a base class the rule shares with others (an autograd.Function's inherited backward):
+    # its lines running do not say which of the classes ran it.
+    inherited: bool = False
 
     @property
     def last_line(self) -> int:
@@ -79,18 +87,28 @@ class Rule:
         return [m.name for m in self.methods if m.name in DERIVATIVE_METHODS]
 
     def reached(self, lines_by_file: dict[str, Any]) -> list[str]:
-        """The methods of which a line ran, given the lines that ran per file."""
-        return [m.name for m in self.methods if m.ran(lines_by_file)]
+        """The methods of which a line ran, given the lines that ran per file.
+
+        An inherited method's lines are its base class's, run by whichever subclass was called: they
+        count for this rule only where a method the class defines itself ran too (its ``forward``).
+        A class that defines none of its methods cannot be told from its base: its lines count.
+        """
+        ran = [m for m in self.methods if m.ran(lines_by_file)]
+        own = [m for m in self.methods if not m.inherited]
+        if own and not any(not m.inherited for m in ran):
+            return []
+        return [m.name for m in ran]
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "name": self.name, "file": self.file,
                 "methods": [{"name": m.name, "file": m.file, "first_line": m.first_line, "lines": list(m.lines),
-                             "digest": m.digest} for m in self.methods]}
+                             "digest": m.digest, "inherited": m.inherited} for m in self.methods]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:
         methods = tuple(RuleMethod(m["name"], m["file"], int(m["first_line"]), tuple(int(n) for n in m["lines"]),
-                                   str(m.get("digest") or "")) for m in data["methods"])
+                                   str(m.get("digest") or ""), bool(m.get("inherited", False)))
+                        for m in data["methods"])
         return cls(kind=data["kind"], name=data["name"], file=data["file"], methods=methods)
 
 
@@ -139,6 +157,55 @@ def rule_objects(root: str | Path) -> dict[str, list[Any]]:
     return found
 
 
+# Each custom_vjp / custom_jvp given its rule while watched, the latest one per rule code: one of each is
+# enough to name the rule, and a rule made on every call must not keep every call's closure alive.
+_made_in_calls: dict[tuple[Any, ...], Any] = {}
+# Called with each one as it is given its rule (a plant that stands: ``gradci.scenarios.power.planting``).
+_on_made: list[Callable[[Any], None]] = []
+
+
+def watch_rules_made_in_calls() -> None:
+    """From now on, remember each ``jax.custom_vjp`` and ``jax.custom_jvp`` given its rule, wherever made.
+
+    Once per process, where jax is loaded (a no-op otherwise): jax's ``defvjp`` and ``defjvp`` are
+    wrapped, the wrapper calling the original first. Rules made before (at a module's import) are found
+    by the walk of the project's modules.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    for cls, name in ((jax.custom_vjp, "defvjp"), (jax.custom_jvp, "defjvp")):
+        original = getattr(cls, name)
+        if getattr(original, "_gradci_watching", False):
+            continue
+
+        def watching(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            result = _original(self, *args, **kwargs)
+            key = rule_key(self)
+            if key is not None:
+                _made_in_calls[key] = self
+                for hook in list(_on_made):
+                    hook(self)
+            return result
+
+        functools.update_wrapper(watching, original)
+        watching._gradci_watching = True  # type: ignore[attr-defined]
+        setattr(cls, name, watching)
+
+
+def on_rule_made(hook: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``hook`` with each custom_vjp / custom_jvp given its rule from now on; the function that stops it."""
+    _on_made.append(hook)
+    return lambda: _on_made.remove(hook)
+
+
+def rule_key(obj: Any) -> tuple[Any, ...] | None:
+    """A custom_vjp's or custom_jvp's code: equal for one rule made anew on each call (None: not a rule)."""
+    parts = [getattr(obj, name, None) for name in ("fun", "fwd", "bwd", "jvp")]
+    codes = tuple(_code(part) if part is not None else None for part in parts)
+    return (type(obj).__name__, *codes) if any(codes) else None
+
+
 def _rules_and_objects(root: Path) -> Iterator[tuple[Rule, Any]]:
     """Each rule found in the project's files with the live object it was found on."""
     yield from _torch_functions(root)
@@ -152,10 +219,10 @@ def _torch_functions(root: Path) -> Iterator[tuple[Rule, Any]]:
     for cls in _subclasses(torch.autograd.Function):
         methods = []
         for name in TORCH_METHODS:
-            defined = next((klass.__dict__[name] for klass in cls.__mro__ if name in klass.__dict__), None)
-            method = _method(name, defined, root)
+            owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
+            method = _method(name, owner.__dict__[name] if owner is not None else None, root)
             if method is not None:
-                methods.append(method)
+                methods.append(dataclasses.replace(method, inherited=owner is not cls))
         if methods:
             module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
             file = _relative(module_file, root) if _in_project(module_file, root) else methods[0].file
@@ -166,7 +233,11 @@ def _torch_functions(root: Path) -> Iterator[tuple[Rule, Any]]:
 def _module_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
     jax = sys.modules.get("jax")
     custom_ops = sys.modules.get("torch._library.custom_ops")
-    for obj in _members(root):
+    seen: set[int] = set()
+    for obj in itertools.chain(_members(root), list(_made_in_calls.values())):
+        if id(obj) in seen:  # a module's own rule, remembered too when its module was imported while watched
+            continue
+        seen.add(id(obj))
         if jax is not None and isinstance(obj, jax.custom_vjp):
             rule = _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
             yield rule, obj

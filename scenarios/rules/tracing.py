@@ -35,7 +35,7 @@ from typing import Any
 
 from gradci.scenarios.affected.recording import DependencyRecorder
 from gradci.scenarios.authoring.exceptions import is_users_file
-from gradci.scenarios.rules.discovery import Rule, discover_rules, project_jitted
+from gradci.scenarios.rules.discovery import Rule, discover_rules, project_jitted, watch_rules_made_in_calls
 from gradci.scenarios.rules.records import CellRules, LinesByFile
 
 CellKey = tuple[str, str, str, str]
@@ -71,6 +71,7 @@ class RuleTracer:
         self._current: _Recording | None = None
         self._count = 0
         self._jitted: list[Any] | None = None
+        watch_rules_made_in_calls()  # a custom_vjp made inside a function on each call is in no module
 
     @contextlib.contextmanager
     def cell(self, key: CellKey, framework: str) -> Iterator[None]:
@@ -81,6 +82,7 @@ class RuleTracer:
         self._count += 1
         recording = self._current = _Recording(f"cell {self._count}")
         if framework == "jax":
+            watch_rules_made_in_calls()  # jax may have been imported since the tracer was made
             self._clear_jitted()
         self.dependencies.before_cell()
         try:

@@ -1,0 +1,160 @@
+"""Rules written as real libraries write them, which rule coverage and detection power must see as rules.
+
+Found by running gradci on entmax, jaxopt and others as their own repositories
+(bench/real_libraries/as_repositories.py): entmax's loss Functions share their base class's
+``backward`` (a subclass no scenario calls was counted as exercised, its base's lines having run for
+another subclass); jaxopt's ``custom_root`` makes its ``jax.custom_vjp`` inside a function, anew on
+each call (it was in no module, so no rule was found, and no plant could reach it).
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("jax")
+
+from gradci.scenarios.authoring.project import load_project, load_scenarios
+from gradci.scenarios.check import check_scenario, resolve_backends
+from gradci.scenarios.power.measure import measure_power
+from gradci.scenarios.reference.answer import ReferenceCache
+from gradci.scenarios.rules.discovery import CUSTOM_VJP
+from gradci.scenarios.rules.power import CAUGHT, NOT_PLANTED, SCALE
+from gradci.scenarios.rules.records import CellRules
+from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize
+from gradci.scenarios.rules.tracing import RuleTracer, tracing
+
+OPS = '''
+import jax
+import torch
+
+
+class _GenericLoss(torch.autograd.Function):
+    """entmax's _GenericLossFunction: the subclasses' forward calls it; their backward is this one."""
+
+    @classmethod
+    def forward(cls, ctx, x, power):
+        ctx.save_for_backward(x)
+        ctx.power = power
+        return (x ** power).sum()
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.power * x ** (ctx.power - 1), None
+
+
+class SquareLoss(_GenericLoss):
+    @classmethod
+    def forward(cls, ctx, x):
+        return super().forward(ctx, x, 2.0)
+
+
+class CubeLoss(_GenericLoss):  # no scenario calls it
+    @classmethod
+    def forward(cls, ctx, x):
+        return super().forward(ctx, x, 3.0)
+
+
+def square_loss(x):
+    return SquareLoss.apply(x)
+
+
+def per_call_square_sum(x):
+    """jaxopt's custom_root: the custom_vjp is made inside the function, anew on each call."""
+
+    @jax.custom_vjp
+    def square(v):
+        return v * v
+
+    def square_fwd(v):
+        return v * v, v
+
+    def square_bwd(v, g):
+        return (2.0 * g * v,)
+
+    square.defvjp(square_fwd, square_bwd)
+    return square(x).sum()
+'''
+SCENARIOS = '''
+import numpy as np
+
+from gradci import Scenario
+from realshapes.ops import per_call_square_sum, square_loss
+
+
+def scenarios():
+    x = np.array([0.5, 1.0, 2.0])
+    return [Scenario("loss/gradient", "gradient", {"torch": square_loss}, x),
+            Scenario("percall/gradient", "gradient", {"jax": per_call_square_sum}, x)]
+'''
+OPS_FILE = "realshapes/ops.py"
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "project"
+    (root / "realshapes").mkdir(parents=True)
+    (root / "realshapes" / "__init__.py").write_text("")
+    (root / "realshapes" / "ops.py").write_text(textwrap.dedent(OPS))
+    (root / "realshapes" / "scenarios.py").write_text(textwrap.dedent(SCENARIOS))
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["realshapes.scenarios"]\n')
+    scenarios = {s.name: s for s in load_scenarios(load_project(root))}
+    yield root, scenarios
+    for name in [name for name in sys.modules if name == "realshapes" or name.startswith("realshapes.")]:
+        del sys.modules[name]
+
+
+def check(root: Path, scenario, backends: list[str], tracer: RuleTracer, references: ReferenceCache | None = None):
+    with tracing(tracer):
+        return check_scenario(scenario, resolve_backends(backends), ["cpu"], ["float64"],
+                              references or ReferenceCache())
+
+
+def test_an_inherited_backward_counts_only_for_the_subclass_that_ran_it(project):
+    root, scenarios = project
+    tracer = RuleTracer(root)
+    cells = check(root, scenarios["loss/gradient"], ["torch-rev"], tracer)
+    rules = {rule.name: rule for rule in tracer.rules()}
+    cube, square = rules["CubeLoss"], rules["SquareLoss"]
+    backward = cube.method("backward")
+    assert backward is not None and backward.inherited and not cube.method("forward").inherited
+    records = {cell.key: tracer.take(cell.key, list(rules.values())) for cell in cells}
+    [record] = records.values()
+    assert record.rules[square.id] == ["forward", "backward"]
+    assert cube.id not in record.rules  # its base's backward ran, for SquareLoss
+    findings = {f.rule.name: f.text for f in summarize(list(rules.values()), [(c, records[c.key]) for c in cells])
+                .findings()}
+    assert findings.get("CubeLoss") == NOT_EXERCISED and "SquareLoss" not in findings
+    # the base class ran its own forward (through super()): it is exercised, as the code it holds is
+    assert "_GenericLoss" not in findings
+
+
+def test_a_custom_vjp_made_on_each_call_is_a_rule_and_its_cells_record_it(project):
+    root, scenarios = project
+    tracer = RuleTracer(root)
+    cells = check(root, scenarios["percall/gradient"], ["jax-rev", "jax-rev-jit"], tracer)
+    rules = [rule for rule in tracer.rules() if rule.kind == CUSTOM_VJP]
+    assert [(r.name, r.file, [m.name for m in r.methods]) for r in rules] == [
+        ("per_call_square_sum.<locals>.square", OPS_FILE, ["fun", "fwd", "bwd"])]
+    for cell in cells:
+        ran = tracer.take(cell.key, rules).rules.get(rules[0].id, [])
+        assert {"fwd", "bwd"} <= set(ran), (cell.backend, ran)  # reverse mode runs fwd, not fun
+
+
+def test_a_plant_reaches_a_custom_vjp_made_on_each_call(project):
+    root, scenarios = project
+    tracer, references = RuleTracer(root), ReferenceCache()
+    backends = resolve_backends(["jax-rev", "jax-rev-jit"])
+    cells = check(root, scenarios["percall/gradient"], ["jax-rev", "jax-rev-jit"], tracer, references)
+    rules = tracer.rules()
+    records = {cell.key: CellRules.of(tracer.lines(cell.key), rules) for cell in cells}
+    powers = measure_power(scenarios["percall/gradient"], cells, records, rules, root, backends, references)
+    for cell in cells:
+        scale = next(p for p in powers[cell.key].plants if p.kind == SCALE)
+        assert scale.outcome == CAUGHT and scale.smallest_delta is not None and scale.smallest_delta <= 1e-5, \
+            (cell.backend, scale)
+        assert all(p.outcome != NOT_PLANTED for p in powers[cell.key].plants)
