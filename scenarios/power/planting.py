@@ -30,7 +30,14 @@ from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gradci.scenarios.rules.discovery import CUSTOM_JVP, CUSTOM_VJP, TORCH_FUNCTION, project_jitted
+from gradci.scenarios.rules.discovery import (
+    CUSTOM_JVP,
+    CUSTOM_VJP,
+    TORCH_FUNCTION,
+    on_rule_made,
+    project_jitted,
+    rule_key,
+)
 from gradci.scenarios.rules.power import DROP, SCALE, TRANSPOSE
 
 PROBE = "probe"  # no change: learns the outputs' shapes
@@ -122,12 +129,23 @@ def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, ro
     """Swap ``method`` of the rule's live ``objects`` for one that perturbs its output, while the block runs."""
     state = Planted(plant, root)
     undo: list[Callable[[], None]] = []
+    stop_watching: Callable[[], None] | None = None
+    wanted = {rule_key(obj) for obj in objects} - {None}  # read before the swaps change the objects' code
+
+    def plant_in_new(made: Any) -> None:  # the same rule made anew inside a call (jaxopt's custom_root)
+        if rule_key(made) in wanted:
+            undo.append(_swap(made, kind_of_rule, method, state))
+
     try:
         for obj in objects:
             undo.append(_swap(obj, kind_of_rule, method, state))
+        if kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
+            stop_watching = on_rule_made(plant_in_new)
         clear(root, kind_of_rule)
         yield state
     finally:
+        if stop_watching is not None:
+            stop_watching()
         for restore in reversed(undo):
             restore()
         clear(root, kind_of_rule)  # no program traced with the plant runs after it
