@@ -104,10 +104,13 @@ class Planted:
             self.applied[self._cell] += 1
         if kind_of_rule == CUSTOM_JVP:  # (primal out, tangent out): only the tangent is the rule's derivative
             primal, tangent = out
-            return primal, self._perturbed_leaves(tangent, _jax_tree)
+            # jax transposes a custom_jvp rule for reverse mode: it must stay linear in the tangent, so the
+            # entry changed is chosen by the primal output (an argmax of the tangent is not linear in it).
+            return primal, self._perturbed_leaves(tangent, _jax_tree, _jax_tree(primal)[0])
         return self._perturbed_leaves(out, _jax_tree if kind_of_rule == CUSTOM_VJP else _torch_tree)
 
-    def _perturbed_leaves(self, out: Any, tree: Callable[[Any], tuple[list[Any], Callable[[list[Any]], Any]]]) -> Any:
+    def _perturbed_leaves(self, out: Any, tree: Callable[[Any], tuple[list[Any], Callable[[list[Any]], Any]]],
+                          choosers: list[Any] | None = None) -> Any:
         leaves, rebuild = tree(out)
         if not self.outputs:
             self.outputs = [OutputShape(tuple(getattr(leaf, "shape", ())), _floating(leaf)) for leaf in leaves]
@@ -115,7 +118,10 @@ class Planted:
         if self.plant.kind == PROBE or index >= len(leaves) or not _floating(leaves[index]):
             return out
         old = leaves[index]
-        new = _perturb(old, self.plant)
+        chooser = choosers[index] if choosers is not None and index < len(choosers) else None
+        if chooser is None or getattr(chooser, "shape", None) != getattr(old, "shape", None):
+            chooser = old
+        new = _perturb(old, self.plant, chooser)
         if self._cell is not None:
             same = _concretely_equal(old, new)
             if same is not None:
@@ -218,8 +224,12 @@ def _floating(leaf: Any) -> bool:
         return False
 
 
-def _perturb(leaf: Any, plant: Plant) -> Any:
-    """The leaf with the plant applied, by functional ops of its own framework."""
+def _perturb(leaf: Any, plant: Plant, chooser: Any = None) -> Any:
+    """The leaf with the plant applied, by functional ops of its own framework.
+
+    ``scale`` and ``sign`` change the entry where ``chooser`` (the leaf itself by default; a custom_jvp
+    rule's primal output) is largest in magnitude: the result is linear in the leaf either way.
+    """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(leaf, torch.Tensor):
         ops: Any = _TorchOps(torch)
@@ -231,7 +241,9 @@ def _perturb(leaf: Any, plant: Plant) -> Any:
         return ops.zeros_like(leaf)
     if plant.kind == TRANSPOSE:
         return ops.transpose(leaf) if len(leaf.shape) == 2 and leaf.shape[0] == leaf.shape[1] else leaf
-    mask = ops.largest_entry(leaf)  # 1 at the entry of largest magnitude, 0 elsewhere
+    # 1 at the chooser's largest entry, 0 elsewhere, in the leaf's dtype (a tangent's may not be its primal's)
+    mask = ops.largest_entry(leaf if chooser is None else chooser).astype(leaf.dtype) if not _is_torch(leaf) \
+        else ops.largest_entry(leaf if chooser is None else chooser).to(leaf.dtype)
     factor = float(plant.delta or 0.0) if plant.kind == SCALE else -2.0  # sign: x - 2x = -x
     return leaf + factor * mask * leaf
 
@@ -266,6 +278,11 @@ class _JaxOps:
         flat = self.jnp.reshape(leaf, (-1,))
         positions = self.jnp.arange(flat.shape[0])
         return (positions == self.jnp.argmax(self.jnp.abs(flat))).astype(leaf.dtype).reshape(leaf.shape)
+
+
+def _is_torch(leaf: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(leaf, torch.Tensor)
 
 
 def _concretely_equal(old: Any, new: Any) -> bool | None:

@@ -50,7 +50,9 @@ def output_name(method: str, output: int, outputs: int) -> str:
     """"`bwd`'s second output", or "`backward`'s output" where it returns one."""
     if outputs <= 1:
         return f"`{method}`'s output"
-    return f"`{method}`'s {ORDINALS[output] if output < len(ORDINALS) else f'output #{output + 1}'} output"
+    if output >= len(ORDINALS):
+        return f"`{method}`'s output #{output + 1}"
+    return f"`{method}`'s {ORDINALS[output]} output"
 
 
 def percent(delta: float) -> str:

@@ -22,7 +22,7 @@ from gradci.scenarios.check import check_scenario, resolve_backends
 from gradci.scenarios.power.measure import measure_power
 from gradci.scenarios.reference.answer import ReferenceCache
 from gradci.scenarios.rules.discovery import CUSTOM_VJP
-from gradci.scenarios.rules.power import CAUGHT, NOT_PLANTED, SCALE
+from gradci.scenarios.rules.power import CAUGHT, NOT_PLANTED, SCALE, output_name
 from gradci.scenarios.rules.records import CellRules
 from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
@@ -63,6 +63,22 @@ def square_loss(x):
     return SquareLoss.apply(x)
 
 
+@jax.custom_jvp
+def softplus(x):
+    return jax.numpy.logaddexp(x, 0.0)
+
+
+@softplus.defjvp
+def softplus_jvp(primals, tangents):
+    """optax's and lineax's custom_jvp rules: jax transposes them for reverse mode."""
+    (x,), (t,) = primals, tangents
+    return softplus(x), t * jax.nn.sigmoid(x)
+
+
+def softplus_sum(x):
+    return (softplus(x) * jax.numpy.arange(1.0, 4.0)).sum()
+
+
 def per_call_square_sum(x):
     """jaxopt's custom_root: the custom_vjp is made inside the function, anew on each call."""
 
@@ -83,13 +99,14 @@ SCENARIOS = '''
 import numpy as np
 
 from gradci import Scenario
-from realshapes.ops import per_call_square_sum, square_loss
+from realshapes.ops import per_call_square_sum, softplus_sum, square_loss
 
 
 def scenarios():
     x = np.array([0.5, 1.0, 2.0])
     return [Scenario("loss/gradient", "gradient", {"torch": square_loss}, x),
-            Scenario("percall/gradient", "gradient", {"jax": per_call_square_sum}, x)]
+            Scenario("percall/gradient", "gradient", {"jax": per_call_square_sum}, x),
+            Scenario("jvprule/gradient", "gradient", {"jax": softplus_sum}, x)]
 '''
 OPS_FILE = "realshapes/ops.py"
 
@@ -158,3 +175,27 @@ def test_a_plant_reaches_a_custom_vjp_made_on_each_call(project):
         assert scale.outcome == CAUGHT and scale.smallest_delta is not None and scale.smallest_delta <= 1e-5, \
             (cell.backend, scale)
         assert all(p.outcome != NOT_PLANTED for p in powers[cell.key].plants)
+
+
+def test_a_custom_jvp_rule_planted_stays_linear_and_reverse_mode_cells_catch_it(project):
+    """A plant whose changed entry depends on the tangent is not linear: jax cannot transpose it."""
+    root, scenarios = project
+    tracer, references = RuleTracer(root), ReferenceCache()
+    names = ["jax-rev", "jax-fwd", "jax-rev-jit"]
+    cells = check(root, scenarios["jvprule/gradient"], names, tracer, references)
+    rules = tracer.rules()
+    records = {cell.key: CellRules.of(tracer.lines(cell.key), rules) for cell in cells}
+    powers = measure_power(scenarios["jvprule/gradient"], cells, records, rules, root, resolve_backends(names),
+                           references)
+    for cell in cells:
+        outcomes = {p.kind: (p.outcome, p.note[:200]) for p in powers[cell.key].plants}
+        assert outcomes[SCALE][0] == CAUGHT and outcomes["sign"][0] == CAUGHT, (cell.backend, outcomes)
+        scale = next(p for p in powers[cell.key].plants if p.kind == SCALE)
+        assert scale.smallest_delta is not None and scale.smallest_delta <= 1e-5, (cell.backend, scale)
+
+
+def test_an_output_past_the_tenth_is_named_once():
+    """torchdiffeq's adjoint backward returns 16 gradients: "`backward`'s output #15 output" read badly."""
+    assert output_name("backward", 14, 16) == "`backward`'s output #15"
+    assert output_name("backward", 1, 16) == "`backward`'s second output"
+    assert output_name("bwd", 0, 1) == "`bwd`'s output"
