@@ -60,7 +60,8 @@ def render_power(powers: list[RulePower], records: PowerRecords, cells: list[Cel
     for cell in measured:
         power = records.records[cell.key]
         delta = "—" if power.smallest_delta is None else f"{power.smallest_delta:g}"
-        missed = power.not_measured or "; ".join(power.missed()) or "—"
+        raised = [f"{line[:200]}{'…' if len(line) > 200 else ''}" for line in power.raised()]
+        missed = power.not_measured or "; ".join(power.missed() + raised) or "—"
         table.add_row(cell.scenario, cell.backend, cell.device, cell.dtype,
                       "—" if cell.rtol is None else f"{cell.rtol:.0e}", delta, missed)
     console.print(table)
@@ -76,6 +77,13 @@ def render_power(powers: list[RulePower], records: PowerRecords, cells: list[Cel
     console.print(rules)
     for rule_power in powers:
         weakest = rule_power.weakest_caught()
+        if weakest is None and not any(plant.measured for plant in rule_power.plants):
+            # "none" would read as every plant missed: no cell said either way
+            reasons = sorted({f"{reacher.result.outcome}: {reacher.result.note[:200]}" if reacher.result.note
+                              else reacher.result.outcome for plant in rule_power.plants for reacher in plant.cells})
+            console.print(f"{rule_power.rule.name}: no plant measured by any cell ({'; '.join(reasons[:3])})",
+                          markup=False, highlight=False)
+            continue
         console.print(f"{rule_power.rule.name}: weakest perturbation caught: {weakest or 'none'}", markup=False,
                       highlight=False)
         for line in rule_power.findings():

@@ -6,7 +6,8 @@ and only the cells that ran it are checked again, the reference taken from the c
 filled (a plant never touches a reference). One probe run first, with the method wrapped but nothing
 changed, learns how many outputs the method returns and their shapes. ``scale`` walks δ down the
 ladder 1e-1 … 1e-8 and stops, per cell, at the first δ the cell misses: a cell that misses 1e-3 is
-taken to miss 1e-4 too (its error only shrinks), which saves most of the runs.
+taken to miss 1e-4 too (its error only shrinks), which saves most of the runs. A rung where the cell
+raises with the plant stops its ladder too, as neither a miss nor a catch (``stopped_delta``).
 
 The cells returned by the first check are the verdict; nothing here changes them. A cell that did not
 pass without a plant is not measured: a plant cannot show what a failing check would catch.
@@ -112,9 +113,9 @@ def _measure_method(runs: _Runs, rule: Rule, method: str, objects: list[Any],
         return [(cell, result(cell, SCALE, NOT_PLANTED, note=note)) for cell in reaching]
     probe, _ = runs.run(rule, objects, method, Plant(PROBE), reaching)
     unreached = [cell for cell in reaching if not probe.applied[cell.key]]
-    found = [(cell, result(cell, SCALE, NOT_PLANTED, note=f"it did not run the planted `{method}` (a class made per "
-                                                          "call, or a program compiled out of the plant's reach)"))
-             for cell in unreached]
+    note = (f"could not plant: the cell did not run the planted `{method}` (a class made anew on each call, or a "
+            "program compiled where the plant cannot reach)")
+    found = [(cell, result(cell, SCALE, NOT_PLANTED, note=note)) for cell in unreached]
     cells = [cell for cell in reaching if probe.applied[cell.key]]
     outputs = probe.outputs
     plants: list[tuple[int, str]] = []
@@ -141,6 +142,9 @@ def _ladder(runs: _Runs, rule: Rule, method: str, objects: list[Any], cells: lis
     """``scale`` down the ladder, each cell until the first δ it misses."""
     smallest: dict[CellKey, float] = {}
     first_missed: dict[CellKey, float] = {}
+    # A rung where the cell raised (or did not run the plant): the ladder stops there, neither a miss nor a
+    # catch, and says so; what a smaller δ would do is not known.
+    stopped: dict[CellKey, tuple[float, str]] = {}
     at_top: dict[CellKey, tuple[str, str]] = {}  # the outcome at 1e-1 of a cell that did not catch it
     active = list(cells)
     for delta in LADDER:
@@ -151,19 +155,23 @@ def _ladder(runs: _Runs, rule: Rule, method: str, objects: list[Any], cells: lis
             if outcome == CAUGHT:
                 smallest[cell.key] = delta
                 still.append(cell)
-            elif cell.key in smallest:
+            elif cell.key not in smallest:
+                at_top[cell.key] = (outcome, note)
+            elif outcome in (MISSED, NO_OP):  # no-op: 1 + δ rounds to 1 in the dtype, which is a miss too
                 first_missed[cell.key] = delta
             else:
-                at_top[cell.key] = (outcome, note)
+                stopped[cell.key] = (delta, f"at δ = {delta:g}: {note}")
         active = still
         if not active:
             break
     found = []
     for cell in cells:
         outcome, note = (CAUGHT, "") if cell.key in smallest else at_top[cell.key]
+        stop_delta, note = stopped.get(cell.key, (None, note))
         found.append((cell, PlantResult(rule.id, method, index, outputs, SCALE, outcome,
                                         smallest_delta=smallest.get(cell.key),
-                                        missed_delta=first_missed.get(cell.key), note=note)))
+                                        missed_delta=first_missed.get(cell.key), note=note,
+                                        stopped_delta=stop_delta)))
     return found
 
 
@@ -171,7 +179,7 @@ def _outcome(state: Planted, key: CellKey, cell: Cell | None) -> tuple[str, str]
     if cell is None or not state.applied[key]:
         return NOT_PLANTED, "it did not run the planted method this time"
     if cell.status == Status.ERROR:
-        return ERROR, cell.message
+        return ERROR, f"the planted rule raised: {cell.message}"
     if cell.status == Status.FAIL:
         return CAUGHT, ""
     if state.unchanged[key] and not state.changed[key]:

@@ -8,6 +8,7 @@ A cell's record travels beside its fields under ``POWER_KEY`` (never inside its 
                  "note": ""}, ...],
      "smallest_delta": 1e-06,          # the smallest δ of any scaled output it caught (null: none)
      "missed": ["Cube.backward's first output, sign of its largest entry flipped", ...],
+     "raised": ["Cube: `backward`'s output, …: at δ = 1e-05: the planted rule raised: …", ...],
      "not_measured": null}             # or why not: "the cell is fail without a plant"
 
 ``kind`` is ``scale`` (the output's largest-magnitude entry times 1 + δ, δ down the ``LADDER``
@@ -16,9 +17,10 @@ output zeroed: a dropped term; only where the method returns several) or ``trans
 matrix output transposed). ``outcome`` is ``caught`` (the cell fails with the plant), ``missed``
 (it passes), ``no-op`` (the plant changed no value it could see: an all-zero output, a symmetric
 matrix), ``not planted`` (the cell did not run the planted method: ``note`` says why) or ``error``
-(the cell raised with the plant: ``note`` has its message; counted neither way). For ``scale``,
-``smallest_delta`` is the smallest δ caught and ``missed_delta`` the first δ missed (null: caught
-down to 1e-8, or missed at 1e-1).
+(the cell raised with the plant: ``note`` has its message, "the planted rule raised: …"; counted
+neither way). For ``scale``, ``smallest_delta`` is the smallest δ caught, ``missed_delta`` the first
+δ missed (null: caught down to 1e-8, or missed at 1e-1) and ``stopped_delta`` the δ at which the cell
+raised after catching the larger ones (its ladder stopped there; ``note`` says so; null: it did not).
 
 Over a check, ``summarize_power`` gives one ``RulePower`` per planted rule (``to_dict`` likewise
 plain): per plant, the cells that reached it and those that caught it, the rule's weakest perturbation
@@ -72,6 +74,9 @@ class PlantResult:
     smallest_delta: float | None = None
     missed_delta: float | None = None
     note: str = ""
+    # ``scale`` only: the δ at which the cell raised with the plant after catching the larger ones (the
+    # ladder stopped there: neither a miss nor a catch; ``note`` has the error).
+    stopped_delta: float | None = None
 
     @property
     def target(self) -> tuple[str, str, int, str]:
@@ -114,9 +119,14 @@ class CellPower:
         return [f"{rule.rsplit('::', 1)[-1]}: {output_name(method, output, outputs)} ({', '.join(kinds)})"
                 for (rule, method, output, outputs), kinds in by_output.items()]
 
+    def raised(self) -> list[str]:
+        """The plants with which the cell raised, as a miss is not: "Mul: `backward`'s output, … (at δ = …)"."""
+        return [f"{p.describe()}: {p.note}" for p in self.plants
+                if p.outcome == ERROR or p.stopped_delta is not None]
+
     def to_dict(self) -> dict[str, Any]:
         return {"plants": [p.to_dict() for p in self.plants], "smallest_delta": self.smallest_delta,
-                "missed": self.missed(), "not_measured": self.not_measured}
+                "missed": self.missed(), "raised": self.raised(), "not_measured": self.not_measured}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> CellPower:
@@ -175,6 +185,12 @@ class PlantPower:
             smallest = self.smallest_delta
             if smallest is not None and smallest <= NOTABLE_DELTA:
                 return None
+            cut = [c for c in measured
+                   if c.result.stopped_delta is not None and c.result.stopped_delta >= NOTABLE_DELTA]
+            if cut:  # their ladder stopped before 1 %: whether they catch it is not known
+                deltas = ", ".join(sorted({f"{c.result.stopped_delta:g}" for c in cut}))
+                return (f"a {percent(NOTABLE_DELTA)} error in {where} is not known to be caught: the planted rule "
+                        f"raised at δ = {deltas} in {len(cut)} of the {len(measured)} cells that reach it")
             tried = NOTABLE_DELTA if smallest is not None else LADDER[0]
             caught = f" (the smallest caught: {percent(smallest)})" if smallest is not None else ""
             head = f"a {percent(tried)} error in {where} is caught by no cell{caught}"
