@@ -18,7 +18,12 @@ Where the methods live, and so what is swapped:
 ``Planted`` counts, per cell (the engine's ``cell_lines`` hook names the running cell), how often the
 plant ran and, where the values were concrete, whether it changed any: a cell the plant never reached
 is "not planted", not "missed", and a plant that changed nothing (an all-zero output, a symmetric
-matrix) is "no-op", not "missed".
+matrix) is "no-op", not "missed". Under a plant in a jax rule each jax cell starts with jax's caches
+cleared, so that it traces the planted rule itself rather than run another cell's program.
+
+Nothing compiled under a plant is written to jax's persistent compilation cache: a planted program is
+not the user's, and a later run (another checkout's, where the cache folder is shared) must not read
+one back.
 """
 from __future__ import annotations
 
@@ -71,8 +76,8 @@ class OutputShape:
 class Planted:
     """A plant in place, and what it did per cell: how often it ran, whether it changed a value."""
 
-    def __init__(self, plant: Plant, root: str | Path) -> None:
-        self.plant, self.root = plant, root
+    def __init__(self, plant: Plant, root: str | Path, kind_of_rule: str = "") -> None:
+        self.plant, self.root, self.kind_of_rule = plant, root, kind_of_rule
         self.applied: Counter[CellKey] = Counter()
         self.changed: Counter[CellKey] = Counter()
         self.unchanged: Counter[CellKey] = Counter()
@@ -82,9 +87,11 @@ class Planted:
     # The engine's rule-coverage hook (``gradci.scenarios.rules.tracing.tracing``): which cell runs.
     @contextlib.contextmanager
     def cell(self, key: CellKey, framework: str) -> Iterator[None]:
-        if framework == "jax":  # an earlier cell's trace of the project's jax.jit would hide the plant from this one
-            for function in project_jitted(self.root):
-                function.clear_cache()
+        if framework == "jax" and self.kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
+            # An earlier cell's trace (of a jax.jit the project keeps where no walk finds it, a dict of
+            # kernels, say) would run here without the rule's Python: the plant would be in it, yet not
+            # counted for this cell. Every jax cell traces anew, so each one runs the planted rule itself.
+            clear(self.root, self.kind_of_rule)
         outer, self._cell = self._cell, key
         try:
             yield
@@ -133,7 +140,7 @@ class Planted:
 @contextlib.contextmanager
 def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, root: str | Path) -> Iterator[Planted]:
     """Swap ``method`` of the rule's live ``objects`` for one that perturbs its output, while the block runs."""
-    state = Planted(plant, root)
+    state = Planted(plant, root, kind_of_rule)
     undo: list[Callable[[], None]] = []
     stop_watching: Callable[[], None] | None = None
     wanted = {rule_key(obj) for obj in objects} - {None}  # read before the swaps change the objects' code
@@ -143,6 +150,7 @@ def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, ro
             undo.append(_swap(made, kind_of_rule, method, state))
 
     try:
+        undo.append(_no_persistent_cache_writes())
         for obj in objects:
             undo.append(_swap(obj, kind_of_rule, method, state))
         if kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
@@ -155,6 +163,22 @@ def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, ro
         for restore in reversed(undo):
             restore()
         clear(root, kind_of_rule)  # no program traced with the plant runs after it
+
+
+def _no_persistent_cache_writes() -> Callable[[], None]:
+    """Keep jax from writing the programs compiled from now on to its persistent cache; the undoing function.
+
+    jax writes an executable only where its compile took at least ``min_compile_time_secs``: infinity
+    writes none. Reading stays on: a key is a hash of the whole program, so a planted program never
+    reads an entry of the user's own, and the unplanted parts (op-by-op primitives) keep their speed.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return lambda: None
+    option = "jax_persistent_cache_min_compile_time_secs"
+    before = getattr(jax.config, option)
+    jax.config.update(option, float("inf"))
+    return lambda: jax.config.update(option, before)
 
 
 def clear(root: str | Path, kind_of_rule: str) -> None:

@@ -135,10 +135,9 @@ def project_jitted(root: str | Path) -> list[Any]:
     A jitted function keeps its trace: a later call runs the compiled program and none of the rule's
     Python. ``tracing`` clears their caches before each jax cell so that every cell traces its rules.
     """
-    jax = sys.modules.get("jax")
-    if jax is None:
+    jitted_type = _jitted_type()
+    if jitted_type is None:
         return []
-    jitted_type = type(jax.jit(lambda x: x))
     return [obj for obj in _members(Path(root).resolve()) if isinstance(obj, jitted_type)
             and _in_project(_code_file(getattr(obj, "__wrapped__", None)), Path(root).resolve())]
 
@@ -264,7 +263,7 @@ def _members(root: Path) -> Iterator[Any]:
     """The values of the project's modules' globals, and of the attributes of the classes they define."""
     seen: set[int] = set()
     for module in project_modules(root):
-        for value in list(vars(module).values()):
+        for value in [inner for found in list(vars(module).values()) for inner in _wrapping(found)]:
             if id(value) in seen:
                 continue
             seen.add(id(value))
@@ -276,6 +275,41 @@ def _members(root: Path) -> Iterator[Any]:
                     if id(inner) not in seen:
                         seen.add(id(inner))
                         yield inner
+
+
+def _wrapping(value: Any) -> Iterator[Any]:
+    """``value``, and what it wraps where it is a callable wrapper: ``@jax.jit`` over a ``@jax.custom_vjp``.
+
+    Only a function's or a jitted function's ``__wrapped__`` is read (an attribute of theirs, not a
+    computed one): anything else is taken as it is.
+    """
+    yield value
+    jitted_type = _jitted_type()
+    for _ in range(4):  # a few decorators deep
+        if not (isinstance(value, types.FunctionType) or (jitted_type is not None and isinstance(value, jitted_type))):
+            return
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return
+        yield value
+
+
+def _jitted_type() -> type | None:
+    """The type of a ``jax.jit`` function (None where jax is not loaded); made once."""
+    global _JITTED_TYPE
+    if _JITTED_TYPE is None:
+        jax = sys.modules.get("jax")
+        if jax is None:
+            return None
+        _JITTED_TYPE = type(jax.jit(_identity))
+    return _JITTED_TYPE
+
+
+_JITTED_TYPE: type | None = None
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def _method(name: str, defined: Any, root: Path) -> RuleMethod | None:
