@@ -113,14 +113,30 @@ class Rule:
 
 
 def discover_rules(root: str | Path) -> list[Rule]:
-    """The derivative rules defined in the project's files at ``root``, in file and line order."""
+    """The derivative rules defined in the project's files at ``root``, in file and line order.
+
+    The walk keeps each rule's live objects too, for ``rule_objects`` to answer without walking again
+    until the next cell runs (``forget_walks``): detection power asks for both, one after the other.
+    """
     root = Path(root).resolve()
     found: dict[str, Rule] = {}
-    for rule, _ in _rules_and_objects(root):
+    objects: dict[str, list[Any]] = {}
+    for rule, obj in _rules_and_objects(root):
         if rule.methods:
             # A class made per call of a function is made again with the same name: one rule.
             found.setdefault(rule.id, rule)
+            objects.setdefault(rule.id, []).append(obj)
+    _walked[root] = objects
     return sorted(found.values(), key=lambda r: (r.file, min(m.first_line for m in r.methods), r.name))
+
+
+def forget_walks() -> None:
+    """A cell is about to run the project's code, which may make rules anew: the last walks are stale."""
+    _walked.clear()
+
+
+# The rules' live objects of the last walk of each root, until a cell runs (``forget_walks``).
+_walked: dict[Path, dict[str, list[Any]]] = {}
 
 
 def project_modules(root: Path) -> list[types.ModuleType]:
@@ -149,11 +165,9 @@ def rule_objects(root: str | Path) -> dict[str, list[Any]]:
     class made per call of a function is one rule with several classes, each listed.
     """
     root = Path(root).resolve()
-    found: dict[str, list[Any]] = {}
-    for rule, obj in _rules_and_objects(root):
-        if rule.methods:
-            found.setdefault(rule.id, []).append(obj)
-    return found
+    if root not in _walked:  # no walk since the last cell ran
+        discover_rules(root)
+    return {rule_id: list(objects) for rule_id, objects in _walked[root].items()}
 
 
 # Each custom_vjp / custom_jvp given its rule while watched, the latest one per rule code: one of each is

@@ -35,7 +35,13 @@ from typing import Any
 
 from gradci.scenarios.affected.recording import DependencyRecorder
 from gradci.scenarios.authoring.exceptions import is_users_file
-from gradci.scenarios.rules.discovery import Rule, discover_rules, project_jitted, watch_rules_made_in_calls
+from gradci.scenarios.rules.discovery import (
+    Rule,
+    discover_rules,
+    forget_walks,
+    project_jitted,
+    watch_rules_made_in_calls,
+)
 from gradci.scenarios.rules.records import CellRules, LinesByFile
 
 CellKey = tuple[str, str, str, str]
@@ -191,6 +197,7 @@ def tracing(tracer: RuleTracer | None) -> Iterator[None]:
 
 def cell_lines(key: CellKey, framework: str) -> contextlib.AbstractContextManager[None]:
     """The block where the cell ``key`` computes: its lines are recorded where a tracer is active."""
+    forget_walks()  # the cell runs the project's code: a rule found before may have been made anew
     tracer = _active.get()
     return tracer.cell(key, framework) if tracer is not None else contextlib.nullcontext()
 

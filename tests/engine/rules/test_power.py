@@ -138,3 +138,18 @@ def test_every_plant_is_restored_and_a_later_check_in_the_process_passes(project
     again = check_scenario(scenarios["both/gradient"], resolve_backends(BACKENDS), ["cpu"], ["float64"],
                            ReferenceCache())
     assert [c.status for c in again] == [Status.PASS] * 3
+
+
+def test_power_walks_the_projects_modules_once_after_the_cells(project, monkeypatch):
+    """The rules and their live objects come from one walk; a cell run since makes the next one walk again."""
+    import gradci.scenarios.rules.discovery as discovery
+
+    root, scenarios = project
+    walks = []
+    walk = discovery._rules_and_objects
+    monkeypatch.setattr(discovery, "_rules_and_objects", lambda at: walks.append(at) or walk(at))
+    cells, powers, _ = measured(root, scenarios["mul/gradient"])  # tracer.rules(), then measure_power
+    assert any(p.outcome == CAUGHT for c in cells for p in powers[c.key].plants)  # it did plant
+    assert len(walks) == 1, walks
+    check_scenario(scenarios["mul/gradient"], resolve_backends(["torch-rev"]), ["cpu"], ["float64"], ReferenceCache())
+    assert MUL in rule_objects(root) and len(walks) == 2  # the cell may have made rules anew: walked again
