@@ -25,6 +25,7 @@ import itertools
 import linecache
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,22 @@ _walked: dict[Path, dict[str, list[Any]]] = {}
 
 def project_modules(root: Path) -> list[types.ModuleType]:
     """The imported modules whose file lies in the project (not in an environment inside it)."""
-    return [module for module in list(sys.modules.values())
-            if isinstance(module, types.ModuleType) and _in_project(getattr(module, "__file__", None), root)]
+    # Thousands of modules are loaded (torch, jax), a handful of them the project's: each module's
+    # verdict is kept while the same module object stays under its name.
+    verdicts = _module_verdicts.setdefault(root, {})
+    found = []
+    for name, module in list(sys.modules.items()):
+        known = verdicts.get(name)
+        if known is None or known[0] is not module:
+            known = verdicts[name] = (module, isinstance(module, types.ModuleType)
+                                      and _in_project(getattr(module, "__file__", None), root))
+        if known[1]:
+            found.append(module)
+    return found
+
+
+# root -> module name -> (the module, whether it is the project's)
+_module_verdicts: dict[Path, dict[str, tuple[Any, bool]]] = {}
 
 
 def project_jitted(root: str | Path) -> list[Any]:
@@ -229,18 +244,32 @@ def _torch_functions(root: Path) -> Iterator[tuple[Rule, Any]]:
     torch = sys.modules.get("torch")
     if torch is None:
         return
+    known = _class_methods.setdefault(root, weakref.WeakKeyDictionary())
     for cls in _subclasses(torch.autograd.Function):
-        methods = []
-        for name in TORCH_METHODS:
-            owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
-            method = _method(name, owner.__dict__[name] if owner is not None else None, root)
-            if method is not None:
-                methods.append(dataclasses.replace(method, inherited=owner is not cls))
+        owners = tuple(next((klass for klass in cls.__mro__ if name in klass.__dict__), None) for name in TORCH_METHODS)
+        defined = tuple(owner.__dict__[name] if owner is not None else None
+                        for owner, name in zip(owners, TORCH_METHODS))
+        # torch's own hundreds of Functions are the same at every walk: each class's methods are read
+        # again only where one of them changed (a plant swapped it, a class was given one).
+        cached = known.get(cls)
+        if cached is not None and len(cached[0]) == len(defined) and all(a is b for a, b in zip(cached[0], defined)):
+            methods = cached[1]
+        else:
+            methods = []
+            for name, owner, entry in zip(TORCH_METHODS, owners, defined):
+                method = _method(name, entry, root)
+                if method is not None:
+                    methods.append(dataclasses.replace(method, inherited=owner is not cls))
+            known[cls] = (defined, methods)
         if methods:
             module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
             file = _relative(module_file, root) if _in_project(module_file, root) else methods[0].file
             rule = Rule(TORCH_FUNCTION, cls.__qualname__, file, tuple(methods))
             yield rule, cls
+
+
+# root -> class -> (its method entries as last read, its RuleMethods)
+_class_methods: dict[Path, weakref.WeakKeyDictionary[type, tuple[tuple[Any, ...], list[RuleMethod]]]] = {}
 
 
 def _module_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
