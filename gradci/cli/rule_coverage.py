@@ -59,6 +59,11 @@ def render_rules(summary: RulesSummary, console: Console, severity: str, selecti
     ``selection``: the flags that narrowed the check ("-k cube"), under which findings are reported only.
     """
     if not summary.rules:
+        # Said, not left out: a repository whose rules are an installed package's sees why none is listed.
+        console.print("rules: no derivative rule (torch.autograd.Function, jax.custom_vjp, jax.custom_jvp, "
+                      "torch.library custom op) is defined in this repository's own files; rules in installed "
+                      "packages are not measured: check the package's own repository for them", markup=False,
+                      highlight=False)
         return False
     table = Table(title="derivative rules: the cells that ran each method")
     for column in ("rule", "method", "cells", "backends", "operators", "devices", "dtypes"):

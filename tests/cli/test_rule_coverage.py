@@ -59,3 +59,31 @@ def test_warning_severity_reports_without_failing_and_no_rules_turns_it_off(proj
 def test_a_report_name_without_a_format_is_a_usage_error(project, tmp_path):
     out = gradci_check(project, "--cov-report", str(tmp_path / "rules.txt"))
     assert out.returncode == 2 and "*.xml (Cobertura) or *.info / *.lcov (LCOV)" in out.stderr
+
+
+NO_RULES = '''
+import numpy as np
+import torch
+
+from gradci import Scenario
+
+
+def scenarios():
+    return [Scenario("tanh/gradient", "gradient", {"torch": lambda v: torch.tanh(v).sum()}, np.array([0.3, 0.7]))]
+'''
+
+
+def test_a_repository_without_rules_of_its_own_is_told_so(tmp_path):
+    """Rules in an installed package (bench/real_libraries' case) are not the repository's: say so, not nothing."""
+    root = tmp_path / "plain"
+    (root / "plain").mkdir(parents=True)
+    (root / "plain" / "__init__.py").write_text("")
+    (root / "plain" / "scenarios.py").write_text(NO_RULES)
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["plain.scenarios"]\n\n'
+                                      '[matrix]\nbackends = ["torch-rev"]\ndtypes = ["float64"]\n')
+    out = gradci_check(root)
+    assert out.returncode == 0, out.stderr  # it is information, not a finding
+    text = " ".join(out.stdout.split())
+    assert "rules: no derivative rule" in text and "rules in installed packages are not measured" in text
+    quiet = gradci_check(root, "--no-rules")
+    assert "rules:" not in quiet.stdout
