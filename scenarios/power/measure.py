@@ -56,7 +56,15 @@ def measure_power(scenario: Scenario, cells: Sequence[Cell], records: Mapping[Ce
     ``backends``: those the cells were checked with (by name); ``references``: the cache their check
     used, which holds the scenario's reference; ``peers``: as for ``check_scenario``.
     """
-    powers = {cell.key: CellPower() for cell in cells if records.get(cell.key) and records[cell.key].rules}
+    # Only the cells that ran a method a plant goes into: one that ran a rule's forward alone (a forward-mode
+    # cell of a rule with no jvp) has nothing to measure, whatever its status.
+    plantable = {rule.id: set(PLANTABLE.get(rule.kind, ())) for rule in rules}
+    def ran_plantable(key: CellKey) -> bool:
+        record = records.get(key)
+        return record is not None and any(plantable.get(rule_id, set()) & set(methods)
+                                          for rule_id, methods in record.rules.items())
+
+    powers = {cell.key: CellPower() for cell in cells if ran_plantable(cell.key)}
     measurable = []
     for cell in cells:
         if cell.key in powers and cell.status != Status.PASS:

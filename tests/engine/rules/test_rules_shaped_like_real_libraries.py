@@ -199,3 +199,18 @@ def test_an_output_past_the_tenth_is_named_once():
     assert output_name("backward", 14, 16) == "`backward`'s output #15"
     assert output_name("backward", 1, 16) == "`backward`'s second output"
     assert output_name("bwd", 0, 1) == "`bwd`'s output"
+
+
+def test_a_cell_that_ran_no_derivative_method_gets_no_power_record(project):
+    """A forward-mode cell of a rule with no jvp ran its forward only: there is nothing to plant in it."""
+    root, scenarios = project
+    tracer, references = RuleTracer(root), ReferenceCache()
+    names = ["torch-rev", "torch-fwd"]
+    cells = check(root, scenarios["loss/gradient"], names, tracer, references)
+    rules = tracer.rules()
+    records = {cell.key: CellRules.of(tracer.lines(cell.key), rules) for cell in cells}
+    by_backend = {cell.backend: cell for cell in cells}
+    assert records[by_backend["torch-fwd"].key].rules  # it ran SquareLoss's forward, then raised: no jvp
+    powers = measure_power(scenarios["loss/gradient"], cells, records, rules, root, resolve_backends(names), references)
+    assert by_backend["torch-fwd"].key not in powers
+    assert powers[by_backend["torch-rev"].key].plants
