@@ -1,5 +1,8 @@
 """gradci on code it did not write: real libraries' hand-written derivative rules (issue 19).
 
+(Their rule coverage and detection power, each library checked as its own repository:
+``as_repositories.py`` beside this file.)
+
 Runs ``gradci check --repo bench/real_libraries`` (the scenarios in ``reallib_scenarios/``, the
 matrix and the suite-wide ``[[expect]]`` declarations in ``gradci.toml``) and prints the cells
 counted by status, by library and by backend, then every cell that is neither ``pass`` nor a
@@ -11,10 +14,13 @@ Install the libraries into gradci's virtual environment with the constraints fil
 (the CPU build), jax, jaxlib and numpy stay as they are — check first with ``--dry-run`` that
 nothing is upgraded or downgraded::
 
-    .venv/bin/pip install --dry-run -c constraints.txt entmax torchdiffeq optax lineax jaxopt diffrax
-    .venv/bin/pip install -c constraints.txt entmax torchdiffeq optax lineax jaxopt diffrax
+    .venv/bin/python -m pip install --dry-run -c constraints.txt entmax torchdiffeq kornia optax lineax \
+        jaxopt diffrax gpytorch
+    .venv/bin/python -m pip install -c constraints.txt entmax torchdiffeq kornia optax lineax jaxopt diffrax gpytorch
 
-(kornia and equinox come with gradci's development install.) Measured with entmax 1.3,
+(``python -m pip``: a virtual environment copied from another checkout keeps that one's path in its
+``pip`` script's first line. equinox comes with gradci's development install; gpytorch since
+2026-12-04, gpytorch 1.15.2 with linear_operator 0.6.1.) Measured with entmax 1.3,
 torchdiffeq 0.2.5, kornia 0.9.0, optax 0.2.8, lineax 0.1.1, jaxopt 0.8.5, diffrax 0.7.2,
 equinox 0.13.8 on torch 2.13.0+cpu and jax 0.10.2.
 
@@ -34,7 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LIBRARIES = ("entmax", "torchdiffeq", "kornia", "optax", "lineax", "jaxopt", "diffrax", "equinox",
+LIBRARIES = ("entmax", "torchdiffeq", "kornia", "optax", "lineax", "jaxopt", "diffrax", "equinox", "gpytorch",
              "torch", "jax")
 
 
