@@ -169,8 +169,17 @@ def project_jitted(root: str | Path) -> list[Any]:
     jitted_type = _jitted_type()
     if jitted_type is None:
         return []
-    return [obj for obj in _members(Path(root).resolve()) if isinstance(obj, jitted_type)
-            and _in_project(_code_file(getattr(obj, "__wrapped__", None)), Path(root).resolve())]
+    root = Path(root).resolve()
+    found = []
+    for obj in _members(root):
+        if isinstance(obj, (type, types.ModuleType)):
+            continue
+        # equinox's filter_jit (on diffrax's, lineax's and optimistix's entry points) keeps its jax.jit in
+        # ``_cached``, and the user's function as ``__wrapped__``.
+        jitted = obj if isinstance(obj, jitted_type) else getattr(obj, "_cached", None)
+        if isinstance(jitted, jitted_type) and _in_project(_code_file(getattr(obj, "__wrapped__", None)), root):
+            found.append(jitted)
+    return found
 
 
 def rule_objects(root: str | Path) -> dict[str, list[Any]]:

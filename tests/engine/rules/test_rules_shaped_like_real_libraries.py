@@ -214,3 +214,50 @@ def test_a_cell_that_ran_no_derivative_method_gets_no_power_record(project):
     powers = measure_power(scenarios["loss/gradient"], cells, records, rules, root, resolve_backends(names), references)
     assert by_backend["torch-fwd"].key not in powers
     assert powers[by_backend["torch-rev"].key].plants
+
+
+EQX_OPS = '''
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+@jax.custom_jvp
+def asarray(x):
+    return jnp.asarray(x)
+
+
+@asarray.defjvp
+def asarray_jvp(primals, tangents):
+    return asarray(primals[0]), tangents[0]
+
+
+@eqx.filter_jit
+def solve(x):
+    """lineax's linear_solve: an eqx.filter_jit entry point over a custom_jvp."""
+    return jnp.sum(jnp.sin(asarray(x)) * jnp.arange(1.0, 4.0))
+'''
+
+
+def test_a_rule_under_an_equinox_filter_jit_is_recorded_in_every_cell(tmp_path):
+    """equinox keeps filter_jit's trace in its own jax.jit: each jax cell must trace through it anew."""
+    pytest.importorskip("equinox")
+    root = tmp_path / "eqxproject"
+    (root / "eqxshapes").mkdir(parents=True)
+    (root / "eqxshapes" / "__init__.py").write_text("")
+    (root / "eqxshapes" / "ops.py").write_text(textwrap.dedent(EQX_OPS))
+    (root / "eqxshapes" / "scenarios.py").write_text(
+        "import numpy as np\nfrom gradci import Scenario\nfrom eqxshapes.ops import solve\n\n\ndef scenarios():\n"
+        "    return [Scenario('solve/gradient', 'gradient', {'jax': solve}, np.array([0.5, 1.0, 2.0]))]\n")
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["eqxshapes.scenarios"]\n')
+    try:
+        [scenario] = load_scenarios(load_project(root))
+        tracer = RuleTracer(root)
+        cells = check(root, scenario, ["jax-rev", "jax-rev-jit", "jax-fwd"], tracer)
+        rules = tracer.rules()
+        for cell in cells:
+            assert tracer.take(cell.key, rules).rules.get("eqxshapes/ops.py::asarray", []) == ["fun", "jvp"], \
+                cell.backend
+    finally:
+        for name in [name for name in sys.modules if name == "eqxshapes" or name.startswith("eqxshapes.")]:
+            del sys.modules[name]
