@@ -10,7 +10,8 @@ Where the methods live, and so what is swapped:
 
 - ``torch.autograd.Function``: the class's ``backward``, ``vjp`` or ``jvp`` staticmethod. torch looks
   them up on the class at each call (eager autograd, forward AD and ``torch.func`` alike).
-- ``jax.custom_vjp``: its ``bwd`` attribute; ``jax.custom_jvp``: its ``jvp`` attribute. jax reads them
+- ``jax.custom_vjp``: its ``bwd`` attribute (an ``equinox.filter_custom_vjp``'s ``fn_bwd``);
+  ``jax.custom_jvp``: its ``jvp`` attribute. jax reads them
   when it traces a call, so a trace made before the plant keeps the old rule: entering and leaving a
   plant clears jax's caches, the engine's kept programs and the project's own ``jax.jit`` functions
   (``Planted.clear``); the programs made under a plant are never run after it.
@@ -38,7 +39,9 @@ from typing import Any
 from gradci.scenarios.rules.discovery import (
     CUSTOM_JVP,
     CUSTOM_VJP,
+    EQUINOX_VJP_ATTRIBUTES,
     TORCH_FUNCTION,
+    is_equinox_vjp,
     on_rule_made,
     project_jitted,
     rule_key,
@@ -209,13 +212,14 @@ def _swap(obj: Any, kind_of_rule: str, method: str, state: Planted) -> Callable[
             else:  # inherited: the class's own entry goes, the base's shows again
                 delattr(obj, method)
         return restore_torch
-    original_rule = getattr(obj, method)
+    attribute = EQUINOX_VJP_ATTRIBUTES[method] if is_equinox_vjp(obj) else method  # equinox reads fn_bwd per call
+    original_rule = getattr(obj, attribute)
 
     def jax_planted(*args: Any, **kwargs: Any) -> Any:
         return state.perturbed(original_rule(*args, **kwargs), kind_of_rule)
 
-    setattr(obj, method, jax_planted)
-    return lambda: setattr(obj, method, original_rule)
+    setattr(obj, attribute, jax_planted)
+    return lambda: setattr(obj, attribute, original_rule)
 
 
 def _torch_tree(out: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:

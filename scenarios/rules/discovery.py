@@ -1,7 +1,8 @@
 """Find the derivative rules a project defines, after its modules are imported.
 
 A rule is a ``torch.autograd.Function`` subclass (its ``forward``, ``setup_context``, ``backward``,
-``vjp``, ``jvp``, ``vmap``), a ``jax.custom_vjp`` (``fun``, ``fwd``, ``bwd``), a ``jax.custom_jvp``
+``vjp``, ``jvp``, ``vmap``), a ``jax.custom_vjp`` or an ``equinox.filter_custom_vjp`` (``fun``, ``fwd``,
+``bwd``), a ``jax.custom_jvp``
 (``fun``, ``jvp``) or a ``torch.library.custom_op`` with an autograd registration (its function as
 ``forward``, ``setup_context``, ``backward``). Only methods whose code lies in the project's own
 files count: the defaults torch's ``Function`` provides are not the user's rule.
@@ -292,6 +293,9 @@ def _module_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
         if jax is not None and isinstance(obj, jax.custom_vjp):
             rule = _rule(CUSTOM_VJP, obj.fun, {"fun": obj.fun, "fwd": obj.fwd, "bwd": obj.bwd}, root)
             yield rule, obj
+        elif is_equinox_vjp(obj):  # diffrax's adjoints: a custom_vjp made on each call, of equinox's wrappers
+            rule = _rule(CUSTOM_VJP, obj.fn, {"fun": obj.fn, "fwd": obj.fn_fwd, "bwd": obj.fn_bwd}, root)
+            yield rule, obj
         elif jax is not None and isinstance(obj, jax.custom_jvp):
             rule = _rule(CUSTOM_JVP, obj.fun, {"fun": obj.fun, "jvp": obj.jvp}, root)
             yield rule, obj
@@ -302,6 +306,17 @@ def _module_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
             if parts["backward"] is not None:  # no autograd registration: no rule of the user's
                 rule = _rule(CUSTOM_OP, parts["forward"], parts, root, name=getattr(obj, "_qualname", None))
                 yield rule, obj
+
+
+# An ``equinox.filter_custom_vjp``'s attribute holding each part of its rule.
+EQUINOX_VJP_ATTRIBUTES = {"fun": "fn", "fwd": "fn_fwd", "bwd": "fn_bwd"}
+
+
+def is_equinox_vjp(obj: Any) -> bool:
+    """Whether ``obj`` is an ``equinox.filter_custom_vjp``: a custom_vjp whose rule is its ``fn_bwd``."""
+    ad = sys.modules.get("equinox._ad")
+    kind = getattr(ad, "filter_custom_vjp", None)
+    return isinstance(kind, type) and isinstance(obj, kind)
 
 
 def _rule(kind: str, primal: Any, parts: dict[str, Any], root: Path, name: str | None = None) -> Rule:

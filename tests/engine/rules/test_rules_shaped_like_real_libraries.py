@@ -261,3 +261,58 @@ def test_a_rule_under_an_equinox_filter_jit_is_recorded_in_every_cell(tmp_path):
     finally:
         for name in [name for name in sys.modules if name == "eqxshapes" or name.startswith("eqxshapes.")]:
             del sys.modules[name]
+
+
+EQX_VJP = '''
+import equinox as eqx
+import jax.numpy as jnp
+
+
+@eqx.filter_custom_vjp
+def scaled(x, w):
+    """diffrax's BacksolveAdjoint: an eqx.filter_custom_vjp (its vjp_arg first)."""
+    return x * w
+
+
+@scaled.def_fwd
+def scaled_fwd(perturbed, x, w):
+    return x * w, None
+
+
+@scaled.def_bwd
+def scaled_bwd(residuals, grad_out, perturbed, x, w):
+    return grad_out * w
+
+
+def energy(x):
+    return jnp.sum(scaled(x, jnp.arange(1.0, 4.0)) ** 2)
+'''
+
+
+def test_an_equinox_filter_custom_vjp_is_a_rule_recorded_and_planted(tmp_path):
+    pytest.importorskip("equinox")
+    root = tmp_path / "eqxvjp"
+    (root / "eqxvjp").mkdir(parents=True)
+    (root / "eqxvjp" / "__init__.py").write_text("")
+    (root / "eqxvjp" / "ops.py").write_text(textwrap.dedent(EQX_VJP))
+    (root / "eqxvjp" / "scenarios.py").write_text(
+        "import numpy as np\nfrom gradci import Scenario\nfrom eqxvjp.ops import energy\n\n\ndef scenarios():\n"
+        "    return [Scenario('energy/gradient', 'gradient', {'jax': energy}, np.array([0.5, 1.0, 2.0]))]\n")
+    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["eqxvjp.scenarios"]\n')
+    try:
+        [scenario] = load_scenarios(load_project(root))
+        tracer, references, names = RuleTracer(root), ReferenceCache(), ["jax-rev", "jax-rev-jit"]
+        cells = check(root, scenario, names, tracer, references)
+        rules = tracer.rules()
+        assert [(r.kind, r.name, [m.name for m in r.methods]) for r in rules] == [
+            (CUSTOM_VJP, "scaled", ["fun", "fwd", "bwd"])]
+        records = {cell.key: CellRules.of(tracer.lines(cell.key), rules) for cell in cells}
+        assert all("bwd" in records[c.key].rules.get("eqxvjp/ops.py::scaled", []) for c in cells)
+        powers = measure_power(scenario, cells, records, rules, root, resolve_backends(names), references)
+        for cell in cells:
+            scale = next(p for p in powers[cell.key].plants if p.kind == SCALE)
+            assert scale.outcome == CAUGHT and scale.smallest_delta is not None and scale.smallest_delta <= 1e-5, \
+                (cell.backend, scale)
+    finally:
+        for name in [name for name in sys.modules if name == "eqxvjp" or name.startswith("eqxvjp.")]:
+            del sys.modules[name]
