@@ -199,12 +199,23 @@ def clear(root: str | Path, kind_of_rule: str) -> None:
 def _swap(obj: Any, kind_of_rule: str, method: str, state: Planted) -> Callable[[], None]:
     if kind_of_rule == TORCH_FUNCTION:
         entry = vars(obj).get(method)  # its own staticmethod, or None where inherited
-        original = getattr(obj, method)  # the function itself, read through the class
+        raw = next((klass.__dict__[method] for klass in obj.__mro__ if method in klass.__dict__), None)
+        if isinstance(raw, classmethod):
+            # entmax's backward is a classmethod of a base class reading its subclass's attributes
+            # (cls.n_fwd_args): it must stay bound to the class torch calls it on, not to this one.
+            function = raw.__func__
 
-        def torch_planted(*args: Any, **kwargs: Any) -> Any:
-            return state.perturbed(original(*args, **kwargs), kind_of_rule)
+            def torch_planted_cls(cls: Any, *args: Any, **kwargs: Any) -> Any:
+                return state.perturbed(function(cls, *args, **kwargs), kind_of_rule)
 
-        setattr(obj, method, staticmethod(torch_planted))
+            setattr(obj, method, classmethod(torch_planted_cls))
+        else:
+            original = getattr(obj, method)  # the function itself, read through the class
+
+            def torch_planted(*args: Any, **kwargs: Any) -> Any:
+                return state.perturbed(original(*args, **kwargs), kind_of_rule)
+
+            setattr(obj, method, staticmethod(torch_planted))
 
         def restore_torch() -> None:
             if entry is not None:

@@ -44,16 +44,20 @@ class _GenericLoss(torch.autograd.Function):
     @classmethod
     def backward(cls, ctx, grad):
         (x,) = ctx.saved_tensors
-        return grad * ctx.power * x ** (ctx.power - 1), None
+        return (grad * ctx.power * x ** (ctx.power - 1),) + (None,) * cls.n_fwd_args  # the subclass's
 
 
 class SquareLoss(_GenericLoss):
+    n_fwd_args = 0
+
     @classmethod
     def forward(cls, ctx, x):
         return super().forward(ctx, x, 2.0)
 
 
 class CubeLoss(_GenericLoss):  # no scenario calls it
+    n_fwd_args = 0
+
     @classmethod
     def forward(cls, ctx, x):
         return super().forward(ctx, x, 3.0)
@@ -316,3 +320,20 @@ def test_an_equinox_filter_custom_vjp_is_a_rule_recorded_and_planted(tmp_path):
     finally:
         for name in [name for name in sys.modules if name == "eqxvjp" or name.startswith("eqxvjp.")]:
             del sys.modules[name]
+
+
+def test_a_base_class_classmethod_backward_is_planted_bound_to_the_subclass(project):
+    """entmax's _GenericLossFunction.backward reads cls.n_fwd_args: a plant must not bind it to the base."""
+    root, scenarios = project
+    tracer, references = RuleTracer(root), ReferenceCache()
+    cells = check(root, scenarios["loss/gradient"], ["torch-rev"], tracer, references)
+    rules = tracer.rules()
+    records = {cell.key: CellRules.of(tracer.lines(cell.key), rules) for cell in cells}
+    powers = measure_power(scenarios["loss/gradient"], cells, records, rules, root, resolve_backends(["torch-rev"]),
+                           references)
+    [cell] = cells
+    for rule in ("realshapes/ops.py::_GenericLoss", "realshapes/ops.py::SquareLoss"):
+        outcomes = {p.kind: (p.outcome, p.note[:120]) for p in powers[cell.key].plants if p.rule == rule}
+        assert outcomes.get(SCALE, ("",))[0] == CAUGHT and outcomes["sign"][0] == CAUGHT, (rule, outcomes)
+    ops = sys.modules["realshapes.ops"]
+    assert isinstance(vars(ops._GenericLoss)["backward"], classmethod) and "backward" not in vars(ops.SquareLoss)
