@@ -109,9 +109,24 @@ def _unexercised_hint(rule: Rule, summary: RulesSummary) -> str:
     derivative = rule.derivative_methods()
     others = [m.name for m in rule.methods if m.name not in derivative and summary.reached_by(rule, m.name)]
     if others:
+        # Cells of a mode that runs its derivative methods may have run its forward already (torchdiffeq
+        # solves under no_grad): another such cell would not help, a differentiated path through it would.
+        able = [reach for name in others for reach in summary.reached_by(rule, name)
+                if any(_mode_runs(rule, method, reach.mode) for method in derivative)]
+        if able:
+            backends = ", ".join(dict.fromkeys(reach.backend for reach in able))
+            return (f"its {', '.join(others)} ran in {backends} cells, yet they never differentiated through it: "
+                    "its output did not reach what they differentiate there (computed under no_grad, detached?)")
         return (f"its {', '.join(others)} ran, but no cell differentiated through it: "
                 f"{_reaching(rule, derivative)} would")
     return f"no cell calls it: add a scenario whose function calls {rule.name} ({_lines(rule)})"
+
+
+def _mode_runs(rule: Rule, method: str, mode: str) -> bool:
+    """Whether a cell of ``mode`` ("reverse", "forward", "forward-over-reverse") runs ``method`` of ``rule``."""
+    if rule.kind.startswith("jax") and method == "jvp":  # jax transposes a custom_jvp rule for reverse mode
+        return True
+    return "forward" in mode if method == "jvp" else "reverse" in mode
 
 
 def _reaching(rule: Rule, methods: list[str]) -> str:

@@ -67,6 +67,24 @@ def square_loss(x):
     return SquareLoss.apply(x)
 
 
+class Stitch(torch.autograd.Function):
+    """torchdiffeq's _StitchGradient: its forward runs inside a solve made under no_grad."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def solved_square(x):
+    with torch.no_grad():
+        correction = Stitch.apply(x) * 0.0
+    return (x * x + correction).sum()
+
+
 @jax.custom_jvp
 def softplus(x):
     return jax.numpy.logaddexp(x, 0.0)
@@ -103,14 +121,15 @@ SCENARIOS = '''
 import numpy as np
 
 from gradci import Scenario
-from realshapes.ops import per_call_square_sum, softplus_sum, square_loss
+from realshapes.ops import per_call_square_sum, softplus_sum, solved_square, square_loss
 
 
 def scenarios():
     x = np.array([0.5, 1.0, 2.0])
     return [Scenario("loss/gradient", "gradient", {"torch": square_loss}, x),
             Scenario("percall/gradient", "gradient", {"jax": per_call_square_sum}, x),
-            Scenario("jvprule/gradient", "gradient", {"jax": softplus_sum}, x)]
+            Scenario("jvprule/gradient", "gradient", {"jax": softplus_sum}, x),
+            Scenario("nograd/gradient", "gradient", {"torch": solved_square}, x)]
 '''
 OPS_FILE = "realshapes/ops.py"
 
@@ -337,3 +356,16 @@ def test_a_base_class_classmethod_backward_is_planted_bound_to_the_subclass(proj
         assert outcomes.get(SCALE, ("",))[0] == CAUGHT and outcomes["sign"][0] == CAUGHT, (rule, outcomes)
     ops = sys.modules["realshapes.ops"]
     assert isinstance(vars(ops._GenericLoss)["backward"], classmethod) and "backward" not in vars(ops.SquareLoss)
+
+
+def test_a_forward_run_by_reverse_cells_under_no_grad_gets_a_hint_that_says_so(project):
+    """Asking for "a reverse-mode cell" when torch-rev cells already ran the forward sends the user astray."""
+    root, scenarios = project
+    tracer = RuleTracer(root)
+    cells = check(root, scenarios["nograd/gradient"], ["torch-rev"], tracer)
+    rules = tracer.rules()
+    summary = summarize(rules, [(cell, tracer.take(cell.key, rules)) for cell in cells])
+    [finding] = [f for f in summary.findings() if f.rule.name == "Stitch"]
+    assert finding.text == NOT_EXERCISED
+    assert "ran in torch-rev cells" in finding.hint and "no_grad" in finding.hint, finding.hint
+    assert "a reverse-mode cell (torch-rev" not in finding.hint
