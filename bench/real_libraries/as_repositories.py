@@ -95,7 +95,7 @@ def versions() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--power", action="store_true", help="also measure detection power (--power)")
     parser.add_argument("-l", dest="libraries", default=",".join(LIBRARIES), help="comma-separated libraries")
     parser.add_argument("-o", dest="keep", type=Path, help="keep each library's output, JSON and report here")
