@@ -81,6 +81,7 @@ class UploadedPlant(_Closed):
     smallest_delta: Delta | None = None
     missed_delta: Delta | None = None
     note: Text = ""
+    stopped_delta: Delta | None = None  # the δ at which the cell raised under the plant (the ladder stopped)
 
 
 class UploadedPower(_Closed):
@@ -89,6 +90,7 @@ class UploadedPower(_Closed):
     plants: Annotated[list[UploadedPlant], Field(max_length=MAX_PLANTS)] = []
     smallest_delta: Delta | None = None
     missed: Annotated[list[Text], Field(max_length=MAX_PLANTS)] = []
+    raised: Annotated[list[Text], Field(max_length=MAX_PLANTS)] = []
     not_measured: Text | None = None
 
     def record(self) -> dict[str, Any]:

@@ -322,3 +322,16 @@ def test_an_uploaded_run_shows_its_rules_and_power_as_a_workers_does(upload_clie
     assert "<code>backward</code>&#39;s second output" in cell_page.text and evil not in cell_page.text
     file_page = upload_client.get(f"/runs/{run_id}/rules/file", params={"path": FILE})
     assert "return g &lt;script&gt;" in file_page.text and "<script>" not in file_page.text.split("</head>")[1]
+
+
+def test_every_field_the_engine_writes_in_a_power_record_is_one_the_schema_takes():
+    """The runner's records are held to the upload's schema: a field the engine adds and the schema
+    lacks would drop every record (as ``stopped_delta`` and ``raised`` once did)."""
+    from gradci.services.db.record_schema import UploadedPower
+
+    plant = PlantResult(rule="ops.py::Mul", method="backward", output=0, outputs=2, kind=SCALE, outcome=CAUGHT,
+                        smallest_delta=1e-3, missed_delta=1e-4, note="raised: ValueError", stopped_delta=1e-5)
+    record = CellPower([plant]).to_dict()
+    validated = UploadedPower.model_validate(record)  # closed: a field it does not know is refused
+    assert set(validated.model_dump()) == set(record)
+    assert set(validated.plants[0].model_dump()) == set(plant.to_dict())
