@@ -103,7 +103,8 @@ def local_jobs(runner: WarmRunner, target: Target, rules: bool = False) -> Local
     """
     listing = runner.list_source(target.source, availability=True, family=target.family, trusted=True,
                                  rules=rules and target.source is not None)
-    runner.rules.update((rule["id"], rule) for rule in listing.rules or ())  # carried cells run no request
+    if rules and target.source is not None:  # carried cells run no request: the listing names the rules
+        runner.rules.update((rule["id"], rule) for rule in listing.rules or ())
     chosen = select_scenarios(listing.scenarios, target.matrix.scenarios, name=lambda s: s["name"])
     backends = {backend["name"]: backend for backend in listing.backends}
     names = target.matrix.backends or [name for name, b in backends.items()
