@@ -56,6 +56,7 @@ class DependencyRecorder:
         self._sources: dict[str, bytes | None] = {}
         self._digests: dict[tuple[str, frozenset[str]], str] = {}
         self._known: dict[str, tuple[ModuleType, bool]] = {}  # module name → (module, whether the project's)
+        self._scanned: tuple[int, dict[str, ModuleType]] | None = None  # (len(sys.modules), the project's)
 
     @contextlib.contextmanager
     def watching(self, label: Hashable) -> Iterator[None]:
@@ -119,6 +120,10 @@ class DependencyRecorder:
         return self._sources[file]
 
     def _project_modules(self) -> dict[str, ModuleType]:
+        # Looked at again only when modules were imported or forgotten since (a cell imports few, if any):
+        # a scan of every module costs most of what recording a cell does.
+        if self._scanned is not None and self._scanned[0] == len(sys.modules):
+            return self._scanned[1]
         found = {}
         for name, module in list(sys.modules.items()):
             known = self._known.get(name)
@@ -126,6 +131,7 @@ class DependencyRecorder:
                 known = self._known[name] = (module, self._is_project_file(getattr(module, "__file__", None)))
             if known[1]:
                 found[name] = module
+        self._scanned = (len(sys.modules), found)
         return found
 
     def _is_project_file(self, path: object) -> bool:
