@@ -23,6 +23,7 @@ from gradci.scenarios.contract.requirements import requirements_of
 from gradci.scenarios.numerics.complex_parts import ComplexParts, is_complex, tree_as_pairs
 from gradci.scenarios.numerics.inputs import describe, differentiable, held_fixed, on_host
 from gradci.scenarios.numerics.precision import precision_setting
+from gradci.scenarios.numerics.shapes import shape_mismatch
 from gradci.scenarios.numerics.sparsity import declared_pattern
 from gradci.scenarios.operators.records import OPERATOR_RECORDS, operator_input
 
@@ -196,10 +197,39 @@ class Scenario:
             needs += " (complex where it is complex)"
         if taken_apart is not None and OPERATOR_RECORDS[self.operator].takes_tangent:  # given by the author
             self.tangent = map_tangents(lambda t: taken_apart.tangent_like_x(_on_host(t)), self.tangent)
+        if OPERATOR_RECORDS[self.operator].takes_cotangent and self.tangent is not None:
+            batch = self.tangent if isinstance(self.tangent, Tangents) else [self.tangent]
+            self.__dict__["_complex_cotangent"] = [tuple(is_complex(leaf) for leaf in optree.tree_leaves(
+                _on_host(t), none_is_leaf=True)) for t in batch]
         self.tangent = map_tangents(lambda t: differentiable(tree_as_pairs(_on_host(t)), "tangent", needs, self.name),
                                     self.tangent)
+        if OPERATOR_RECORDS[self.operator].takes_tangent and self.tangent is not None:
+            self._check_tangent_shapes()
         if self._models:  # fingerprinted now, before per-dtype copies of the models exist
             self._read_code()
+
+    def cotangent_given_complex(self) -> list[tuple[bool, ...]] | None:
+        """Per cotangent given (one, or each of a batch), which of its leaves were complex; None: unknown.
+
+        They are kept as pairs since, like complex x; a real one given for a complex output of f is read as
+        t + 0i once f(x) is known (``gradci.scenarios.reference.finite_differences.default_tangent``).
+        """
+        return self.__dict__.get("_complex_cotangent")
+
+    def _check_tangent_shapes(self) -> None:
+        """Refuse a tangent that is not shaped like x, naming the shape it must have.
+
+        A cotangent is shaped like f(x), known only once f runs: the reference checks it
+        (``gradci.scenarios.reference.finite_differences.default_tangent``).
+        """
+        batch = list(self.tangent) if isinstance(self.tangent, Tangents) else [self.tangent]
+        mask = self.complex_parts.mask if self.complex_parts is not None else None
+        for index, tangent in enumerate(batch):
+            mismatch = shape_mismatch(tangent, self.x, mask)
+            if mismatch is not None:
+                which = f"tangent {index} of the batch" if isinstance(self.tangent, Tangents) else "the tangent"
+                raise ScenarioInputError(f"scenario {self.name!r}: {self.operator} needs {which} shaped like x "
+                                         f"(each leaf as x's, in x's structure): {mismatch}")
 
     def _take_complex_apart(self) -> ComplexParts | None:
         """Keep complex leaves of x as (real, imaginary) pairs, and note which they were; the note, if now.
