@@ -93,12 +93,42 @@ class ComplexParts:
         return optree.tree_unflatten(spec, [joined(leaf) if complex_ else leaf
                                             for leaf, complex_ in zip(leaves, self.mask)])
 
-    def over_pairs(self, fn: Callable) -> Callable:
-        """``fn`` as a real function: x's complex leaves given as pairs, its complex outputs returned as pairs."""
+    def over_pairs(self, fn: Callable, complex_outputs: list[bool] | None = None) -> Callable:
+        """``fn`` as a real function: x's complex leaves given as pairs, its complex outputs returned as pairs.
+
+        ``complex_outputs``, where given, is set at each call to which of the outputs' leaves were complex.
+        """
         def on_pairs(x, *contexts):
-            return tree_as_pairs(fn(self.joined(x), *contexts))
+            out = fn(self.joined(x), *contexts)
+            if complex_outputs is not None:
+                complex_outputs[:] = [is_complex(leaf) for leaf in optree.tree_leaves(out, none_is_leaf=True)]
+            return tree_as_pairs(out)
 
         return on_pairs
+
+
+def cotangent_like_outputs(cotangent: Any, outputs: Any, complex_outputs: list[bool],
+                           given_complex: tuple[bool, ...] = ()) -> Any:
+    """A cotangent with its real leaves where f's output is complex read as t + 0i.
+
+    As a real tangent of complex x is (``ComplexParts.tangent_like_x``): a real weight on a complex output
+    weighs its real part. ``outputs``: f(x), complex leaves as pairs (which ``complex_outputs`` marks);
+    ``given_complex``: which of the cotangent's leaves were given complex (kept as pairs since), where
+    known. A leaf shaped like its output's pairs stays as it is; one of another structure or shape is
+    left as it is, for the shape check to refuse.
+    """
+    leaves, spec = optree.tree_flatten(cotangent, none_is_leaf=True)
+    out_leaves, out_spec = optree.tree_flatten(outputs, none_is_leaf=True)
+    if spec != out_spec or len(out_leaves) != len(complex_outputs):
+        return cotangent
+    given = given_complex or (False,) * len(leaves)
+
+    def read(leaf: Any, out: Any, complex_: bool, was_complex: bool) -> Any:
+        if complex_ and not was_complex and leaf is not None and np.shape(leaf) == np.shape(out)[:-1]:
+            return as_pairs(np.asarray(leaf) + 0j)
+        return leaf
+
+    return optree.tree_unflatten(spec, [read(*parts) for parts in zip(leaves, out_leaves, complex_outputs, given)])
 
 
 def outputs_as_pairs(fn: Callable) -> Callable:

@@ -20,7 +20,10 @@ import optree
 from scipy import differentiate
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
+from gradci.scenarios.contract.errors import ScenarioInputError
+from gradci.scenarios.numerics.complex_parts import cotangent_like_outputs
 from gradci.scenarios.numerics.reference_values import Probe, Reference, ReferenceUnavailable
+from gradci.scenarios.numerics.shapes import shape_mismatch
 from gradci.scenarios.numerics.tolerances import at_point, decides, required
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
@@ -456,11 +459,16 @@ def _analytic(scenario: Scenario, value: Any, tangent: Any) -> list[Reference]:
     return [one(scenario.reference)]
 
 
-def default_tangent(scenario: Scenario, value: Any) -> Any:
-    """A fixed-seed tangent (like x) or cotangent (like f(x)) when the scenario gives none."""
-    if scenario.tangent is not None:
-        return scenario.tangent
+def default_tangent(scenario: Scenario, value: Any, complex_outputs: list[bool] | None = None) -> Any:
+    """A fixed-seed tangent (like x) or cotangent (like f(x)) when the scenario gives none.
+
+    A cotangent the scenario gives is checked against f(x) (``value``, its complex leaves as pairs, which
+    ``complex_outputs`` marks) here, where f(x) is first known: a real leaf for a complex output is read as
+    t + 0i, and one of another shape is refused with the shape it must have.
+    """
     record = OPERATOR_RECORDS[scenario.operator]
+    if scenario.tangent is not None:
+        return given_cotangent(scenario, value, complex_outputs or []) if record.takes_cotangent else scenario.tangent
     if record.takes_tangent:
         like = scenario.x
     elif record.takes_cotangent:
@@ -471,6 +479,26 @@ def default_tangent(scenario: Scenario, value: Any) -> Any:
     return optree.tree_map(lambda leaf: rng.standard_normal(np.shape(leaf)), like)
 
 
+def given_cotangent(scenario: Scenario, value: Any, complex_outputs: list[bool]) -> Any:
+    """The scenario's cotangent (or batch of them) read against f(x), or ScenarioInputError naming f(x)'s shape."""
+    batched = isinstance(scenario.tangent, Tangents)
+    given = list(scenario.tangent) if batched else [scenario.tangent]
+    known = scenario.cotangent_given_complex()
+    masks: list[tuple[bool, ...] | None] = list(known) if known is not None else [None] * len(given)
+    read = []
+    for index, (cotangent, given_complex) in enumerate(zip(given, masks)):
+        if any(complex_outputs):
+            cotangent = cotangent_like_outputs(cotangent, value, complex_outputs, given_complex or ())
+        mismatch = shape_mismatch(cotangent, value, tuple(complex_outputs) or None, given_complex)
+        if mismatch is not None:
+            which = f"cotangent {index} of the batch" if batched else "the cotangent"
+            raise ScenarioInputError(f"scenario {scenario.name!r}: {scenario.operator} needs {which} shaped like "
+                                     f"f(x) (each leaf as f(x)'s, in its structure; a real one for a complex "
+                                     f"output reads as t + 0i): {mismatch}")
+        read.append(cotangent)
+    return Tangents(read) if batched else read[0]
+
+
 def compute_references(scenario: Scenario, settings: FDSettings | None = None,
                        memo: EvaluationMemo | None = None) -> tuple[Any, list[Reference]]:
     """The tangent used, and one Reference per tangent.
@@ -479,7 +507,7 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None,
     evaluations are shared through ``memo`` if given.
     """
     builder = ReferenceBuilder(scenario, settings or FDSettings(), memo=memo)
-    tangent = default_tangent(scenario, builder.g.value)
+    tangent = default_tangent(scenario, builder.g.value, builder.g.complex_outputs)
     if scenario.reference is not None:
         return tangent, _analytic(scenario, builder.g.value, tangent)
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]

@@ -38,7 +38,7 @@ def owned_copy(tree: Any) -> Any:
                            else leaf, tree, none_is_leaf=True)
 
 
-def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
+def float64_callable(scenario: Scenario, adopting: bool = False, complex_outputs: list[bool] | None = None) -> Callable:
     """f(x, *contexts) on numpy float64 pytrees, from whichever implementation can run on the CPU.
 
     Every call gets arrays of its own (the framework's conversion copies; numpy's gets copies).
@@ -46,10 +46,11 @@ def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
     over without another copy where the framework can share their memory.
 
     Prefer the numpy (or framework-neutral) implementation; fall back to torch, then jax, on the CPU in
-    float64, so that every framework is held to the same reference.
+    float64, so that every framework is held to the same reference. ``complex_outputs``: see
+    ``reference_implementation``.
     """
     framework = reference_framework(scenario)
-    fn = reference_implementation(scenario, framework)
+    fn = reference_implementation(scenario, framework, complex_outputs)
     if framework == "numpy":
         own_x = (lambda x: x) if adopting else owned_copy
         return lambda x, *contexts: fn(own_x(x), *owned_copy(contexts))
@@ -65,15 +66,17 @@ def float64_callable(scenario: Scenario, adopting: bool = False) -> Callable:
     return through_framework
 
 
-def reference_implementation(scenario: Scenario, framework: str) -> Callable:
+def reference_implementation(scenario: Scenario, framework: str,
+                             complex_outputs: list[bool] | None = None) -> Callable:
     """The scenario's f for ``framework`` as the reference differentiates it: a real function.
 
     Where x is complex, x's complex leaves come in as (real, imaginary) pairs and f's complex outputs go
-    out as pairs (``gradci.scenarios.numerics.complex_parts``); otherwise f itself.
+    out as pairs (``gradci.scenarios.numerics.complex_parts``), ``complex_outputs`` (where given) set to
+    which of them were complex at each call; otherwise f itself.
     """
     fn = scenario.implementation(framework)
     assert fn is not None, "reference_framework picks a framework the scenario implements"
-    return fn if scenario.complex_parts is None else scenario.complex_parts.over_pairs(fn)
+    return fn if scenario.complex_parts is None else scenario.complex_parts.over_pairs(fn, complex_outputs)
 
 
 def reference_framework(scenario: Scenario) -> str:
@@ -101,7 +104,9 @@ class FlatFunction:
 
     def __init__(self, scenario: Scenario):
         self.token = next(_TOKENS)  # this function at this x: what the memo's keys of lines through x name
-        self._fn = float64_callable(scenario)
+        # Which leaves of f(x) were complex (kept as pairs): what a real cotangent of them is read by.
+        self.complex_outputs: list[bool] = []
+        self._fn = float64_callable(scenario, complex_outputs=self.complex_outputs)
         self._adopting_fn = float64_callable(scenario, adopting=True)
         self._contexts = scenario.contexts
         self.v0, self.unravel_input = ravel(scenario.x)

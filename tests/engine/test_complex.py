@@ -221,3 +221,30 @@ def test_a_real_tangent_of_complex_x_is_its_real_direction():
     cells = gradci.check([real], backends=TORCH + JAX, devices=["cpu"], dtypes=["float64"],
                          references=ReferenceCache()).cells
     assert {c.status for c in cells} == {"pass"}, [(c.backend, c.message) for c in cells if c.status != "pass"]
+
+
+def test_a_real_cotangent_of_a_complex_output_is_read_as_t_plus_0i():
+    """A real cotangent for complex f(z) weighs Re f, as a real tangent of complex z is t + 0i (it was kept
+    real, half the size of f's pairs, and every cell errored with a matmul error)."""
+    real, complex_ = (Scenario(f"z2-ct-{kind}", "vjp", lambda z: z * z, Z, tangent=t)
+                      for kind, t in (("real", np.array([1.0, -0.5, 2.0])), ("complex", np.array([1.0, -0.5, 2.0]) + 0j)))
+    cache = ReferenceCache()
+    read_real, read_complex = cache.answer(real).tangent, cache.answer(complex_).tangent
+    assert read_real.shape == (3, 2) and np.array_equal(read_real, read_complex)
+    cells = gradci.check([real], backends=TORCH + JAX, devices=["cpu"], dtypes=["float64"], references=cache).cells
+    assert {c.status for c in cells} == {"pass"}, [(c.backend, c.message) for c in cells if c.status != "pass"]
+
+
+def test_a_complex_cotangent_of_the_wrong_shape_is_named_as_given():
+    scenario = Scenario("z2-ct-wrong", "vjp", lambda z: z * z, Z, tangent=np.ones(2) + 1j)
+    (cell,) = run(scenario, ["torch-rev"]).cells
+    assert cell.status == "error" and "expected complex (3,); got complex (2,)" in cell.message, cell.message
+
+
+def test_a_complex128_output_in_a_complex64_cell_is_noted_by_its_complex_dtypes():
+    import torch
+
+    wide = torch.tensor([1 + 1j, 2 - 1j, 0.5j], dtype=torch.complex128)  # promotes complex64 z
+    scenario = Scenario("z*c128", "jvp", {"torch": lambda z: z * wide}, Z)
+    (cell,) = run(scenario, ["torch-rev"], dtypes=("float32",)).cells
+    assert cell.status == "pass" and "note: f returns complex128 (or float64) for complex64 inputs" in cell.message
