@@ -28,7 +28,7 @@ from gradci.scenarios.reference.second_point import at_second_point, described
 from gradci.scenarios.rules.tracing import cell_lines, not_a_cells_lines
 from gradci.scenarios.verdict.captured_warnings import CapturedWarnings, captured_warnings, merged
 from gradci.scenarios.verdict.device_agreement import compare_with_cpu
-from gradci.scenarios.verdict.dtypes import derivative_dtype_message
+from gradci.scenarios.verdict.dtypes import derivative_dtype_message, wider_dtype_note
 from gradci.scenarios.verdict.judgement import judge
 from gradci.scenarios.verdict.mode_agreement import check_modes_agree
 from gradci.scenarios.verdict.mutation import in_place_culprit, mutation, snapshot
@@ -499,9 +499,8 @@ def _wider_dtype_note(prepared, dtype: str) -> str:
         returned, computed = prepared.value_dtypes()
     except Exception:  # noqa: BLE001 -- only a note; the cell's verdict stands
         return ""
-    if "float64" in returned:
-        note = (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
-                f"this cell checks float64 arithmetic")
+    if "float64" in returned:  # a cell of complex x reads complex128 outputs as their float64 parts
+        note = wider_dtype_note(dtype, complex_x=bool(prepared.convention))
         warnings.warn(note.removeprefix("note: "), WiderDtypeWarning, stacklevel=2)
         return note
     if "float64" in computed:
@@ -517,7 +516,8 @@ def _derivative_dtype(prepared, result: Any, dtype: str) -> str:
         return ""
     value_dtypes = prepared.value_dtypes
     f_returns = (lambda: value_dtypes()[0]) if value_dtypes is not None else None
-    return derivative_dtype_message(prepared.result_dtypes(result), dtype, f_returns)
+    return derivative_dtype_message(prepared.result_dtypes(result), dtype, f_returns,
+                                    complex_x=bool(prepared.convention))
 
 
 class RetraceWarning(UserWarning):

@@ -13,12 +13,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gradci.scenarios.numerics.complex_parts import COMPLEX_DTYPES
 
-def derivative_dtype_message(got: set[str], dtype: str, f_returns: Callable[[], set[str]] | None) -> str:
+
+def named(dtype: str, complex_x: bool) -> str:
+    """A real dtype as a cell of complex x shows it: float32 is complex64 there (its results' parts are float32)."""
+    return COMPLEX_DTYPES.get(dtype, dtype) if complex_x else dtype
+
+
+def wider_dtype_note(dtype: str, complex_x: bool = False) -> str:
+    """The note on a cell of ``dtype`` whose f answers in float64 (complex128 where x is complex)."""
+    if complex_x:
+        return (f"note: f returns complex128 (or float64) for {named(dtype, True)} inputs (a complex128 or float64 "
+                f"constant in its closure or contexts?): this cell checks complex128 arithmetic")
+    return (f"note: f returns float64 for {dtype} inputs (a float64 constant in its closure or contexts?): "
+            f"this cell checks float64 arithmetic")
+
+
+def derivative_dtype_message(got: set[str], dtype: str, f_returns: Callable[[], set[str]] | None,
+                             complex_x: bool = False) -> str:
     """Why the result's dtypes are wrong for a cell of ``dtype``, or "" where they are right.
 
     ``f_returns()`` gives the dtypes f returns for inputs of ``dtype``; it is asked only where a result
-    array is in another dtype than the cell's (it evaluates or traces f).
+    array is in another dtype than the cell's (it evaluates or traces f). A cell of complex x reads its
+    results' dtypes by their parts (complex64 as float32) and names them complex (``complex_x``).
     """
     other = got - {dtype}
     if not other:
@@ -27,8 +45,9 @@ def derivative_dtype_message(got: set[str], dtype: str, f_returns: Callable[[], 
     other -= returned
     if not other:
         return ""
-    f_says = ", ".join(sorted(returned)) or "nothing readable"
-    return (f"the derivative comes back in {', '.join(sorted(other))} for {dtype} inputs (f returns {f_says}): "
+    f_says = ", ".join(sorted(named(d, complex_x) for d in returned)) or "nothing readable"
+    return (f"the derivative comes back in {', '.join(sorted(named(d, complex_x) for d in other))} for "
+            f"{named(dtype, complex_x)} inputs (f returns {f_says}): "
             f"a rule that casts its result? return the derivative in the input's dtype (in torch's forward "
             f"mode, a 0-d tensor times a Python float is promoted: pytorch#90065)")
 

@@ -79,3 +79,11 @@ def test_torch_func_forward_mode_upcasting_a_0d_float32_input_is_found():
     got = {c.backend: (c.status, c.message) for c in report.cells}
     assert got["torch-func-fwd"][0] == "fail" and "float64 for float32 inputs" in got["torch-func-fwd"][1]
     assert got["torch-fwd"][0] == "pass" and got["torch-rev"][0] == "pass", got
+
+
+def test_a_complex_cell_names_its_derivatives_dtypes_as_complex():
+    from gradci.scenarios.verdict.dtypes import derivative_dtype_message
+
+    message = derivative_dtype_message({"float32", "float64"}, "float32", lambda: {"float32"}, complex_x=True)
+    assert "comes back in complex128 for complex64 inputs (f returns complex64)" in message
+    assert "float64" not in message.split("(in torch")[0]
