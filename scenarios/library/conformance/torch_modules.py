@@ -5,7 +5,9 @@ modules and inputs (``torch.testing._internal.common_modules.module_db``, in eva
 as training sees them: the parameters and the inputs torch's sample differentiates (a loss's input,
 not its target) are x, the rest of the call is fixed, the floating-point buffers
 (running statistics) are state, and the loss is a fixed weighting of every floating-point output, so
-that a module linear in x has a Hessian of exactly 0. Each module input becomes a gradient and an HVP
+that a module linear in x has a Hessian of exactly 0 (max-pooling modules get their inputs in the order
+torch's sample gives them, evenly spaced: ``spaced``, so that no switch of the max is within the
+reference's reach). Each module input becomes a gradient and an HVP
 scenario, torch's backends only. Inputs past ``MAX_ELEMENTS`` differentiable elements, with complex
 tensors, or that modify their input in place are left out (``gradci.scenarios.library.family`` lists
 what it made).
@@ -213,6 +215,8 @@ def _case(info: Any, index: int, sample: Any) -> ModuleCase | None:
     if any(t.is_complex() for t in [*tensors, *module.parameters(), *module.buffers()]):
         return None
     inputs = [leaf.detach().numpy().copy() for leaf in leaves if _differentiable(leaf)]
+    if (dimensions := _pooled_dimensions(module)) is not None:
+        inputs = [spaced(a, dimensions) for a in inputs]
     template = [None if _differentiable(leaf) else _constant(leaf) for leaf in leaves]
     params = {name: p.detach().numpy().copy() for name, p in module.named_parameters()}
     buffers = {name: b.detach().numpy().copy() for name, b in module.named_buffers() if b.is_floating_point()}
@@ -228,6 +232,36 @@ def _case(info: Any, index: int, sample: Any) -> ModuleCase | None:
     if not bool(torch.isfinite(value)):
         return None
     return ModuleCase(f"{info.name}[{index}]", module, x, buffers, call, _through_python_function(value))
+
+
+# Max pooling selects each output among its window's inputs by their order: f is piecewise linear, its
+# pieces meeting where two inputs of a window tie, and its Hessian is 0 between them. torch's samples
+# (uniform in ±9, about a thousand) put two inputs of a window within 1e-5 of each other: a second
+# difference steps across that switch at every step large enough for float64's rounding to resolve the
+# exact 0 (about 16·eps·|f| / h²), and no reference could decide the HVP (four samples' cells were
+# "reference unreliable" or "noisy"). The inputs here keep the order torch's sample gives them within
+# each channel's plane, evenly spaced SPACING apart: the nearest switch is then about SPACING / 5 away
+# along the tangent and the probe (their elements differ by less than 5 between two inputs), beyond the
+# steps the reference converges at. Windows never span channels or batch entries, so each plane is
+# spaced on its own, which keeps x small, and so the reference's relative steps. At 0.05 apart the first
+# steps (0.5) still crossed switches consistently enough to converge on a wrong curvature in two samples,
+# and the small-step reference the verdict then takes could not decide; at 0.5 apart every max-pooling
+# HVP's first reference decides (its error estimate at most 0.85 of the threshold, 2026-12-04).
+MAX_POOLS = {"MaxPool1d": 1, "MaxPool2d": 2, "MaxPool3d": 3, "AdaptiveMaxPool1d": 1, "AdaptiveMaxPool2d": 2,
+             "AdaptiveMaxPool3d": 3, "FractionalMaxPool2d": 2, "FractionalMaxPool3d": 3}
+SPACING = 0.5
+
+
+def _pooled_dimensions(module: Any) -> int | None:
+    """How many trailing dimensions a max pooling module's windows span; None for any other module."""
+    return MAX_POOLS.get(type(module).__name__)
+
+
+def spaced(values: np.ndarray, dimensions: int) -> np.ndarray:
+    """``values`` in the same order within each plane of their last ``dimensions`` axes, SPACING apart around 0."""
+    planes = values.reshape(-1, int(np.prod(values.shape[values.ndim - dimensions:], dtype=int)))
+    ranks = np.argsort(np.argsort(planes, axis=1, kind="stable"), axis=1, kind="stable")
+    return ((ranks - (planes.shape[1] - 1) / 2) * SPACING).reshape(values.shape)
 
 
 def _through_python_function(value: Any) -> bool:
