@@ -80,6 +80,7 @@ def test_the_max_pooling_hvps_torchs_ties_left_undecided_pass_on_every_torch_bac
 
 
 @pytest.mark.sweep
+@pytest.mark.timeout(3600)  # about 10,600 cells: past the suite's 600 s a test on 2 shared cores
 def test_the_whole_family_is_clean_on_every_torch_backend(modules):
     assert not (bad := not_clean(modules)), "\n".join(bad)
 
