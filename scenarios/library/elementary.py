@@ -133,11 +133,14 @@ EDGE_FUNCTIONS = [
 _VMAP_OVER_NOTHING = Expect(backend="torch-func-fwd", raises=(IndexError, RuntimeError),
                             reason="torch.func.jacfwd vmaps over x's elements, and torch's vmap does not "
                                    "support a dimension of size 0 (pytorch#46846)")
+# The same vmap under reverse-over-forward (torch.func.jacrev of jacfwd).
+_NESTED_VMAP_OVER_NOTHING = Expect(backend="torch-func-rev-fwd", raises=(IndexError, RuntimeError),
+                                   reason=_VMAP_OVER_NOTHING.reason)
 EMPTY_INPUT_BUGS = {
     **{("batch-to-num", op): [_VMAP_OVER_NOTHING]
        for op in ("gradient", "value_and_gradient", "hvp", "jacobian", "vjp")},
-    ("batch-to-num", "hessian"): [_VMAP_OVER_NOTHING, FUNCTIONAL_ON_EMPTY],
-    ("batch-to-batch", "jacobian"): [FUNCTIONAL_ON_EMPTY],
+    ("batch-to-num", "hessian"): [_VMAP_OVER_NOTHING, _NESTED_VMAP_OVER_NOTHING, FUNCTIONAL_ON_EMPTY],
+    ("batch-to-batch", "jacobian"): [FUNCTIONAL_ON_EMPTY, _VMAP_OVER_NOTHING],
     ("batch-to-batch", "vjp"): [_VMAP_OVER_NOTHING],
 }
 
