@@ -105,6 +105,7 @@ class UploadedRuleMethod(_Closed):
     lines: Annotated[list[LineNumber], Field(max_length=100_000)]
     digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{0,64}$")] = ""
     source: Annotated[str, StringConstraints(max_length=SOURCE_LIMIT)] = ""
+    inherited: bool = False  # a base class's method: it counts only where the subclass's own ran
 
     @field_validator("file")
     @classmethod

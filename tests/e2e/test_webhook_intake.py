@@ -58,7 +58,9 @@ def faulty_webhook_service(mirror: tuple[Path, list[str]]) -> Iterator[FaultySer
     with start_faulty_service(root / f"{FULL_NAME}.git", shas[0], github_webhook_secret="webhook-s3cret",
                               clone_url_template=f"file://{root}/{{full_name}}.git",
                               github_api_url=f"http://127.0.0.1:{closed_port()}", cell_timeout_s="60",
-                              worker_heartbeat_s="0.5", worker_online_s="3", reconcile_grace_s="3") as running:
+                              worker_heartbeat_s="0.5", worker_online_s="3", reconcile_grace_s="3",
+                              # Every run full: each delivery's run must have its job to act on, none carried.
+                              full_run_repos="*") as running:
         yield running
 
 

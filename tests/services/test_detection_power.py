@@ -335,3 +335,16 @@ def test_every_field_the_engine_writes_in_a_power_record_is_one_the_schema_takes
     validated = UploadedPower.model_validate(record)  # closed: a field it does not know is refused
     assert set(validated.model_dump()) == set(record)
     assert set(validated.plants[0].model_dump()) == set(plant.to_dict())
+
+
+def test_every_field_the_engine_writes_in_a_rule_is_one_the_upload_schema_takes():
+    """Likewise for a rule's record (``Rule.to_dict``): ``inherited`` once made every upload with rules a 422."""
+    from gradci.scenarios.rules.discovery import Rule, RuleMethod
+    from gradci.services.db.record_schema import UploadedRule
+
+    method = RuleMethod(name="backward", file="ops.py", first_line=3, lines=(3, 4), digest="ab", inherited=True)
+    rule = Rule(kind="torch.autograd.Function", name="Mul", file="ops.py", methods=(method,))
+    record = rule.to_dict()
+    validated = UploadedRule.model_validate(record)  # closed: a field it does not know is refused
+    assert set(record["methods"][0]) <= set(validated.methods[0].model_dump())  # (the upload adds source)
+    assert validated.methods[0].inherited
