@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,14 @@ class AffectedRecords:
         self.root, self.options = root, dict(options)
         self.sha = sha_of(root)  # where fresh cells are computed: a later check carries them from here
         self.records: dict[CellKey, dict[str, Any]] = {}
+        self._environments: dict[str, Environment] = {}
         self._lock = threading.Lock()  # runners answer from their own threads (-j)
+
+    def environment(self, device: str) -> Environment:
+        """The environment of this check's cells on ``device``: read once (its files do not change meanwhile)."""
+        if device not in self._environments:
+            self._environments[device] = check_environment(self.root, self.options, device)
+        return self._environments[device]
 
     def take(self, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep the records of ``cells`` (a runner's answer, or carried cells), stamped with the environment."""
@@ -64,7 +71,7 @@ class AffectedRecords:
                     kept[DEPENDS_KEY] = {"scenario": cell.get("fingerprint")}
                 if DEPENDS_KEY in kept and CARRIED_KEY not in kept:
                     kept[DEPENDS_KEY] = {**kept[DEPENDS_KEY], "sha": self.sha,
-                                         ENVIRONMENT_KEY: check_environment(self.root, self.options, cell["device"])}
+                                         ENVIRONMENT_KEY: self.environment(cell["device"])}
                 if kept:
                     self.records[_key(cell)] = kept
         return [{name: value for name, value in cell.items() if name not in (DEPENDS_KEY, CARRIED_KEY)}
@@ -79,16 +86,18 @@ class AffectedRecords:
 
 
 def split(base: list[dict[str, Any]], planned: list[list[CellSpec]], root: str | None,
-          options: Mapping[str, Any], base_name: str) -> tuple[list[list[CellSpec]], list[dict[str, Any]], CarryPlan]:
+          environment_for: Callable[[str], Environment],
+          base_name: str) -> tuple[list[list[CellSpec]], list[dict[str, Any]], CarryPlan]:
     """(the specs still to run, the base's carried cells, the decision) for ``planned``.
+
+    ``environment_for(device)``: the environment the cells would now be computed in there.
 
     A group (one scenario, backend and device) is carried only where the base has every dtype planned.
     """
     fingerprints = {specs[0].scenario: specs[0].fingerprint for specs in planned if specs}
     shas = {cell[DEPENDS_KEY].get("sha") for cell in base if isinstance(cell.get(DEPENDS_KEY), dict)}
     provenance = {"run": None, "sha": shas.pop() if len(shas) == 1 else None, "base": base_name}
-    plan = plan_carry(base, fingerprints, CommitInputs(root),
-                      lambda device: check_environment(root, options, device), provenance)
+    plan = plan_carry(base, fingerprints, CommitInputs(root), environment_for, provenance)
     carried: dict[CellKey, dict[str, Any]] = {_key(cell): cell for cell in plan.carried}
     to_run, taken = [], []
     for specs in planned:

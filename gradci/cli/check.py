@@ -252,8 +252,9 @@ def _check_with_progress(target: Target, cell_timeout_s: float, err: Console, op
                             "fingerprint": specs[0].fingerprint} for specs in planned if specs)
         carried: list[Cell] = []
         if base_cells is not None:
-            planned, taken, _ = split(base_cells, planned, target.source, options, base or "")
-            taken = affected.take(taken) if affected is not None else taken
+            affected = affected or AffectedRecords(target.source, options)
+            planned, taken, _ = split(base_cells, planned, target.source, affected.environment, base or "")
+            taken = affected.take(taken)
             taken = records.take(taken, {}) if records is not None else taken
             carried = [cell_of(cell) for cell in (powers.take(taken) if powers is not None else taken)]
             planned = [specs for specs in planned if specs]
