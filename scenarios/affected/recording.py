@@ -32,7 +32,13 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from gradci.scenarios.affected.source_digest import bytes_digest, entered_functions, python_digest
+from gradci.scenarios.affected.source_digest import (
+    FunctionSpan,
+    bytes_digest,
+    entered_functions,
+    function_spans,
+    python_digest,
+)
 
 LinesByFile = Mapping[str, list[int]]
 # The key under which a runner's cell record carries its dependencies.
@@ -54,6 +60,7 @@ class DependencyRecorder:
         self._modules: set[str] = set()  # names of the project's modules seen so far
         self._reads: dict[Hashable, set[tuple[str, str]]] = {}
         self._sources: dict[str, bytes | None] = {}
+        self._spans: dict[str, tuple[FunctionSpan, ...]] = {}  # per Python file, parsed once
         self._digests: dict[tuple[str, frozenset[str]], str] = {}
         self._known: dict[str, tuple[ModuleType, bool]] = {}  # module name → (module, whether the project's)
         self._scanned: tuple[int, dict[str, ModuleType]] | None = None  # (len(sys.modules), the project's)
@@ -105,7 +112,9 @@ class DependencyRecorder:
             return {"digest": MISSING, "kept": []}
         if not file.endswith(".py"):
             return {"digest": bytes_digest(source), "kept": []}
-        kept = frozenset(entered_functions(source.decode("utf-8", "replace"), ran))
+        if file not in self._spans:
+            self._spans[file] = function_spans(source.decode("utf-8", "replace"))
+        kept = frozenset(entered_functions(self._spans[file], ran))
         key = (file, kept)
         if key not in self._digests:
             self._digests[key] = python_digest(source, kept)

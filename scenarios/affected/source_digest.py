@@ -22,6 +22,7 @@ import hashlib
 from collections.abc import Iterable, Iterator
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+FunctionSpan = tuple[str, int, int]  # qualified name, first and last line of the body
 # What a file that cannot be parsed digests as: its bytes, so that any edit of it counts.
 UNPARSEABLE = "bytes:"
 
@@ -30,24 +31,29 @@ def bytes_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def entered_functions(source: str, lines: Iterable[int]) -> set[str]:
-    """The qualified names of the functions whose bodies hold any of ``lines`` (innermost and outer).
+def function_spans(source: str) -> tuple[FunctionSpan, ...]:
+    """Each function's qualified name with the first and last lines of its body (none if unparseable).
 
-    The outer ones count too: a rule class made by a function (``make_rule().backward``) may be called
-    by a cell that never entered the function (it ran on import, or in another cell), which still
-    made the rule.
+    Parsed once per file and kept by the caller: every cell of a runner asks which of the same file's
+    functions it entered.
     """
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return set()
+        return ()
+    return tuple((qualname, node.body[0].lineno, node.end_lineno or node.body[-1].lineno)
+                 for qualname, node in _functions(tree))
+
+
+def entered_functions(spans: Iterable[FunctionSpan], lines: Iterable[int]) -> set[str]:
+    """The qualified names of the functions (``function_spans``) whose bodies hold any of ``lines``.
+
+    Innermost and outer ones: a rule class made by a function (``make_rule().backward``) may be called
+    by a cell that never entered the function (it ran on import, or in another cell), which still
+    made the rule.
+    """
     wanted = sorted(set(lines))
-    entered: set[str] = set()
-    for qualname, node in _functions(tree):
-        first, last = node.body[0].lineno, node.end_lineno or node.body[-1].lineno
-        if _any_between(wanted, first, last):
-            entered.add(qualname)
-    return entered
+    return {qualname for qualname, first, last in spans if _any_between(wanted, first, last)}
 
 
 def python_digest(source: bytes, kept: Iterable[str]) -> str:

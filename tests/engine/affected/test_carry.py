@@ -13,7 +13,7 @@ import pytest
 from gradci.scenarios.affected.carry import CARRIED_KEY, CommitInputs, plan_carry
 from gradci.scenarios.affected.environment import differences, environment
 from gradci.scenarios.affected.recording import DEPENDS_KEY
-from gradci.scenarios.affected.source_digest import UNPARSEABLE, entered_functions, python_digest
+from gradci.scenarios.affected.source_digest import UNPARSEABLE, entered_functions, function_spans, python_digest
 
 SOURCE = '''\
 import functools
@@ -45,10 +45,10 @@ def digest(source: str, kept: set[str]) -> str:
 
 def test_a_function_counts_when_its_body_ran_and_its_inner_functions_with_it():
     lines = {9}  # Rule.backward's return
-    assert entered_functions(SOURCE, lines) == {"Rule.backward"}
-    assert entered_functions(SOURCE, {14}) == {"Rule.jvp", "Rule.jvp.<locals>.inner"}
-    assert entered_functions(SOURCE, {15}) == {"Rule.jvp"}
-    assert entered_functions(SOURCE, {3, 6}) == set()  # module-level lines enter no function
+    assert entered_functions(function_spans(SOURCE), lines) == {"Rule.backward"}
+    assert entered_functions(function_spans(SOURCE), {14}) == {"Rule.jvp", "Rule.jvp.<locals>.inner"}
+    assert entered_functions(function_spans(SOURCE), {15}) == {"Rule.jvp"}
+    assert entered_functions(function_spans(SOURCE), {3, 6}) == set()  # module-level lines enter no function
 
 
 def test_an_edit_inside_a_function_that_ran_changes_the_digest_and_one_elsewhere_does_not():
@@ -170,7 +170,7 @@ def test_a_cell_without_a_record_or_an_environment_reruns(tmp_path, record):
 
 def test_the_function_that_made_a_rule_counts_with_the_rule():
     source = "def make():\n    class F:\n        def backward(g):\n            return 2 * g\n    return F\n"
-    kept = entered_functions(source, {4})
+    kept = entered_functions(function_spans(source), {4})
     assert kept == {"make", "make.<locals>.F.backward"}  # make may have run in another cell, or on import
     assert digest(source.replace("return F", "return None"), kept) != digest(source, kept)
 
