@@ -4,7 +4,8 @@ A run finds its base (``gradci.services.db.dependencies.base_run``: the latest f
 push of its repository with the same matrix), and the engine (``gradci.scenarios.affected.carry``)
 compares each base cell's dependency record with the new checkout: parsing and digesting files here,
 in the worker, while no code of the repository runs. A group (scenario, backend, device) is carried
-only when the base has every dtype the plan has of it; and when any group of a scenario re-runs, all
+only when the base has every dtype the plan has of it (the engine's ``carry_planned``, which
+``gradci check --base`` uses too); and when any group of a scenario re-runs, all
 of its groups re-run, since a scenario's cells are judged together across backends and devices (the
 modes' agreement, the GPU's agreement with the CPU). When in doubt — an error while deciding, a
 device with no worker online, workers that differ — it runs.
@@ -25,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gradci.scenarios.affected.carry import CommitInputs, group_of, plan_carry, recorded_fingerprints
+from gradci.scenarios.affected.carry import CommitInputs, carry_planned, plan_carry, recorded_fingerprints
 from gradci.services import planner
 from gradci.services.db.dependencies import (
     CarrySummary,
@@ -47,7 +48,6 @@ from gradci.worker.sources import Source
 
 log = logging.getLogger(__name__)
 
-CellKey = tuple[str, str, str, str]
 LOOKED_AT = 50  # a repository's latest default-branch runs searched for its last full one
 FULL_STATUSES = (RunStatus.passed.value, RunStatus.failed.value)
 
@@ -131,16 +131,8 @@ def _decide(settings: Settings, run_id: int, source: Source, the_plan: planner.P
     fingerprints = {info.name: info.fingerprint for info in source.scenarios}
     engine = plan_carry(cells, fingerprints, CommitInputs(source.root), environment_for(source.root, options, workers),
                         {"run": base_id, "sha": base_sha})
-    carried = {_key(cell): cell for cell in engine.carried}
-    rerun: dict[Group, str] = {}
-    taken: dict[Group, list[dict[str, Any]]] = {}
-    for group, dtypes in planned.items():
-        keys = [(*group, dtype) for dtype in dtypes]
-        if all(key in carried for key in keys):
-            taken[group] = [carried[key] for key in keys]
-        else:
-            rerun[group] = engine.rerun.get(group) or ("not in the base run" if not any(key in carried for key in keys)
-                                                       else "the base run lacks some of its dtypes")
+    decided = carry_planned(engine, planned)
+    taken, rerun = decided.taken, decided.rerun
     # A scenario's groups are judged together: one re-running takes the others with it.
     again = {group[0] for group in rerun}
     for group in [group for group in taken if group[0] in again]:
@@ -199,10 +191,6 @@ def planned_cells(source: Source, the_plan: planner.Plan) -> dict[Group, tuple[s
             if info is not None:
                 planned[(name, job.backend, job.device)] = planner.cell_dtypes(info.dtypes, the_plan.matrix.dtypes)
     return planned
-
-
-def _key(cell: Mapping[str, Any]) -> CellKey:
-    return (*group_of(cell), str(cell["dtype"]))
 
 
 def store(session: Session, run_id: int, carry: Carry) -> None:

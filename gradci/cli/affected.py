@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gradci.scenarios.affected.carry import CARRIED_KEY, ENVIRONMENT_KEY, CarryPlan, CommitInputs, plan_carry
+from gradci.scenarios.affected.carry import (
+    CARRIED_KEY,
+    ENVIRONMENT_KEY,
+    CarryPlan,
+    CommitInputs,
+    Group,
+    carry_planned,
+    plan_carry,
+)
 from gradci.scenarios.affected.environment import Environment, environment
 from gradci.scenarios.affected.recording import DEPENDS_KEY
 from gradci.scenarios.contract.devices import CPU
@@ -90,29 +98,31 @@ def split(base: list[dict[str, Any]], planned: list[list[CellSpec]], root: str |
           base_name: str) -> tuple[list[list[CellSpec]], list[dict[str, Any]], CarryPlan]:
     """(the specs still to run, the base's carried cells, the decision) for ``planned``.
 
-    ``environment_for(device)``: the environment the cells would now be computed in there.
-
-    A group (one scenario, backend and device) is carried only where the base has every dtype planned.
+    ``environment_for(device)``: the environment the cells would now be computed in there. Which groups
+    (one scenario, backend and device) are carried is the engine's ``carry_planned``, as for the service.
     """
     fingerprints = {specs[0].scenario: specs[0].fingerprint for specs in planned if specs}
     shas = {cell[DEPENDS_KEY].get("sha") for cell in base if isinstance(cell.get(DEPENDS_KEY), dict)}
     provenance = {"run": None, "sha": shas.pop() if len(shas) == 1 else None, "base": base_name}
     plan = plan_carry(base, fingerprints, CommitInputs(root), environment_for, provenance)
-    carried: dict[CellKey, dict[str, Any]] = {_key(cell): cell for cell in plan.carried}
-    to_run, taken = [], []
-    for specs in planned:
-        groups: dict[tuple[str, str, str], list[CellSpec]] = {}
-        for spec in specs:
-            groups.setdefault((spec.scenario, spec.backend, spec.device), []).append(spec)
-        left = []
-        for members in groups.values():
-            keys = [(spec.scenario, spec.backend, spec.device, spec.dtype) for spec in members]
-            if all(key in carried for key in keys):
-                taken += [carried[key] for key in keys]
-            else:
-                left += members
-        to_run.append(left)
+    chunks = [_groups(specs) for specs in planned]
+    dtypes: dict[Group, list[str]] = {}
+    for groups in chunks:
+        for group, members in groups.items():
+            dtypes.setdefault(group, []).extend(spec.dtype for spec in members)
+    decided = carry_planned(plan, dtypes)
+    to_run = [[spec for group, members in groups.items() if group not in decided.taken for spec in members]
+              for groups in chunks]
+    taken = [cell for cells in decided.taken.values() for cell in cells]
     return to_run, taken, plan
+
+
+def _groups(specs: list[CellSpec]) -> dict[Group, list[CellSpec]]:
+    """``specs`` by group (scenario, backend, device), in the order they come."""
+    groups: dict[Group, list[CellSpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.scenario, spec.backend, spec.device), []).append(spec)
+    return groups
 
 
 def _key(cell: Mapping[str, Any]) -> CellKey:

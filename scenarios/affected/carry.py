@@ -124,6 +124,33 @@ def plan_carry(base_cells: Iterable[Mapping[str, Any]], fingerprints: Mapping[st
     return plan
 
 
+@dataclasses.dataclass
+class PlannedCarry:
+    """The planned groups a base carries whole, with their cells, and why each other planned group re-runs."""
+
+    taken: dict[Group, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    rerun: dict[Group, str] = dataclasses.field(default_factory=dict)
+
+
+def carry_planned(plan: CarryPlan, planned: Mapping[Group, Iterable[str]]) -> PlannedCarry:
+    """Which of the ``planned`` groups (each with its dtypes) ``plan`` carries, in the order planned.
+
+    A group is carried only when the base carries a cell for every dtype planned of it: a dtype the base
+    lacks, or any cell of the group that ``plan_carry`` re-runs (an error, a timeout being one; a changed
+    input), and the whole group runs, since its cells are judged together.
+    """
+    carried = {(*group_of(cell), str(cell["dtype"])): cell for cell in plan.carried}
+    decided = PlannedCarry()
+    for group, dtypes in planned.items():
+        keys = [(*group, str(dtype)) for dtype in dtypes]
+        if all(key in carried for key in keys):
+            decided.taken[group] = [carried[key] for key in keys]
+        else:
+            lacking = "the base run lacks some of its dtypes" if any(key in carried for key in keys) else None
+            decided.rerun[group] = plan.rerun.get(group) or lacking or "not in the base run"
+    return decided
+
+
 def recorded_fingerprints(base_cells: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
     """The scenarios' fingerprints as the base cells' records have them.
 

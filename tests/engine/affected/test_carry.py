@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gradci.scenarios.affected.carry import CARRIED_KEY, CommitInputs, plan_carry
+from gradci.scenarios.affected.carry import CARRIED_KEY, CommitInputs, carry_planned, plan_carry
 from gradci.scenarios.affected.environment import differences, environment
 from gradci.scenarios.affected.recording import DEPENDS_KEY
 from gradci.scenarios.affected.source_digest import UNPARSEABLE, entered_functions, function_spans, python_digest
@@ -114,6 +114,30 @@ def test_an_error_is_always_rerun_and_takes_its_group_with_it(tmp_path):
     root = project(tmp_path)
     plan = carry([base_cell(root), base_cell(root, dtype="float32", status="error")], root)
     assert plan.carried == [] and plan.rerun == {("s", "torch-rev", "cpu"): "its result was an error"}
+
+
+# Which planned groups the base carries: one decision for `gradci check --base` and the service.
+
+GROUP = ("s", "torch-rev", "cpu")
+
+
+def test_a_planned_group_is_carried_only_when_the_base_has_every_dtype_planned(tmp_path):
+    root = project(tmp_path)
+    both = [base_cell(root), base_cell(root, dtype="float32")]
+    decided = carry_planned(carry(both, root), {GROUP: ("float32", "float64")})
+    assert decided.rerun == {} and [cell["dtype"] for cell in decided.taken[GROUP]] == ["float32", "float64"]
+    lacking = carry_planned(carry(both[:1], root), {GROUP: ("float64", "float32")})
+    assert lacking.taken == {} and lacking.rerun == {GROUP: "the base run lacks some of its dtypes"}
+    absent = carry_planned(carry(both, root), {("s", "torch-fwd", "cpu"): ("float64",)})
+    assert absent.taken == {} and absent.rerun == {("s", "torch-fwd", "cpu"): "not in the base run"}
+
+
+@pytest.mark.parametrize("message", ["ValueError: bad input", "timed out after 60 s"])
+def test_a_planned_group_whose_base_has_an_error_or_a_timeout_reruns_whole(tmp_path, message):
+    root = project(tmp_path)
+    cells = [base_cell(root), {**base_cell(root, dtype="float32", status="error"), "message": message}]
+    decided = carry_planned(carry(cells, root), {GROUP: ("float64", "float32")})
+    assert decided.taken == {} and decided.rerun == {GROUP: "its result was an error"}
 
 
 def test_a_rule_edit_reruns_what_ran_it_and_an_edit_elsewhere_carries(tmp_path):
