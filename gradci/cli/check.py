@@ -41,6 +41,7 @@ from gradci.scenarios.contract.coverage import coverage_percent
 from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.formats import cells_to_junit
 from gradci.scenarios.contract.matrix import Matrix
+from gradci.scenarios.contract.wording import count_of, plural
 from gradci.scenarios.rules.reports import ReportError, report_format
 from gradci.scenarios.rules.summary import WARNING, unexercised_severity
 from gradci.worker.agreement_specs import agreement_spec
@@ -155,8 +156,9 @@ def run_check(repo: str | None, flags: Matrix, fmt: str, output: str | None, *, 
         console = rules_console = plain_console(file=stream, width=None if stream.isatty() else 160)
         render_table(report.cells, console, verbose=verbose, omitted=report.omitted)
         if base_cells is not None:
-            console.print(f"{affected.carried_count()} of {len(report.cells)} cells carried from {base} (their "
-                          "inputs are unchanged: code they ran, data they read, environment); --all runs every cell")
+            console.print(f"{affected.carried_count()} of {count_of(len(report.cells), 'cell')} carried from {base} "
+                          "(their inputs are unchanged: code they ran, data they read, environment); --all runs "
+                          "every cell")
         if runners > 1:
             console.print(f"checked by {runners} runners at once (-j {runners}): steady-state times include the "
                           "others' load; -j 1 for timings")
@@ -322,7 +324,7 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False, omi
     console.print(summary)
     failing = [c for c in cells if c.status in FAILING]
     if failing:
-        table = Table(title=f"{len(failing)} failing cells")
+        table = Table(title=count_of(len(failing), "failing cell"))
         for column in ("scenario", "backend", "device", "dtype", "status", "max abs err", "max rel err",
                        "atol", "rtol", "message"):
             table.add_column(column, overflow="fold")
@@ -332,24 +334,24 @@ def render_table(cells: list[Cell], console: Console, verbose: bool = False, omi
         console.print(table)
     detailed = [c for c in failing if c.detail and c.detail != c.message]
     if detailed and verbose:  # the whole exception, where the message has its first line only
-        console.print(_cells_with("exception", f"the exceptions of {len(detailed)} cells in full", detailed,
-                                  lambda c: c.detail))
+        title = f"the {plural(len(detailed), 'exception')} of {count_of(len(detailed), 'cell')} in full"
+        console.print(_cells_with("exception", title, detailed, lambda c: c.detail))
     warned = [c for c in cells if c.warnings]
     if warned and verbose:
-        console.print(_cells_with("warnings", f"warnings raised in {len(warned)} of {len(cells)} cells", warned,
-                                  lambda c: c.warnings))
+        title = f"warnings raised in {len(warned)} of {count_of(len(cells), 'cell')}"
+        console.print(_cells_with("warnings", title, warned, lambda c: c.warnings))
     elif warned:
-        console.print(f"warnings raised in {len(warned)} of {len(cells)} cells: -v shows them")
+        console.print(f"warnings raised in {len(warned)} of {count_of(len(cells), 'cell')}: -v shows them")
     unreproducible = [c for c in cells if c.repeat_spread]
     if unreproducible:  # not failures, but worth a line: each such cell's message has its spread
-        console.print(f"{len(unreproducible)} cells not bitwise reproducible over their repeats: "
+        console.print(f"{count_of(len(unreproducible), 'cell')} not bitwise reproducible over their repeats: "
                       + ", ".join(f"{c.scenario} ({c.backend}, {c.device}, {c.dtype})" for c in unreproducible[:5])
                       + (" …" if len(unreproducible) > 5 else ""))
     totals: Counter[str] = Counter(c.status for c in cells)
     coverage = coverage_text(coverage_percent(totals))
     console.print(" ".join(f"{totals[s]} {s}" for s in STATUSES) + f" — gradient coverage {coverage}")
     if omitted:
-        console.print(f"{omitted} cells not made: backends of a framework the scenario gives no f for (a "
+        console.print(f"{count_of(omitted, 'cell')} not made: backends of a framework the scenario gives no f for (a "
                       "torch-only scenario has no jax cells), or that compute no such operator (jax-fwd-rev, "
                       "torch-func-rev-fwd: second order only)")
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gradci.scenarios.contract.cell import FAILING, STATUSES
+from gradci.scenarios.contract.wording import count_of
 from gradci.services.db.models import FINISHED_RUN_STATUSES
 from gradci.services.settings import Settings
 
@@ -100,8 +101,8 @@ class GradciClient:
 def progress_line(run: dict[str, Any]) -> str:
     counts = run["counts"]
     checked = sum(counts.get(status, 0) for status in STATUSES)
-    line = (f"run {run['id']} {run['status']}: {checked} cells checked, jobs waiting {counts.get('queued', 0)}, "
-            f"running {counts.get('running', 0)}")
+    line = (f"run {run['id']} {run['status']}: {count_of(checked, 'cell')} checked, "
+            f"jobs waiting {counts.get('queued', 0)}, running {counts.get('running', 0)}")
     reasons = list(dict.fromkeys(job["reason"] for job in run.get("waiting") or []))
     return line + "".join(f"; {reason}" for reason in reasons)
 
@@ -111,7 +112,7 @@ def waiting_lines(run: dict[str, Any]) -> list[str]:
     by_reason: dict[str, list[dict[str, Any]]] = {}
     for job in run.get("waiting") or []:
         by_reason.setdefault(job["reason"], []).append(job)
-    return [f"{len(jobs)} job{'s' if len(jobs) > 1 else ''} {reason} (since {min(j['since'] for j in jobs)})"
+    return [f"{count_of(len(jobs), 'job')} {reason} (since {min(j['since'] for j in jobs)})"
             for reason, jobs in by_reason.items()]
 
 

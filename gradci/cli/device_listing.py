@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gradci.scenarios.contract.simulated_gpus import InventoryError
+from gradci.scenarios.contract.wording import count_of
 from gradci.web.templating import memory
 from gradci.worker.device_discovery import device_inventory
 
@@ -31,7 +32,7 @@ def render(inventory: dict[str, Any], console: Console) -> None:
     for column in ("device", "name", "sm", "memory free / total", "driver", "cuda", "via"):
         devices.add_column(column, overflow="fold")
     for d in inventory["devices"]:
-        name = f"{d['name']}, {d['cores']} cores" if d.get("cores") else _text(d["name"])
+        name = f"{d['name']}, {count_of(d['cores'], 'core')}" if d.get("cores") else _text(d["name"])
         devices.add_row(d["device"], name, _text(d.get("capability")),
                         f"{memory(d['memory_free'])} / {memory(d['memory_total'])}", _text(d.get("driver")),
                         _text(d.get("cuda")), d["source"])

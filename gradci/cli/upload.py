@@ -29,6 +29,7 @@ import httpx
 
 from gradci.cli.client import ClientError, GradciClient
 from gradci.scenarios.contract.cell import Cell
+from gradci.scenarios.contract.wording import count_of
 from gradci.scenarios.rules.power import POWER_KEY
 from gradci.scenarios.rules.records import RECORD_KEY
 from gradci.services.db.record_schema import SOURCE_LIMIT
@@ -209,5 +210,5 @@ def upload(options: UploadOptions, cells: Sequence[Cell], catalog: Sequence[Mapp
         raise UploadError(str(exc)) from None
     waiting = sorted(set(answer["expected"]) - set(answer["arrived"]))
     state = "its report is on its way" if answer["finishing"] else f"waiting for {', '.join(waiting)}"
-    return (f"uploaded shard {shard!r} ({answer['cells']} cells) of {commit['repository']}@{commit['sha'][:12]} "
-            f"to run {answer['run_id']}: {state} — {answer['url']}")
+    return (f"uploaded shard {shard!r} ({count_of(answer['cells'], 'cell')}) of "
+            f"{commit['repository']}@{commit['sha'][:12]} to run {answer['run_id']}: {state} — {answer['url']}")

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gradci.scenarios.contract.cell import Cell
+from gradci.scenarios.contract.wording import count_of, plural
 from gradci.scenarios.rules.discovery import Rule
 
 SCALE, SIGN, DROP, TRANSPOSE = "scale", "sign", "drop", "transpose"  # the plants
@@ -59,6 +60,11 @@ def output_name(method: str, output: int, outputs: int) -> str:
 
 def percent(delta: float) -> str:
     return f"{delta * 100:g} %"
+
+
+def _reaching(count: int) -> str:
+    """"1 cell that reaches it", "3 cells that reach it"."""
+    return count_of(count, "cell that reaches it", "cells that reach it")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +196,7 @@ class PlantPower:
             if cut:  # their ladder stopped before 1 %: whether they catch it is not known
                 deltas = ", ".join(sorted({f"{c.result.stopped_delta:g}" for c in cut}))
                 return (f"a {percent(NOTABLE_DELTA)} error in {where} is not known to be caught: the planted rule "
-                        f"raised at δ = {deltas} in {len(cut)} of the {len(measured)} cells that reach it")
+                        f"raised at δ = {deltas} in {len(cut)} of the {_reaching(len(measured))}")
             tried = NOTABLE_DELTA if smallest is not None else LADDER[0]
             caught = f" (the smallest caught: {percent(smallest)})" if smallest is not None else ""
             head = f"a {percent(tried)} error in {where} is caught by no cell{caught}"
@@ -205,11 +211,12 @@ class PlantPower:
         rtol = max((c.rtol for c in measured if c.rtol is not None), default=None)
         tolerance = f" (rtol up to {rtol:.0e})" if rtol is not None else ""
         if self.kind in (DROP, SIGN) or (self.kind == SCALE and self.smallest_delta is None):
-            return (f"the {len(measured)} cells that reach it ({', '.join(dtypes)}) pass with it: no cell compares "
-                    "this output (the gradient of an input no scenario differentiates?)")
+            return (f"the {_reaching(len(measured))} ({', '.join(dtypes)}) {plural(len(measured), 'passes', 'pass')} "
+                    "with it: no cell compares this output (the gradient of an input no scenario differentiates?)")
         if len(dtypes) == 1 and dtypes[0] != "float64":
             return f"only {dtypes[0]} cells reach it{tolerance}"
-        return f"the {len(measured)} cells that reach it ({', '.join(dtypes)}) pass with it{tolerance}"
+        return (f"the {_reaching(len(measured))} ({', '.join(dtypes)}) {plural(len(measured), 'passes', 'pass')} "
+                f"with it{tolerance}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "method": self.method, "output": self.output, "outputs": self.outputs,

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from gradci.scenarios.contract.wording import count_of
 from gradci.services.github_limits import COMMENT_BODY_LIMIT, STATUS_DESCRIPTION_LIMIT
 
 STATES = ("pending", "success", "failure", "error")
@@ -59,7 +60,7 @@ class GitHubClient:
                                       response.status_code)
                 return response
             if attempt == self._attempts:
-                raise GitHubError(f"{method} {path}: {response.status_code} after {attempt} attempts",
+                raise GitHubError(f"{method} {path}: {response.status_code} after {count_of(attempt, 'attempt')}",
                                   response.status_code, retryable=True)
             self._sleep(max(wait, delay))
             delay *= 2

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select, update
 
 from gradci.scenarios.contract.cell import FAILING
+from gradci.scenarios.contract.wording import count_of
 from gradci.services.db.models import GitHubReport, Result, Run, RunStatus, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.db.upsert import rows_matched
@@ -72,7 +73,7 @@ def claim_progress(settings: Settings, run_id: int, now: datetime | None = None)
 def progress_text(failures: list[Failure], count: int) -> tuple[str, str, str]:
     """(the check run's title, its markdown summary, a status description) of the failures so far."""
     first = failures[0].words()
-    title = f"Checking derivatives… {count} failing cell{'s' if count != 1 else ''} so far, first: {one_line(first)}"
+    title = f"Checking derivatives… {count_of(count, 'failing cell')} so far, first: {one_line(first)}"
     rows = [f"- {code(f.scenario, in_table=False)} on {code(f.backend, in_table=False)}, "
             f"{code(f.device, in_table=False)}, {code(f.dtype, in_table=False)}: **{f.status}**"
             + (f" — {code(f.message[:300], in_table=False)}" if f.message else "") for f in failures]

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gradci.scenarios.contract.cell import FAILING
+from gradci.scenarios.contract.wording import count_of
 from gradci.services.db.models import Result, ScenarioCatalogEntry
 from gradci.services.reports.gfm import one_line
 from gradci.services.reports.report_record import RulesSection
@@ -67,8 +68,9 @@ def failing_scenario_annotations(session: Session, run_id: int) -> list[Annotati
         if scenario not in defined:
             continue
         path, line = defined[scenario]
-        more = [f"… and {count - CELLS_LISTED} more failing cells"] if count > CELLS_LISTED else []
-        out.append(Annotation(path=path, start_line=line or 1, title=f"{one_line(scenario)}: {count} failing cells",
+        more = [f"… and {count_of(count - CELLS_LISTED, 'more failing cell')}"] if count > CELLS_LISTED else []
+        out.append(Annotation(path=path, start_line=line or 1,
+                              title=f"{one_line(scenario)}: {count_of(count, 'failing cell')}",
                               message="\n".join(listed[scenario] + more)))
     return out
 

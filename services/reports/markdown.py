@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gradci.scenarios.contract.coverage import percent
+from gradci.scenarios.contract.wording import count_of, plural
 from gradci.services.github_limits import COMMENT_BODY_LIMIT
 from gradci.services.reports.gfm import code
 from gradci.services.reports.report_record import (
@@ -117,8 +118,8 @@ def rules_section(rules: RulesSection | None) -> str:
         return ""
     against = "" if rules.compared else " (no base run's rules to compare with: every rule counts as added)"
     lines = ["### Rules", "",
-             f"The pull request adds or changes **{rules.changed_count}** of the checkout's {rules.rule_count} "
-             f"derivative rules{against}."]
+             f"The pull request adds or changes **{rules.changed_count}** of the checkout's "
+             f"{count_of(rules.rule_count, 'derivative rule')}{against}."]
     if rules.rules:
         lines += ["", "| rule | kind | change | cells that ran each method (backend · operator) |",
                   "| --- | --- | --- | --- |"]
@@ -126,17 +127,20 @@ def rules_section(rules: RulesSection | None) -> str:
         if rules.changed_count > min(len(rules.rules), LIST_LIMIT):
             lines.append(f"| … and {rules.changed_count - min(len(rules.rules), LIST_LIMIT)} more | | | |")
     if rules.findings:
-        verdict = ("fail this check" if rules.severity == "failure"
-                   else "are warnings (gradci.toml: `[rules] unexercised = \"warning\"`)")
-        lines += ["", f"**{rules.finding_count} of these rules are not fully exercised**; they {verdict}:", ""]
+        n = rules.finding_count
+        verdict = (plural(n, "it fails this check", "they fail this check") if rules.severity == "failure"
+                   else plural(n, "it is a warning", "they are warnings")
+                   + " (gradci.toml: `[rules] unexercised = \"warning\"`)")
+        lines += ["", f"**{n} of these rules {plural(n, 'is', 'are')} not fully exercised**; {verdict}:", ""]
         lines += [_finding_line(finding, rules.severity) for finding in rules.findings[:LIST_LIMIT]]
         if rules.finding_count > min(len(rules.findings), LIST_LIMIT):
             lines.append(f"- … and {rules.finding_count - min(len(rules.findings), LIST_LIMIT)} more")
     elif rules.changed_count:
         lines += ["", "Every derivative method of these rules ran in some cell."]
     if rules.other_findings:
-        lines += ["", f"{rules.other_findings} rule{'s' if rules.other_findings != 1 else ''} this pull request "
-                      "did not change are not fully exercised either (see the dashboard's rules page)."]
+        n = rules.other_findings
+        lines += ["", f"{count_of(n, 'rule')} this pull request did not change {plural(n, 'is', 'are')} not fully "
+                      "exercised either (see the dashboard's rules page)."]
     if rules.config_error:
         lines += ["", f"gradci.toml: {code(rules.config_error, in_table=False)}; findings fail meanwhile."]
     return "\n".join(lines) + "\n"
@@ -160,12 +164,12 @@ def power_section(power: PowerSection | None) -> str:
              else f"the default branch's latest detection-power run (#{power.run_id} at "
                   f"{code(_short(power.head_sha), in_table=False)}; pull requests do not measure it)")
     lines = ["### Detection power", "",
-             f"Errors planted in {power.rule_count} derivative rule{'s' if power.rule_count != 1 else ''} by {where}."]
+             f"Errors planted in {count_of(power.rule_count, 'derivative rule')} by {where}."]
     if not power.findings:
         lines += ["", "Every planted perturbation was caught by some cell (a 1 % error or smaller in every scaled "
                       "output)."]
         return "\n".join(lines) + "\n"
-    lines += ["", f"**{power.finding_count} planted perturbation{'s are' if power.finding_count != 1 else ' is'} "
+    lines += ["", f"**{count_of(power.finding_count, 'planted perturbation is', 'planted perturbations are')} "
                   "caught by no cell** (information: no status depends on it):", ""]
     lines += [f"- {code(f.name, in_table=False)} ({code(f.file, in_table=False)}): {_power_line(f.text)}"
               for f in power.findings[:LIST_LIMIT]]
@@ -182,7 +186,8 @@ def carried_line(carried: CarriedSection | None) -> str:
         return ""
     where = f"run {carried.base_run_id}" + (f" at {code(_short(carried.base_sha), in_table=False)}"
                                             if carried.base_sha else "")
-    line = f"**{carried.carried}** cells carried from {where}, inputs unchanged; **{carried.rerun}** re-run"
+    line = (f"**{carried.carried}** {plural(carried.carried, 'cell')} carried from {where}, inputs unchanged; "
+            f"**{carried.rerun}** re-run")
     reasons = [f"{code(r.scenario, in_table=False)} on {code(r.backend, in_table=False)}/"
                f"{code(r.device, in_table=False)}: {code(r.reason, in_table=False)}" for r in carried.reasons]
     more = " …" if carried.rerun > len(carried.reasons) else ""

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from gradci.scenarios.contract.coverage import percent
+from gradci.scenarios.contract.wording import count_of
 from gradci.services.reports.aggregates import Group, GroupTally
 from gradci.services.reports.diff import Changes
 from gradci.services.reports.report_record import (
@@ -88,7 +89,7 @@ def with_rules(project: CoverageStatus, rules: RulesSection | None) -> CoverageS
     count = rules.finding_count
     return project.model_copy(update={
         "state": "failure",
-        "description": f"{count} rule{'s' if count != 1 else ''} not fully exercised; {project.description}"})
+        "description": f"{count_of(count, 'rule')} not fully exercised; {project.description}"})
 
 def _with_target(description: str, resolved: float | None, target: Target) -> str:
     if resolved is not None and not target.informational:
@@ -113,7 +114,7 @@ def _patch_status(counts: StatusCounts, base_coverage, target: Target) -> Covera
     if n_cells == 0:
         return CoverageStatus(coverage=None, base_coverage=base_coverage, target=resolved, state="success",
                               description="No changed scenarios")
-    description = f"{percent(counts.coverage)} of {n_cells} changed cells pass"
+    description = f"{percent(counts.coverage)} of {count_of(n_cells, 'changed cell passes', 'changed cells pass')}"
     return CoverageStatus(coverage=counts.coverage, base_coverage=base_coverage, target=resolved,
                           state=target.state(counts.coverage, base_coverage),
                           description=_with_target(description, resolved, target))

@@ -179,7 +179,7 @@ def test_warnings_are_kept_with_the_cell_not_printed(repo: Path) -> None:
     assert f"UserWarning: {PLANTED_WARNING}" in cells["warns"]["warnings"].splitlines()
     assert PLANTED_WARNING not in out.stderr
     table = run_gradci("check", "--repo", str(repo), "-k", "warns", "-v")
-    assert "warnings raised in 1 of 1 cells" in table.stdout and "gradci-planted-warning" in table.stdout
+    assert "warnings raised in 1 of 1 cell" in table.stdout and "gradci-planted-warning" in table.stdout
     assert PLANTED_WARNING not in table.stderr
     quiet = run_gradci("check", "--repo", str(repo), "-k", "warns")
     assert "-v shows them" in quiet.stdout and "gradci-planted-warning" not in quiet.stdout

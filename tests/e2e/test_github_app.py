@@ -125,7 +125,7 @@ def test_a_pull_request_reports_as_a_check_run_with_annotations_and_reruns(app_s
     (annotation,) = check["annotations"]  # b/poly passes: only a/poly is annotated
     assert annotation["path"] == "grad_scenarios.py" and annotation["annotation_level"] == "failure"
     assert annotation["start_line"] == line_of(source, '"a/poly"')
-    assert annotation["title"].startswith("a/poly: 1 failing cells")
+    assert annotation["title"] == "a/poly: 1 failing cell"
     # The check run was created in progress before it completed; the base run got one too.
     creations = [c for c in fake.calls if c["method"] == "POST" and c["path"].endswith("/check-runs")]
     assert any(c["body"]["head_sha"] == c1 and c["body"]["status"] == "in_progress" for c in creations)

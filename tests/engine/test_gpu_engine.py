@@ -457,5 +457,5 @@ def test_the_table_names_cells_that_are_not_reproducible() -> None:
     for spreads, expected in (([0.0, None], False), ([0.0, 1e-9], True)):
         out = StringIO()
         render_table([cell(s) for s in spreads], Console(file=out, width=160))
-        assert ("1 cells not bitwise reproducible over their repeats: s (torch-rev, cuda:0, float32)"
+        assert ("1 cell not bitwise reproducible over their repeats: s (torch-rev, cuda:0, float32)"
                 in out.getvalue()) is expected

@@ -80,7 +80,7 @@ def test_repository_calls_need_the_installations_token(github) -> None:
 
 def test_a_check_run_completes_with_every_annotation_fifty_at_a_time(github) -> None:
     fake, settings = github
-    annotations = [Annotation(path="grads/scenarios.py", start_line=i + 1, title=f"s{i}: 1 failing cells",
+    annotations = [Annotation(path="grads/scenarios.py", start_line=i + 1, title=f"s{i}: 1 failing cell",
                               message="torch-rev · cpu · float64: fail: off by 1.5x") for i in range(120)]
     with client_for(settings, INSTALLATION, REPO) as client:
         run_id = check_runs.start(client, REPO, "b" * 40, 6, None, "Checking derivatives…")

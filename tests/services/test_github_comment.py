@@ -176,5 +176,5 @@ def test_an_annotation_keeps_each_failing_cell_to_one_line(sqlite_url: str) -> N
                                          file="scenarios.py", line=3))
         session.flush()
         [annotation] = failing_scenario_annotations(session, run.id)
-    assert annotation.title == "a/poly⏎✅ every cell passes: 1 failing cells"
+    assert annotation.title == "a/poly⏎✅ every cell passes: 1 failing cell"
     assert annotation.message == "torch-rev · cpu · float64: fail: boom⏎torch-rev · cpu · float32: pass: all good"
