@@ -42,19 +42,39 @@ class ServedApp:
 
 
 @contextmanager
+def serving_api(env: dict[str, str], logs: Path, *options: str, timeout_s: float = 60) -> Iterator[ServedApp]:
+    """``gradci api`` with the environment ``env`` on a free loopback port, once it answers; stopped on exit.
+
+    Its output goes to ``logs/api.log``, whose end a failure to come up shows.
+    """
+    port = free_port()
+    process = start_api(env, logs, port, *options)
+    app = ServedApp(url=f"http://127.0.0.1:{port}", process=process)
+    try:
+        try:
+            wait_for(lambda: process.poll() is not None or api_answers(app.url), "gradci api to answer",
+                     timeout_s=timeout_s, interval_s=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"gradci api did not come up:\n{_log_end(logs)}") from exc
+        assert process.poll() is None, f"gradci api exited:\n{_log_end(logs)}"
+        yield app
+    finally:
+        stop(process)
+
+
+def _log_end(logs: Path) -> str:
+    log = logs / "api.log"
+    return log.read_text()[-3000:] if log.exists() else "(no log)"
+
+
+@contextmanager
 def served_app(database_url: str, logs: Path, **settings: str) -> Iterator[ServedApp]:
     """``gradci api`` on ``database_url`` (no worker), stopped on exit.
 
     ``gradci api`` runs uvicorn in its own process, so the process measured is the one that serves.
     """
-    port = free_port()
     logs.mkdir(parents=True, exist_ok=True)
     # What is measured is reading: no token (--no-auth, on loopback), read as gradci up's local user.
     env = service_env(database_url=database_url, workdir=str(logs / "work"), **{"read_access": "local", **settings})
-    process = start_api(env, logs, port, "--no-auth")
-    app = ServedApp(url=f"http://127.0.0.1:{port}", process=process)
-    try:
-        wait_for(lambda: api_answers(app.url), "the API to answer", timeout_s=60)
+    with serving_api(env, logs, "--no-auth") as app:
         yield app
-    finally:
-        stop(process)

@@ -2,7 +2,9 @@
 
 They are those whose App installation may run pull requests and whose CI may upload with an OIDC id
 token. ``gradci repos power on|off`` sets a repository's option to measure detection power on its
-default branch (``gradci.services.db.repository_options``), registered or not.
+default branch (``gradci.services.db.repository_options``), registered or not; the API's
+``PATCH /api/repos/{owner}/{repo}/options`` sets the same with the API token. These commands write the
+database directly, as the operator's other commands (``gradci tokens``) do.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
 from gradci.services.access.github_view import GitHubViews
-from gradci.services.api import health, metrics, reports, runs, uploads, webhooks, workers
+from gradci.services.api import health, metrics, reports, repositories, runs, uploads, webhooks, workers
 from gradci.services.api.login import install_login
 from gradci.services.api.sessions import install_sessions
 from gradci.services.db.pagination import InvalidCursor
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics_registry = metrics.metrics_registry(settings)
     app.state.github_views = GitHubViews(settings.github_api_url, settings.github_access_ttl_s)
-    for module in (runs, reports, workers, health, metrics, webhooks, uploads):
+    for module in (runs, reports, repositories, workers, health, metrics, webhooks, uploads):
         app.include_router(module.router)
     install_login(app, settings)
     install_error_handlers(app)

@@ -14,7 +14,7 @@ DESCRIPTIONS = {
     401: "Missing or wrong credentials (`Authorization: Bearer <GRADCI_API_TOKEN>`, the webhook signature, "
          "an upload token or id token)",
     403: "Not allowed here (a repository outside GRADCI_ALLOWED_REPOS, an upload credential of another repository)",
-    404: "No such run",
+    404: "No such run, or no such repository the asker may read",
     409: "The run's state does not allow this (already finished, nothing to rerun, an upload run finished)",
     413: "The body is larger than the server accepts",
     503: "The database or the broker is unavailable; retry later",

@@ -217,3 +217,19 @@ class Health(BaseModel):
     database: ComponentHealth
     broker: BrokerHealth
     workers_online: dict[str, int] = Field(description="workers that sent a heartbeat within the window, per device")
+
+
+class RepositoryOptionsOut(BaseModel):
+    """A repository's options: what its runs do beyond checking its cells."""
+
+    repository: str = Field(description="GitHub owner/name, lower-cased as GitHub compares names")
+    power: bool = Field(description="each push to the default branch measures detection power "
+                        "(docs/detection-power.md); pull requests never do")
+
+
+class RepositoryOptionsChange(BaseModel):
+    """The options to change; an option left out keeps its value."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # strict: "yes" or 1 is no answer to on or off
+
+    power: SkipJsonSchema[None] | bool = Field(None, description="measure detection power on the default branch")

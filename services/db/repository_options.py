@@ -8,10 +8,10 @@ Functions flush but never commit: the caller owns the transaction.
 """
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gradci.services.db.models import RepositoryOptions, Run, Trigger, utcnow
+from gradci.services.db.models import RegisteredRepository, Repository, RepositoryOptions, Run, Trigger, utcnow
 from gradci.services.repo_refs import FULL_NAME
 
 
@@ -32,6 +32,24 @@ def set_power(session: Session, full_name: str, on: bool) -> bool:
     row.power, row.updated_at = on, utcnow()
     session.flush()
     return changed
+
+
+def options_of(session: Session, full_name: str) -> dict[str, bool]:
+    """``full_name``'s options, their defaults where the operator set none."""
+    name = _checked(full_name)
+    power = session.scalar(select(RepositoryOptions.power).where(RepositoryOptions.full_name == name))
+    return {"power": bool(power)}
+
+
+def is_known(session: Session, full_name: str) -> bool:
+    """Whether gradci has anything of ``full_name``: runs, a registration or options.
+
+    Only such a repository is looked up on GitHub for a reader: a URL is no way to make the service
+    ask GitHub about any name one likes.
+    """
+    name = _checked(full_name)
+    return any(session.scalar(select(column).where(func.lower(column) == name).limit(1)) is not None
+               for column in (Repository.full_name, RegisteredRepository.full_name, RepositoryOptions.full_name))
 
 
 def power_repositories(session: Session) -> frozenset[str]:

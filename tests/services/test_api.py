@@ -16,8 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from gradci._testing.processes import free_port, service_env, stop, wait_for
-from gradci._testing.service import api_answers, start_api
+from gradci._testing.processes import service_env
+from gradci._testing.served_app import serving_api
 from gradci.scenarios.contract.matrix import exact_pattern
 from gradci.services.api.app import create_app
 from gradci.services.api.runs import accepts_gzip
@@ -480,19 +480,8 @@ def api_server(clean_environment, postgres_url: str, redis_url: str, tmp_path: P
     """``gradci api`` (uvicorn) configured only through GRADCI_* variables; its URL."""
     env = service_env(database_url=postgres_url, broker_url=redis_url, api_token=TOKEN, read_access="local",
                       public_url="https://ci.example.org", workdir=str(tmp_path / "work"))
-    port = free_port()
-    server = start_api(env, tmp_path, port)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_for(lambda: server.poll() is not None or api_answers(base), "gradci api to answer", timeout_s=30,
-                     interval_s=0.2)
-        except AssertionError:
-            pytest.fail(f"gradci api did not come up:\n{(tmp_path / 'api.log').read_text()[-3000:]}")
-        assert server.poll() is None, (tmp_path / "api.log").read_text()[-3000:]
-        yield base
-    finally:
-        stop(server)
+    with serving_api(env, tmp_path, timeout_s=30) as served:
+        yield served.url
 
 
 def test_through_gradci_api_over_loopback_http(api_server: str, redis_url: str) -> None:
