@@ -64,6 +64,9 @@ class DependencyRecorder:
         self._digests: dict[tuple[str, frozenset[str]], str] = {}
         self._known: dict[str, tuple[ModuleType, bool]] = {}  # module name → (module, whether the project's)
         self._scanned: tuple[int, dict[str, ModuleType]] | None = None  # (len(sys.modules), the project's)
+        self.real_path = RealPaths()
+        self._relatives: dict[str, str] = {}
+        self._stamps: dict[tuple[str, Any], tuple[tuple[int, ...] | None, str]] = {}
 
     @contextlib.contextmanager
     def watching(self, label: Hashable) -> Iterator[None]:
@@ -84,7 +87,7 @@ class DependencyRecorder:
         self._modules.update(new)
         if not new:
             return
-        files = {self._relative(str(module.__file__)) for module in new.values()}
+        files = {self.relative(str(module.__file__)) for module in new.values()}
         for file, numbers in lines.items():
             if file in files:
                 self._import_lines.setdefault(file, set()).update(numbers)
@@ -96,15 +99,32 @@ class DependencyRecorder:
         ran: dict[str, set[int]] = {file: set(numbers) for file, numbers in self._import_lines.items()}
         for file, numbers in lines.items():
             ran.setdefault(file, set()).update(numbers)
-        files = {self._relative(str(module.__file__)) for module in self._project_modules().values()} | set(ran)
+        files = {self.relative(str(module.__file__)) for module in self._project_modules().values()} | set(ran)
         return {
             "files": {file: self._file_entry(file, ran.get(file, set())) for file in sorted(files)},
-            "data": {file: file_digest(self.root, file) for kind, file in sorted(reads) if kind == "data"},
-            "listings": {folder: listing_digest(self.root, folder) for kind, folder in sorted(reads)
+            "data": {file: self._stamped(file, file_digest) for kind, file in sorted(reads) if kind == "data"},
+            "listings": {folder: self._stamped(folder, listing_digest) for kind, folder in sorted(reads)
                          if kind == "listings"},
-            "modules": {folder: listing_digest(self.root, folder, importable=True) for kind, folder in sorted(reads)
+            "modules": {folder: self._stamped(folder, importable_digest) for kind, folder in sorted(reads)
                         if kind == "modules"},
         }
+
+    def _stamped(self, file: str, digest: Any) -> str:
+        """``digest(root, file)``, computed again only when the file's size or time of change moved.
+
+        Every cell that read a data file (or listed a folder) records its digest: a data set read by
+        each cell is hashed once, not once a cell, unless a cell rewrote it.
+        """
+        try:
+            stat = os.stat(self.root / file)
+            stamp: tuple[int, ...] | None = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            stamp = None
+        key = (file, digest)
+        known = self._stamps.get(key)
+        if known is None or stamp is None or known[0] != stamp:
+            known = self._stamps[key] = (stamp, digest(self.root, file))
+        return known[1]
 
     def _file_entry(self, file: str, ran: set[int]) -> dict[str, Any]:
         source = self._source(file)
@@ -144,11 +164,42 @@ class DependencyRecorder:
         return found
 
     def _is_project_file(self, path: object) -> bool:
-        return (isinstance(path, str) and os.path.realpath(path).startswith(str(self.root) + os.sep)
+        return (isinstance(path, str) and self.real_path(path).startswith(str(self.root) + os.sep)
                 and self._is_users(path))
 
-    def _relative(self, path: str) -> str:
-        return Path(os.path.realpath(path)).relative_to(self.root).as_posix()
+    def relative(self, path: str) -> str:
+        """A file under the root as its record names it: relative to the root, links followed."""
+        found = self._relatives.get(path)
+        if found is None:
+            found = self._relatives[path] = Path(self.real_path(path)).relative_to(self.root).as_posix()
+        return found
+
+
+class RealPaths:
+    """``os.path.realpath`` of a checkout's files, each folder resolved once.
+
+    Thousands of modules load from a few hundred folders, and every cell's record names the same files
+    again: resolving each of a path's folders (an ``lstat`` each) every time cost more than the rest of
+    a cell's record. Kept per checkout, which does not change while it is checked; a file that is
+    itself a link is still followed.
+    """
+
+    def __init__(self) -> None:
+        self._folders: dict[str, str] = {}
+        self._files: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        real = self._files.get(path)
+        if real is None:
+            folder, name = os.path.split(os.path.abspath(path))
+            real_folder = self._folders.get(folder)
+            if real_folder is None:
+                real_folder = self._folders[folder] = os.path.realpath(folder)
+            real = os.path.join(real_folder, name)
+            if os.path.islink(real):
+                real = os.path.realpath(real)
+            self._files[path] = real
+        return real
 
 
 def file_digest(root: Path, file: str) -> str:
@@ -171,6 +222,11 @@ def listing_digest(root: Path, folder: str, importable: bool = False) -> str:
     if importable:
         names = [name for name in names if name.endswith(_MODULE_SUFFIXES) or (path / name).is_dir()]
     return bytes_digest("\0".join(names).encode())
+
+
+def importable_digest(root: Path, folder: str) -> str:
+    """``listing_digest`` of the names an ``import`` could find in the folder."""
+    return listing_digest(root, folder, importable=True)
 
 
 def inside(root: Path, file: str) -> Path | None:

@@ -24,6 +24,7 @@ import hashlib
 import inspect
 import itertools
 import linecache
+import os
 import sys
 import types
 import weakref
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gradci.scenarios.affected.recording import RealPaths
 from gradci.scenarios.authoring.exceptions import is_users_file
 
 TORCH_FUNCTION = "torch.autograd.Function"
@@ -132,6 +134,13 @@ def discover_rules(root: str | Path) -> list[Rule]:
     return sorted(found.values(), key=lambda r: (r.file, min(m.first_line for m in r.methods), r.name))
 
 
+def new_checkout(root: str | Path) -> None:
+    """Forget what was read of an earlier checkout at ``root``: another commit may lie there now."""
+    root = Path(root).resolve()
+    for kept in (_module_verdicts, _class_methods, _project_files, _scans):
+        kept.pop(root, None)
+
+
 def forget_walks() -> None:
     """A cell is about to run the project's code, which may make rules anew: the last walks are stale."""
     _walked.clear()
@@ -145,6 +154,12 @@ def project_modules(root: Path) -> list[types.ModuleType]:
     """The imported modules whose file lies in the project (not in an environment inside it)."""
     # Thousands of modules are loaded (torch, jax), a handful of them the project's: each module's
     # verdict is kept while the same module object stays under its name.
+    # The list is looked at again only when a module was imported or forgotten since (the count or the
+    # last name moved): a scan of thousands costs more than the rest of a walk.
+    stamp = (len(sys.modules), next(reversed(sys.modules), None))
+    scanned = _scans.get(root)
+    if scanned is not None and scanned[0] == stamp:
+        return list(scanned[1])
     verdicts = _module_verdicts.setdefault(root, {})
     found = []
     for name, module in list(sys.modules.items()):
@@ -154,9 +169,12 @@ def project_modules(root: Path) -> list[types.ModuleType]:
                                       and _in_project(getattr(module, "__file__", None), root))
         if known[1]:
             found.append(module)
-    return found
+    _scans[root] = (stamp, found)
+    return list(found)
 
 
+# root -> ((len(sys.modules), its last name) at the last scan, the project's modules then)
+_scans: dict[Path, tuple[tuple[int, str | None], list[types.ModuleType]]] = {}
 # root -> module name -> (the module, whether it is the project's)
 _module_verdicts: dict[Path, dict[str, tuple[Any, bool]]] = {}
 
@@ -425,16 +443,23 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 
 def _in_project(filename: str | None, root: Path) -> bool:
-    return bool(filename) and _file_in_project(filename, root)
+    return _file_in_project(filename, root) if filename else False
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _file_in_project(filename: str, root: Path) -> bool:
-    # Cached: a walk asks about every loaded module's file, each a few path resolutions, once per request.
+    # Kept per file: a walk asks about every loaded module's file once per request.
     if filename.startswith("<"):
         return False
-    path = Path(filename).resolve()
-    return path.is_relative_to(root) and is_users_file(str(path))
+    real_paths, verdicts = _project_files.setdefault(root, (RealPaths(), {}))
+    known = verdicts.get(filename)
+    if known is None:
+        real = real_paths(filename)
+        known = verdicts[filename] = real.startswith(str(root) + os.sep) and is_users_file(real)
+    return known
+
+
+# root -> (its files' real paths, file -> whether it is the project's), until ``new_checkout``
+_project_files: dict[Path, tuple[RealPaths, dict[str, bool]]] = {}
 
 
 def _relative(filename: str | None, root: Path) -> str:

@@ -39,6 +39,7 @@ from gradci.scenarios.rules.discovery import (
     Rule,
     discover_rules,
     forget_walks,
+    new_checkout,
     project_jitted,
     watch_rules_made_in_calls,
 )
@@ -63,6 +64,7 @@ class RuleTracer:
         import coverage
 
         self.root = Path(root).resolve()
+        new_checkout(self.root)  # another commit may have been checked out at this path before
         omit = _not_users_under(self.root)
         self._coverage = coverage.Coverage(data_file=None, include=[f"{self.root}/*"], omit=omit,
                                            config_file=False, branch=False)
@@ -172,7 +174,7 @@ class RuleTracer:
         for filename in data.measured_files():
             lines = data.lines(filename)
             if lines:
-                found[Path(filename).resolve().relative_to(self.root).as_posix()] = sorted(lines)
+                found[self.dependencies.relative(filename)] = sorted(lines)
         return found
 
     def _clear_jitted(self) -> None:
