@@ -200,7 +200,35 @@ def warm(request: messages.WarmRequest) -> messages.WarmReply:
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.backends}
+    warm_up([get_backend(name) for name, reason in reasons.items() if reason is None])
     return messages.WarmReply(unavailable=reasons, device_memory=cap_device_memory())
+
+
+def warm_up(backends: list[Backend]) -> None:
+    """One tiny cell on each backend, on the CPU, whose results are dropped.
+
+    What a framework loads on its first derivative loads here (``torch.func`` imports ``torch._dynamo``
+    on first use: over a second), not in the first cell: outside its time, its timeout, and rule
+    coverage's tracer, under which Python's own import runs several times slower on 3.11. The
+    frameworks' code is not the user's: nothing of it is recorded. A warm-up that fails says nothing:
+    the cells report their own errors.
+    """
+    if not backends:
+        return
+    import numpy as np
+
+    from gradci.scenarios.authoring.scenario import Scenario
+    from gradci.scenarios.check import check_scenario
+    from gradci.scenarios.reference.answer import ReferenceCache
+    from gradci.scenarios.verdict.captured_warnings import captured_warnings
+
+    def square_sum(v: Any) -> Any:
+        return (v * v).sum()
+
+    scenario = Scenario("gradci/warm-up", "gradient", {"torch": square_sum, "jax": square_sum},
+                        np.array([0.5, 1.5]), dtypes=("float64",))
+    with contextlib.suppress(Exception), captured_warnings():
+        check_scenario(scenario, backends, ["cpu"], ["float64"], ReferenceCache())
 
 
 _torch_capped: dict[str, Any] | None = None

@@ -165,3 +165,27 @@ def test_where_no_box_can_be_built_repository_code_is_refused_unless_the_operato
         assert unsandboxed.list_source(str(project)).scenarios  # the operator's explicit choice
     finally:
         unsandboxed.close()
+
+
+WARMED = r"""
+import sys
+import torch
+from gradci.worker import runner_child, runner_messages as messages
+if "torch._dynamo" in sys.modules:
+    print("loaded at import")
+else:
+    runner_child.warm(messages.WarmRequest(backends=["torch-func-rev"]))
+    print("loaded by warm" if "torch._dynamo" in sys.modules else "left to the first cell")
+"""
+
+
+def test_warming_a_backend_loads_what_its_first_derivative_loads(tmp_path):
+    """torch.func's first gradient imports torch._dynamo (over a second): at warm, not in a traced cell."""
+    import subprocess
+    import sys
+
+    said = subprocess.run([sys.executable, "-c", WARMED], capture_output=True, text=True, check=True,
+                          cwd=tmp_path).stdout.strip()
+    if said == "loaded at import":
+        pytest.skip("this torch imports torch._dynamo with torch: nothing is left for a first derivative")
+    assert said == "loaded by warm"
