@@ -46,6 +46,7 @@ A = TypeVar("A", bound=messages.Answer)
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
 OUTPUT_LIMIT_BYTES = 64 << 10
+CLOSE_GRACE_S = 0.5  # a runner asked to stop is killed after this: it keeps nothing (see WarmRunner.close)
 CACHE_MAX_MB = 4096
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
@@ -251,11 +252,17 @@ class WarmRunner:
             self._restart_due = f"it reached its process limit ({self.sandbox.pids_max} processes)"
 
     def close(self) -> None:
+        """End the runner: asked to stop (its stdin closed), then killed with what it spawned.
+
+        Its answers are all read by then and it keeps nothing: the wait is short. A runner that loaded
+        torch and jax takes about two seconds to finalize (their threads and static objects), which
+        every ``gradci check`` and every restart of a runner used to wait for.
+        """
         if self._process is not None and self._process.poll() is None:
             try:
                 if self._process.stdin is not None:  # stdin=PIPE
                     self._process.stdin.close()
-                self._process.wait(timeout=5)
+                self._process.wait(timeout=CLOSE_GRACE_S)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._discard()
