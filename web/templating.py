@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 
 from gradci.scenarios.contract.coverage import percent
+from gradci.scenarios.contract.wording import plural
 from gradci.services.api.sessions import csrf_token, signed_in_login
 from gradci.services.reports.diff import stored_tolerance_ratio
 from gradci.web import status_style
@@ -65,6 +66,6 @@ templates.env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii"
 templates.env.filters.update(percent=percent, number=number, short_sha=short_sha, memory=memory,
                              labelled=status_style.labelled)
 templates.env.globals.update(duration=duration, history_url=history_url, viewer=viewer, csrf_token=csrf_token,
-                             asset_url=asset_url,
+                             asset_url=asset_url, plural=plural,
                              ratio_of=stored_tolerance_ratio, text_colours=status_style.TEXT_COLOURS,
                              band_colours=status_style.BAND_COLOURS)

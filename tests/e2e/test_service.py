@@ -102,7 +102,7 @@ def test_a_scenario_without_a_jax_f_gets_no_jax_job_only_a_count(redis_service: 
     assert run["omitted_cells"] == 1 and run["counts"]["skip"] == 0
     assert {j.backend for j in jobs_of(redis_service.database_url, run_id)} == {"torch-rev"}
     with redis_service.client() as client:
-        assert "1 cells not made" in client.get(f"/runs/{run_id}").text
+        assert "1 cell not made" in client.get(f"/runs/{run_id}").text
         # Where the scenario is defined, relative to the repository: its Scenario(...) call's line.
         source = (Path(__file__).parents[1] / "data" / "projects" / "service_checks" / "gradci_scenarios.py")
         line = next(i for i, text in enumerate(source.read_text().splitlines(), 1) if '"culprit/tanh-jvp"' in text)

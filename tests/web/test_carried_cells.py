@@ -44,7 +44,7 @@ def test_a_carried_cell_shows_where_it_came_from_and_nothing_the_repository_name
         origin, carried = (session.scalars(select(Result.id).where(Result.run_id == run_id)).one() for run_id in ids)
     page = client.get(f"/runs/{ids[1]}").text
     assert 'id="carried-summary"' in page and f'<a href="/runs/{ids[0]}">run #{ids[0]}</a>' in page
-    assert "<strong>1</strong> cells carried" in page and 'class="badge carried"' in page
+    assert "<strong>1</strong> cell carried" in page and 'class="badge carried"' in page
     assert HOSTILE not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; changed" in page
     cell_page = client.get(f"/runs/{ids[1]}/cells/{carried}").text
     assert f'href="/runs/{ids[0]}/cells/{origin}"' in cell_page and "inputs unchanged" in cell_page

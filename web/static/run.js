@@ -16,7 +16,7 @@
     document.getElementById("matrix-rows").textContent = state.matrix.rows;
     document.getElementById("matrix-pages").textContent = state.matrix.pages;
     var total = state.jobs.total, over = state.jobs.over;
-    document.getElementById("jobs-text").textContent = over + " of " + total + " jobs finished";
+    document.getElementById("jobs-text").textContent = over + " of " + total + (total === 1 ? " job" : " jobs") + " finished";
     document.getElementById("jobs-bar").style.width = (total ? 100 * over / total : 0) + "%";
   }
   // The state the page shows: a poll sends it, and the server answers "unchanged" (a few counts, no
