@@ -16,7 +16,15 @@ from pathlib import Path
 import redis
 from celery import Celery, signals
 
-from gradci.services.broker.queues import CONTROL_QUEUE, HANDLE_DELIVERY, PLAN_RUN, PUBLISH_GITHUB, create_celery
+from gradci.services.broker.queues import (
+    CONTROL_QUEUE,
+    HANDLE_DELIVERY,
+    PLAN_QUEUE,
+    PLAN_RUN,
+    PUBLISH_GITHUB,
+    create_celery,
+    queue_of_task,
+)
 from gradci.services.github.intake import act_on_delivery
 from gradci.services.settings import Settings
 
@@ -29,7 +37,7 @@ def create_app(settings: Settings) -> Celery:
 
     def send(task: str) -> Callable[[int], None]:
         def sender(run_id: int) -> None:
-            app.send_task(task, args=[run_id], queue=CONTROL_QUEUE)
+            app.send_task(task, args=[run_id], queue=queue_of_task(task))
         return sender
 
     @app.task(name=HANDLE_DELIVERY)
@@ -50,7 +58,7 @@ def create_app(settings: Settings) -> Celery:
 def main() -> None:
     concurrency, ready = int(sys.argv[1]), Path(sys.argv[2])
     signals.worker_ready.connect(lambda **_: ready.write_text("ready"), weak=False)
-    create_app(Settings()).worker_main(["worker", f"--queues={CONTROL_QUEUE}", "--pool=prefork",
+    create_app(Settings()).worker_main(["worker", f"--queues={CONTROL_QUEUE},{PLAN_QUEUE}", "--pool=prefork",
                                         f"--concurrency={concurrency}", "--loglevel=WARNING",
                                         "--without-gossip", "--without-mingle", "--without-heartbeat"])
 

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     runner_device_memory_fraction: float = Field(0.9, gt=0, le=1)
 
     # Workers
+    # Pool processes of the control node a CPU worker starts beside its job pool (acting on webhook
+    # deliveries, finalising runs, publishing to GitHub): short tasks, a few at once.
+    control_concurrency: int = Field(2, ge=1)
     worker_heartbeat_s: float = Field(15.0, gt=0)
     worker_online_s: float = Field(60.0, gt=0)  # a worker is online if it beat within this window
     # Seconds a job may wait on a queue no online worker serves (GRADCI_DEVICE_WAIT); then its cells

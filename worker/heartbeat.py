@@ -36,11 +36,15 @@ def versions() -> dict[str, Any]:
 
 
 AfterBeat = Callable[[str, float], Any]  # (worker name, seconds the database has answered every beat)
+Queues = Callable[[], list[str]]  # the queues a worker serves now, as its row lists them
 
 
 class Heartbeat:
-    def __init__(self, name: str, context: WorkerContext, after_beat: AfterBeat | None = None) -> None:
+    def __init__(self, name: str, context: WorkerContext, after_beat: AfterBeat | None = None,
+                 queues: Queues | None = None) -> None:
+        """``queues``: what the worker serves, read at each beat (default: its device's job queues)."""
         self.name, self.context, self.after_beat = name, context, after_beat
+        self.queues: Queues = queues or (lambda: context.device.queues)
         self.settings: Settings = context.settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
@@ -56,7 +60,7 @@ class Heartbeat:
         with session_scope(self.settings.database_url) as session:
             record_heartbeat(
                 session, name=self.name, host=socket.gethostname(), device=self.context.device.name,
-                queue=",".join(self.context.device.queues), versions=self._versions,
+                queue=",".join(self.queues()), versions=self._versions,
                 started_at=utcnow() if self._first else None,
             )
         self._first = False
@@ -97,12 +101,13 @@ class Heartbeat:
 
 _heartbeat: Heartbeat | None = None
 _after_beat: AfterBeat | None = None
+_queues: Queues | None = None
 
 
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     global _heartbeat
     name = getattr(sender, "hostname", None) or current().name
-    _heartbeat = Heartbeat(name, current(), _after_beat)
+    _heartbeat = Heartbeat(name, current(), _after_beat, _queues)
     _heartbeat.start()
 
 
@@ -111,9 +116,9 @@ def _on_worker_shutdown(**_: Any) -> None:
         _heartbeat.stop()
 
 
-def install(after_beat: AfterBeat | None = None) -> None:
+def install(after_beat: AfterBeat | None = None, queues: Queues | None = None) -> None:
     """Connect to Celery's worker signals (weak=False: the handlers are module functions anyway)."""
-    global _after_beat
-    _after_beat = after_beat
+    global _after_beat, _queues
+    _after_beat, _queues = after_beat, queues
     signals.worker_ready.connect(_on_worker_ready, weak=False)
     signals.worker_shutdown.connect(_on_worker_shutdown, weak=False)

@@ -37,7 +37,15 @@ import time
 from collections.abc import Callable, Iterable
 
 from gradci.services.broker.messages import WAITING, TaskKey, UnknownTransport, broker_tasks
-from gradci.services.broker.queues import CONTROL_QUEUE, FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB
+from gradci.services.broker.queues import (
+    CONTROL_QUEUE,
+    EARLIER_CONTROL_QUEUE,
+    FINALIZE_RUN,
+    HANDLE_DELIVERY,
+    PLAN_QUEUE,
+    PLAN_RUN,
+    RUN_JOB,
+)
 from gradci.services.db.deliveries import unhandled_deliveries
 from gradci.services.db.jobs import (
     lost_jobs,
@@ -97,7 +105,9 @@ class Reconciler:
             unhandled = unhandled_deliveries(session, grace_s=grace, limit=BATCH)
         if not (lost or stranded or unplanned or unfinalized or overdue or unhandled):
             return Reconciled()
-        messages = self._messages({queue for _, queue in lost + stranded} | {CONTROL_QUEUE})
+        # The control tasks' messages of an earlier version wait on the cpu queue: they count too.
+        queues = {queue for _, queue in lost + stranded} | {CONTROL_QUEUE, PLAN_QUEUE, EARLIER_CONTROL_QUEUE}
+        messages = self._messages(queues)
         if messages is None:  # a broker we cannot read: only a lapsed lease is proof enough
             stranded, unplanned, unfinalized, unhandled, messages = [], [], [], [], {}
         now = time.time()

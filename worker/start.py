@@ -1,9 +1,11 @@
 """``gradci worker --device cpu|cuda:N``: a Celery worker consuming its device's queues.
 
-CPU workers use the prefork pool; a GPU worker serves one GPU, one job at a time, in a solo pool,
-pinned to it (CUDA_VISIBLE_DEVICES) with everything it starts, so that no process is ever forked
-after CUDA could have been initialised. CUDA lives only in the runner subprocesses anyway: the
-worker itself never imports a framework.
+CPU workers use the prefork pool, and start a control node beside it for the control queue
+(``gradci.worker.control_keeper``): webhook deliveries, finalisations and reports to GitHub never
+wait for a pool process busy with a job. A GPU worker serves one GPU, one job at a time, in a solo
+pool, pinned to it (CUDA_VISIBLE_DEVICES) with everything it starts, so that no process is ever
+forked after CUDA could have been initialised. CUDA lives only in the runner subprocesses anyway:
+the worker itself never imports a framework.
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import os
 import socket
 
 from gradci.scenarios.contract.devices import CPU
+from gradci.services.broker.queues import CONTROL_QUEUE
 from gradci.services.secrecy import forbid_inspection
 from gradci.worker import context, shutdown
-from gradci.worker.celery_app import create_worker_app
+from gradci.worker.celery_app import celery_argv, create_worker_app
+from gradci.worker.control_keeper import ControlKeeper, control_node_argv
 from gradci.worker.device_discovery import parse_worker_device
 
 DEFAULT_MAX_CPU_CONCURRENCY = 4  # each pool process keeps a runner with jax and torch loaded
@@ -24,17 +28,7 @@ def worker_argv(device: str, queues: list[str], concurrency: int, name: str, log
         pool = "prefork"
     else:
         pool = "solo" if concurrency == 1 else "threads"
-    return [
-        "worker",
-        f"--hostname={name}",
-        f"--queues={','.join(queues)}",
-        f"--pool={pool}",
-        f"--concurrency={concurrency}",
-        f"--loglevel={loglevel}",
-        # Gossip and mingle chatter between workers: nothing here uses it.
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    return celery_argv(name, queues, pool, concurrency, loglevel)
 
 
 def default_concurrency(device: str) -> int:
@@ -47,7 +41,7 @@ def start_worker(device: str, concurrency: int | None = None, loglevel: str = "I
     """Run a worker in this process until it is stopped.
 
     SIGTERM and SIGINT stop it within seconds (see ``gradci.worker.shutdown``): the jobs it was running
-    go back to the broker for the next worker.
+    go back to the broker for the next worker. A CPU worker's control node runs as long as it does.
     """
     forbid_inspection()  # its environment holds the credentials; its pool processes inherit this
     local = parse_worker_device(device)
@@ -56,7 +50,18 @@ def start_worker(device: str, concurrency: int | None = None, loglevel: str = "I
                          f"its runner holds the GPU's memory; start one worker per GPU")
     name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
     configured = context.configure(local, name=name)
-    app = create_worker_app(configured.settings)
+    control = ControlKeeper(control_node_argv(name, loglevel)) if local.name == CPU else None
+
+    def served() -> list[str]:  # what its heartbeat says it serves: the control queue while its node runs
+        return local.queues + ([CONTROL_QUEUE] if control is not None and control.running() else [])
+
+    app = create_worker_app(configured.settings, served)
     shutdown.install()
     argv = worker_argv(local.name, local.queues, concurrency or default_concurrency(local.name), name, loglevel)
-    app.worker_main(argv)
+    if control is not None:
+        control.start()
+    try:
+        app.worker_main(argv)
+    finally:
+        if control is not None:
+            control.stop()

@@ -20,10 +20,12 @@ from typing import Any
 
 from celery import shared_task
 
+from gradci.scenarios.contract.devices import CPU
 from gradci.services.broker.queues import (
     CONTROL_QUEUE,
     FINALIZE_RUN,
     HANDLE_DELIVERY,
+    PLAN_QUEUE,
     PLAN_RUN,
     PUBLISH_GITHUB,
     RUN_JOB,
@@ -61,7 +63,7 @@ def send_job(job_id: int, queue: str) -> None:
 
 
 def send_plan(run_id: int) -> None:
-    plan_run.apply_async(args=[run_id], queue=CONTROL_QUEUE)
+    plan_run.apply_async(args=[run_id], queue=PLAN_QUEUE)
 
 
 def send_finalize(run_id: int) -> None:
@@ -79,7 +81,7 @@ def send_delivery(delivery_id: int) -> None:
 def publish_now(run_id: int) -> None:
     """Publish a run's report in this process, now: the pending status a pull request sees first.
 
-    Sent as a message instead, it waited behind the run's own plan on the control queue — the
+    Sent as a message instead, it waited behind the run's own plan (when both shared a queue) — the
     pending status came after planning, seconds after the webhook. A failure is the sweeper's to
     retry: the report stays owed.
     """
@@ -193,16 +195,16 @@ def reconciler() -> Reconciler:
 def periodic_chores(worker_name: str, healthy_for_s: float) -> None:
     """The elected worker's chores after each heartbeat.
 
-    They run on the one elected worker of the control queue: send again what the broker lost, finish
-    the upload runs whose wait for shards is over (GRADCI_UPLOAD_WAIT), then the GitHub reports whose
-    backoff has expired — one message per report per step.
+    They run on one elected CPU worker (in its job node, the one that beats): send again what the
+    broker lost, finish the upload runs whose wait for shards is over (GRADCI_UPLOAD_WAIT), then the
+    GitHub reports whose backoff has expired — one message per report per step.
     """
     context = current()
     settings = context.settings
-    if CONTROL_QUEUE not in context.device.queues:
+    if CPU not in context.device.queues:
         return
     with session_scope(settings.database_url, readonly=True) as session:
-        if elected_worker(session, queue=CONTROL_QUEUE, within_s=settings.worker_online_s) != worker_name:
+        if elected_worker(session, queue=CPU, within_s=settings.worker_online_s) != worker_name:
             return
     if healthy_for_s >= SETTLE_BEATS * settings.worker_heartbeat_s:
         reconciler()()

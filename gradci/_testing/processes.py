@@ -127,6 +127,15 @@ def runners_below(pid: int) -> set[int]:
             if "gradci.worker.runner_child" in command_line(p) or "gradci.worker.sandbox" in command_line(p)}
 
 
+def control_nodes_below(pid: int) -> set[int]:
+    """The control nodes' main processes below ``pid`` (a CPU worker's, not their pool processes)."""
+    from gradci.worker.control_keeper import CONTROL_NODE_MODULE
+
+    found = {p for p in alive(descendants(pid)) if CONTROL_NODE_MODULE in command_line(p)}
+    tree = children_map()
+    return found - {child for node in found for child in tree.get(node, [])}  # a pool's command line is its node's
+
+
 def wait_gone(pids: set[int], timeout_s: float) -> float:
     """Seconds until none of ``pids`` runs; fails naming the survivors after ``timeout_s``."""
     start = time.monotonic()

@@ -1,9 +1,9 @@
 """The one place the API touches the queue: sending tasks by name, and probing the broker.
 
 The tasks are ``handle_delivery`` (a stored webhook delivery), ``plan_run``, ``finalize_run`` (an
-upload run whose shards are in) and ``publish_github``. The producer app comes from
-``gradci.services.broker.queues``: the API never imports the worker's tasks (nor the frameworks they
-load).
+upload run whose shards are in) and ``publish_github``, each sent to its queue (``queue_of_task``).
+The producer app comes from ``gradci.services.broker.queues``: the API never imports the worker's
+tasks (nor the frameworks they load).
 """
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from kombu import Connection
 
 from gradci.services.broker.queues import (
     BROKER_TIMEOUT_S,
-    CONTROL_QUEUE,
     FINALIZE_RUN,
     HANDLE_DELIVERY,
+    PLAN_QUEUE,
     PLAN_RUN,
     PUBLISH_GITHUB,
     broker_target,
     create_celery,
+    queue_of_task,
 )
 from gradci.services.settings import Settings
 
@@ -56,7 +57,7 @@ def _send(task: str, argument: int, settings: Settings, of: str = "run") -> None
         _producer(settings).send_task(
             task,
             args=[argument],
-            queue=CONTROL_QUEUE,
+            queue=queue_of_task(task),
             retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
         )
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not queued"
@@ -88,12 +89,12 @@ def submit_publish(run_id: int, settings: Settings) -> None:
 
 
 def broker_status(settings: Settings) -> tuple[bool, str | None, int | None]:
-    """(reachable, error message, messages waiting on the control queue)."""
+    """(reachable, error message, messages waiting on the plans' queue)."""
     try:
         with broker_connection(settings) as connection:
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_S)
             # A real round trip on every transport (Redis LLEN, an SQL count for the embedded one).
-            declared = connection.default_channel.queue_declare(queue=CONTROL_QUEUE, passive=False)
+            declared = connection.default_channel.queue_declare(queue=PLAN_QUEUE, passive=False)
             return True, None, int(declared.message_count)
     except Exception as exc:  # noqa: BLE001 - any transport's failure is the broker's status, not a crash
         return False, f"{type(exc).__name__}: {exc}", None

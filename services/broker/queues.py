@@ -23,10 +23,19 @@ RUN_JOB = "gradci.run_job"
 FINALIZE_RUN = "gradci.finalize_run"
 PUBLISH_GITHUB = "gradci.publish_github"
 HANDLE_DELIVERY = "gradci.handle_delivery"  # act on a stored GitHub webhook delivery
-# Acting on deliveries, planning, finalising and publishing need no accelerator: the CPU workers' queue.
-CONTROL_QUEUE = CPU
+# Acting on deliveries, finalising and publishing: short, no accelerator, no repository code. Their
+# queue has a consumer of its own beside every CPU worker's job pool (the worker's control node),
+# so that a pull request's first answer never waits for a pool process that runs a job.
+CONTROL_QUEUE = "control"
+CONTROL_TASKS = (HANDLE_DELIVERY, FINALIZE_RUN, PUBLISH_GITHUB)
+# Planning checks the commit out and lists its scenarios in a warm runner: a job's kind of work, done
+# by the CPU workers' job pools, where the runners are.
+PLAN_QUEUE = CPU
+# Where the control tasks went before CONTROL_QUEUE existed: an API or worker of an earlier version may
+# still send them there, and the CPU job pools still run them (they know every task).
+EARLIER_CONTROL_QUEUE = CPU
+TASK_QUEUES = {**{name: CONTROL_QUEUE for name in CONTROL_TASKS}, PLAN_RUN: PLAN_QUEUE}
 EMBEDDED_TRANSPORT = "gradci.services.broker.embedded:Transport"
-CONTROL_TASKS = (HANDLE_DELIVERY, PLAN_RUN, FINALIZE_RUN, PUBLISH_GITHUB)
 
 
 def broker_target(settings: Settings) -> tuple[str, str | None]:
@@ -50,10 +59,16 @@ def queue_for_device(device: str) -> str:
     return CUDA
 
 
-def queues_of_worker(device: str, capability: str | None = None) -> list[str]:
-    """The queues a worker of one local device (``cpu`` or ``cuda:N``) consumes.
+def queue_of_task(task: str) -> str:
+    """The queue ``task`` (one of ``TASK_QUEUES``) is sent to; a job's queue is its device's instead."""
+    return TASK_QUEUES[task]
 
-    A GPU worker takes any-GPU jobs and those asking for its own compute capability.
+
+def queues_of_worker(device: str, capability: str | None = None) -> list[str]:
+    """The queues the job pool of a worker of one local device (``cpu`` or ``cuda:N``) consumes.
+
+    A GPU worker takes any-GPU jobs and those asking for its own compute capability. A CPU worker's
+    control node consumes ``CONTROL_QUEUE`` beside it.
     """
     if device == CPU:
         return [CPU]
@@ -74,8 +89,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         broker_transport_options=settings.broker_transport_options(),
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=BROKER_TIMEOUT_S,
-        task_default_queue=CONTROL_QUEUE,
-        task_routes={name: {"queue": CONTROL_QUEUE} for name in CONTROL_TASKS},
+        task_default_queue=PLAN_QUEUE,
+        task_routes={name: {"queue": queue} for name, queue in TASK_QUEUES.items()},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         # A broker that restarts must not cancel the jobs running meanwhile: their leases in the

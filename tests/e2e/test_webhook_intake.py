@@ -1,7 +1,7 @@
 """Webhook deliveries on real processes: ``gradci api`` stores and acknowledges, ``gradci worker`` acts
-(private PostgreSQL and Redis, ``tests.support.faults``; heartbeats and the reconciler's grace
-shortened). A delivery is acted on exactly once when two messages of it are taken at once, and when
-the worker process acting on it is killed midway; a delivery acknowledged while the broker is down
+(its control node; private PostgreSQL and Redis, ``tests.support.faults``; heartbeats and the
+reconciler's grace shortened). A delivery is acted on exactly once when two messages of it are taken
+at once, and when the process acting on it is killed midway; a delivery acknowledged while the broker is down
 is acted on by the reconciler once the broker is back. Each run appears, is planned and finishes once.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from gradci._testing.processes import children_map, wait_for
+from gradci._testing.processes import children_map, control_nodes_below, wait_for
 from gradci._testing.repos import commit_all
 from gradci._testing.service import assert_each_cell_once, jobs_of, results_of
 from gradci.services.db.models import Delivery
@@ -145,9 +145,9 @@ def test_a_delivery_whose_message_comes_twice_at_once_is_acted_on_once(faulty_we
 
 
 def test_a_worker_killed_while_acting_on_a_delivery_leaves_it_to_act_on_once(faulty_webhook_service, mirror):
-    """The worker process acting on a pull request's opening is killed (SIGKILL) after storing its
-    run, before committing: nothing of it is left but the stored delivery, whose message comes back
-    to the restarted pool, and the run and its base's run are made, planned and finished once."""
+    """The control node's pool process acting on a pull request's opening is killed (SIGKILL) after
+    storing its run, before committing: nothing of it is left but the stored delivery, whose message
+    comes back to the restarted pool, and the run and its base's run are made, planned and finished once."""
     service = faulty_webhook_service
     root, shas = mirror
     with session_scope(service.database_url) as session:
@@ -158,8 +158,9 @@ def test_a_worker_killed_while_acting_on_a_delivery_leaves_it_to_act_on_once(fau
         wait_for(lambda: waiting_for_locks(probe, 1), "the worker to wait, its run stored but not committed",
                  timeout_s=30)
         assert service.worker is not None
-        pool = children_map().get(service.worker.pid, [])
-        assert pool, "the worker has pool processes"
+        (control_node,) = control_nodes_below(service.worker.pid)  # where deliveries are acted on
+        pool = children_map().get(control_node, [])
+        assert pool, "the control node has pool processes"
         for pid in pool:
             os.kill(pid, signal.SIGKILL)
         locks.execute("SELECT pg_advisory_unlock_all()")

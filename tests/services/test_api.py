@@ -28,7 +28,7 @@ from gradci.services.db.session import session_scope
 from gradci.services.db.workers import record_heartbeat
 from gradci.services.reports.run_report import store_report
 from gradci.services.settings import Settings
-from tests.support.broker import queued_plan_runs
+from tests.support.broker import queued_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def test_submit_builtin_run_creates_it_and_queues_plan_run(client: TestClient, s
     assert response.status_code == 201
     created = response.json()
     assert created["status"] == "queued" and created["url"].endswith(f"/runs/{created['id']}")
-    assert queued_plan_runs(settings.broker_url) == [("gradci.plan_run", [created["id"]])]
+    assert queued_tasks(settings.broker_url) == [("gradci.plan_run", [created["id"]])]
 
     run = client.get(f"/api/runs/{created['id']}").json()
     assert run["repo"] is None and run["trigger"] == "api" and run["coverage"] is None
@@ -340,7 +340,7 @@ def test_rerun_queues_a_child_run_over_the_unsuccessful_cells(client, settings, 
     child = client.get(f"/api/runs/{response.json()['id']}").json()
     assert (child["parent_run_id"], child["trigger"], child["repo"], child["head_sha"]) == (parent, "rerun", "/srv/git/k", "e" * 40)
     assert child["matrix"]["scenarios"] == [exact_pattern("scenario_00003"), exact_pattern("scenario_00004")]
-    assert queued_plan_runs(settings.broker_url) == [("gradci.plan_run", [child["id"]])]
+    assert queued_tasks(settings.broker_url) == [("gradci.plan_run", [child["id"]])]
 
     clean = seed_run(url, [cell_factory(0), cell_factory(5)])
     nothing = client.post(f"/api/runs/{clean}/rerun", headers=AUTH)
@@ -497,4 +497,4 @@ def test_through_gradci_api_over_loopback_http(api_server: str, redis_url: str) 
         assert http.get("/api/runs/12345").status_code == 404
         assert 'gradci_runs{status="queued"} 1.0' in http.get("/metrics").text
         assert http.post(f"/api/runs/{run_id}/cancel", headers=AUTH).json()["status"] == "cancelled"
-    assert queued_plan_runs(redis_url) == [("gradci.plan_run", [run_id])]
+    assert queued_tasks(redis_url) == [("gradci.plan_run", [run_id])]

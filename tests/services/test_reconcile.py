@@ -18,7 +18,16 @@ import pytest
 from sqlalchemy import update
 
 from gradci.services.broker.messages import WAITING, broker_tasks
-from gradci.services.broker.queues import FINALIZE_RUN, HANDLE_DELIVERY, PLAN_RUN, RUN_JOB, create_celery
+from gradci.services.broker.queues import (
+    CONTROL_QUEUE,
+    EARLIER_CONTROL_QUEUE,
+    FINALIZE_RUN,
+    HANDLE_DELIVERY,
+    PLAN_RUN,
+    RUN_JOB,
+    create_celery,
+    queue_of_task,
+)
 from gradci.services.db.deliveries import store_delivery
 from gradci.services.db.jobs import (
     Claim,
@@ -110,13 +119,14 @@ def settings(database_url: str, redis_url: str, tmp_path: Path, clean_environmen
 
 
 class BrokerSenders(Senders):
-    """The worker's senders' shape, sending through a real producer to the settings' broker."""
+    """The worker's senders' shape, sending through a real producer to the settings' broker, each task to
+    its queue (``queue_of_task``) as the worker's do."""
 
     def __init__(self, settings: Settings) -> None:
         producer = create_celery(settings)
 
-        def send(task: str, argument: int, queue: str = "cpu") -> None:
-            producer.send_task(task, args=[argument], queue=queue)
+        def send(task: str, argument: int, queue: str | None = None) -> None:
+            producer.send_task(task, args=[argument], queue=queue or queue_of_task(task))
 
         super().__init__(job=lambda job_id, queue: send(RUN_JOB, job_id, queue),
                          plan=lambda run_id: send(PLAN_RUN, run_id), finalize=lambda run_id: send(FINALIZE_RUN, run_id),
@@ -133,13 +143,13 @@ def stored_delivery(url: str, name: str, *, received_at: datetime, processed: bo
 
 
 def messages_in(settings: Settings) -> Counter:
-    """How many messages of each (task, first argument) wait in Redis's cpu queue."""
+    """How many messages of each (queue, task, first argument) wait in Redis's cpu and control queues."""
     import redis
 
     with redis.Redis.from_url(settings.broker_url) as client:
-        payloads = [json.loads(raw) for raw in client.lrange("cpu", 0, -1)]
-    return Counter((payload["headers"]["task"], json.loads(base64.b64decode(payload["body"]))[0][0])
-                   for payload in payloads)
+        payloads = [(queue, json.loads(raw)) for queue in ("cpu", CONTROL_QUEUE) for raw in client.lrange(queue, 0, -1)]
+    return Counter((queue, payload["headers"]["task"], json.loads(base64.b64decode(payload["body"]))[0][0])
+                   for queue, payload in payloads)
 
 
 @pytest.mark.integration
@@ -163,9 +173,12 @@ def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings
     unfinalized = make_run(url)
     (finished,) = new_jobs(url, unfinalized, 1)
     set_job(url, finished, status=JobStatus.done.value, finished_at=old)
-    # Deliveries: never announced (the broker was down), announced and waiting, just stored, acted on.
+    # Deliveries: never announced (the broker was down), announced and waiting, announced by an API of
+    # an earlier version (on the cpu queue, where a CPU job pool still takes it), just stored, acted on.
     unannounced, announced = stored_delivery(url, "d-1", received_at=old), stored_delivery(url, "d-2", received_at=old)
+    earlier = stored_delivery(url, "d-5", received_at=old)
     send.delivery(announced)
+    create_celery(settings).send_task(HANDLE_DELIVERY, args=[earlier], queue=EARLIER_CONTROL_QUEUE)
     stored_delivery(url, "d-3", received_at=utcnow())
     stored_delivery(url, "d-4", received_at=old, processed=True)
 
@@ -179,10 +192,12 @@ def test_the_reconciler_sends_again_only_what_the_broker_lost(settings: Settings
     assert jobs[renewed].status == JobStatus.running.value and jobs[fresh].status == JobStatus.queued.value
 
     assert not reconcile()  # what it sent now waits in the queue: nothing twice
-    assert messages_in(settings) == {(RUN_JOB, waiting): 1, (RUN_JOB, lost_message): 1, (RUN_JOB, lapsed): 1,
-                                     (PLAN_RUN, unplanned): 1, (PLAN_RUN, planning): 1,
-                                     (FINALIZE_RUN, unfinalized): 1, (HANDLE_DELIVERY, unannounced): 1,
-                                     (HANDLE_DELIVERY, announced): 1}
+    # Jobs and plans on the cpu queue, the rest on the control queue its own consumers serve.
+    assert messages_in(settings) == {("cpu", RUN_JOB, waiting): 1, ("cpu", RUN_JOB, lost_message): 1,
+                                     ("cpu", RUN_JOB, lapsed): 1, ("cpu", PLAN_RUN, unplanned): 1,
+                                     ("cpu", PLAN_RUN, planning): 1, ("control", FINALIZE_RUN, unfinalized): 1,
+                                     ("control", HANDLE_DELIVERY, unannounced): 1,
+                                     ("control", HANDLE_DELIVERY, announced): 1, ("cpu", HANDLE_DELIVERY, earlier): 1}
 
 
 @pytest.mark.integration
@@ -204,4 +219,6 @@ def test_the_embedded_broker_is_read_too(sqlite_url: str, tmp_path: Path, clean_
     assert settings.broker_url.startswith("sqla+")
     BrokerSenders(settings).job(7, "cpu")
     BrokerSenders(settings).plan(8)
+    BrokerSenders(settings).delivery(9)
     assert broker_tasks(settings, ["cpu"]) == {(RUN_JOB, 7): WAITING, (PLAN_RUN, 8): WAITING}
+    assert broker_tasks(settings, [CONTROL_QUEUE]) == {(HANDLE_DELIVERY, 9): WAITING}

@@ -1,7 +1,7 @@
 """Stopping the service leaves nothing behind: ``gradci worker`` stopped by SIGTERM or SIGINT in the
 middle of a job, and ``gradci up`` stopped by Ctrl-C, SIGTERM or SIGTERM to its process group,
-during a run or after it: within 10 s no process of theirs runs (runners included), and the job
-in progress is run again by the next worker, not lost."""
+during a run or after it: within 10 s no process of theirs runs (runners and the CPU worker's control
+node included), and the job in progress is run again by the next worker, not lost."""
 from __future__ import annotations
 
 import os
@@ -14,6 +14,7 @@ import pytest
 
 from gradci._testing.processes import (
     alive,
+    command_line,
     descendants,
     free_port,
     runners_below,
@@ -24,6 +25,7 @@ from gradci._testing.processes import (
     wait_gone,
 )
 from gradci._testing.service import Service, assert_each_cell_once, results_of
+from gradci.worker.control_keeper import CONTROL_NODE_MODULE
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +35,13 @@ STOP_WITHIN_S = 10.0
 def running_tree(root_pid: int) -> set[int]:
     """The processes below ``root_pid`` once runners are at work (a job is in its cells)."""
     wait_for(lambda: runners_below(root_pid), "a runner checking cells", timeout_s=90, interval_s=0.1)
+    return whole_tree(root_pid)
+
+
+def whole_tree(root_pid: int) -> set[int]:
+    """The processes below ``root_pid``, the CPU worker's control node among them."""
+    wait_for(lambda: any(CONTROL_NODE_MODULE in command_line(pid) for pid in descendants(root_pid)),
+             "the CPU worker's control node", timeout_s=60, interval_s=0.1)
     return descendants(root_pid)
 
 
@@ -88,7 +97,7 @@ def test_gradci_up_stops_with_nothing_left(slow_project: tuple[Path, str], tmp_p
             tree = running_tree(up.pid)
         else:
             wait_for(lambda: client.get(f"/api/runs/{run_id}").json()["status"] == "passed", "the run")
-            tree = descendants(up.pid)
+            tree = whole_tree(up.pid)
         client.close()
         assert len(tree) >= 3  # gradci up, the API, the worker (and its pool, and their runners)
         if how == "SIGTERM to its group":

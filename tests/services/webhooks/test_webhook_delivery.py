@@ -23,7 +23,7 @@ from gradci.services.db.models import Delivery
 from gradci.services.db.session import engine_for, session_scope
 from gradci.services.github.intake import act_on_delivery
 from gradci.services.settings import Settings
-from tests.support.broker import queued_plan_runs
+from tests.support.broker import queued_tasks
 from tests.support.payloads import payload
 from tests.support.webhook_client import BASE, HEAD, act_on_stored, closed_port, deliver, runs, webhook_headers
 
@@ -45,7 +45,7 @@ def assert_run_started_once(settings: Settings, redis_url: str) -> None:
     stored = runs(settings.database_url)
     assert sorted(run.head_sha for run in stored) == sorted([HEAD, BASE])
     assert {run.status for run in stored} == {"queued"}
-    plans = Counter(args[0] for task, args in queued_plan_runs(redis_url) if task == "gradci.plan_run")
+    plans = Counter(args[0] for task, args in queued_tasks(redis_url) if task == "gradci.plan_run")
     assert plans == Counter({run.id: 1 for run in stored})
 
 
@@ -76,7 +76,7 @@ def test_a_broker_that_hangs_delays_no_answer_and_loses_no_delivery(settings, re
         assert answer.status_code == 202 and time.monotonic() - started < 2.0, answer.text
         assert deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-broker").json()["duplicate"]
     assert stored_deliveries(settings.database_url)["d-broker"].processed_at is None
-    assert queued_plan_runs(redis_url) == []
+    assert queued_tasks(redis_url) == []
     act_on_stored(settings)
     assert_run_started_once(settings, redis_url)
 
@@ -87,7 +87,7 @@ def test_a_delivery_while_the_database_is_down_answers_503_and_its_redelivery_ru
     with TestClient(create_app(database_down)) as client:
         answer = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-database")
     assert answer.status_code == 503, answer.text
-    assert queued_plan_runs(redis_url) == []
+    assert queued_tasks(redis_url) == []
     redeliver_until_handled(settings, "d-database")
     assert_run_started_once(settings, redis_url)
 
@@ -142,7 +142,7 @@ def test_a_database_failing_while_a_delivery_is_acted_on_leaves_it_to_act_on_aga
         act_on_stored(settings)
     assert stored_deliveries(settings.database_url)["d-midway"].processed_at is None
     assert runs(settings.database_url) == [] and not any(task == "gradci.plan_run"
-                                                         for task, _ in queued_plan_runs(redis_url))
+                                                         for task, _ in queued_tasks(redis_url))
     database_fails_on_new_runs()
     act_on_stored(settings)
     assert_run_started_once(settings, redis_url)

@@ -11,10 +11,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gradci._testing.processes import wait_for
+from gradci.scenarios.contract.devices import CPU
 from gradci.services.api.app import create_app
+from gradci.services.broker.queues import CONTROL_QUEUE
 from gradci.services.db.models import Delivery, GitHubReport
 from gradci.services.db.session import session_scope
-from tests.support.broker import queued_plan_runs
+from tests.support.broker import queued_tasks
 from tests.support.payloads import payload
 from tests.support.webhook_client import BASE, HEAD, act_on_stored, deliver, runs
 
@@ -43,14 +45,17 @@ def test_opened_pr_creates_a_run_and_a_baseline_then_duplicates_start_nothing(cl
     with session_scope(settings.database_url, readonly=True) as session:
         stored = session.scalars(select(Delivery).where(Delivery.delivery_id == "d-1")).one()
     assert stored.processed_at is None and stored.subject == "Codertocat/Hello-World#2"
-    wait_for(lambda: ("gradci.handle_delivery", [stored.id]) in queued_plan_runs(redis_url), "its message")
+    # On the control queue: a control node takes it even while every job pool is busy.
+    wait_for(lambda: ("gradci.handle_delivery", [stored.id]) in queued_tasks(redis_url, [CONTROL_QUEUE]),
+             "its message")
     act_on_stored(settings)
     head_run, base_run = runs(settings.database_url)
     assert (head_run.head_sha, head_run.base_sha, head_run.pr_number) == (HEAD, BASE, 2)
     assert base_run.head_sha == BASE and base_run.pr_number is None
-    tasks = [(name, args[0]) for name, args in queued_plan_runs(redis_url)]
-    assert ("gradci.plan_run", head_run.id) in tasks and ("gradci.plan_run", base_run.id) in tasks
-    assert ("gradci.publish_github", head_run.id) in tasks
+    plans = [(name, args[0]) for name, args in queued_tasks(redis_url, [CPU])]  # planning uses a runner
+    assert ("gradci.plan_run", head_run.id) in plans and ("gradci.plan_run", base_run.id) in plans
+    assert ("gradci.publish_github", head_run.id) in [(name, args[0])
+                                                      for name, args in queued_tasks(redis_url, [CONTROL_QUEUE])]
     again = deliver(client, "pull_request", payload("pull_request.opened"), delivery="d-1")
     assert again.status_code == 200 and again.json()["duplicate"]
     assert act_on_stored(settings) == [] and len(runs(settings.database_url)) == 2
