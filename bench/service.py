@@ -10,15 +10,21 @@
    ``gradci api`` and ``gradci worker`` (PostgreSQL and Redis of the test cluster) and a fake GitHub
    on loopback; each push of a pull request is a signed webhook, timed from its POST to the pending
    commit status (token mode) or the in-progress check run (App mode) arriving at the fake, and to
-   the run's jobs being stored (its planning done), for contrast.
+   the run's jobs being stored (its planning done), for contrast. ``--busy``: each push arrives while
+   every pool process of the worker runs a sleeping job and another waits behind each (a run
+   submitted through the API just before); ``--before-tree DIR`` times a service imported from
+   another source tree first, side by side.
 
 Run: .venv/bin/python bench/service.py [--sample N | --all] [--database-url URL --broker-url URL]
 Without URLs the service runs embedded (SQLite, SQLite broker transport) in a temporary folder.
-.venv/bin/python bench/service.py --first-answer [--pushes N]
+.venv/bin/python -m bench.service --first-answer [--pushes N] [--busy [--concurrency N]] [--before-tree DIR]
+(as a module from the repository root: it uses the tests' fake GitHub)
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -26,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,30 +201,89 @@ def scenarios():
 '''
 
 
-def first_answer(pushes: int) -> None:
-    """Time webhook → first answer on GitHub over ``pushes`` pushes, in token mode then App mode."""
-    from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
-    from gradci._testing.repos import commit_all, init_repository
-    from tests.support.fake_github import FakeGitHub
+BUSY_MODULE = '''
+import time
 
-    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-first-"))
+import numpy as np
+from gradci import Scenario, namespace
+
+def slow(x):
+    time.sleep(SLEEP_S)  # a cell calls it twice
+    return namespace(x).sum(x ** 2)
+
+def scenarios():
+    x = np.array([0.3, -0.2, 0.7]) * (1 + {push})
+    return [Scenario(f"slow/{i}", "gradient", slow, x, reference=2 * x) for i in range(JOBS)]
+'''
+BUSY_SLEEP_S = 4  # each sleeping job: about 8 s
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstAnswerRepo:
+    """The mirrored repository the first-answer bench pushes: a base, each push's head, and with
+    ``--busy`` each push's sleeping commit (a run of it keeps every pool process busy)."""
+    mirrors: Path
+    shas: list[str]
+    sleeping: list[str]
+
+
+def first_answer_repo(workdir: Path, pushes: int, concurrency: int) -> FirstAnswerRepo:
+    from gradci._testing.repos import commit_all, init_repository
+
     root = workdir / "mirrors"
     repo = init_repository(root / "Codertocat" / "Hello-World.git", "master")
     (repo / "gradci.toml").write_text('[scenarios]\nmodules = ["grad_scenarios"]\n'
                                       '[matrix]\nbackends = ["torch-rev"]\ndtypes = ["float64"]\n')
-    shas = []
+    shas, sleeping = [], []
     for push in range(pushes + 1):
         (repo / "grad_scenarios.py").write_text(FIRST_ANSWER_MODULE.replace("{push}", str(push)))
         shas.append(commit_all(repo, f"push {push}"))
+    for push in range(pushes):  # two jobs per pool process: one runs, one waits behind it
+        module = BUSY_MODULE.replace("{push}", str(push)).replace("SLEEP_S", str(BUSY_SLEEP_S))
+        (repo / "grad_scenarios.py").write_text(module.replace("JOBS", str(2 * concurrency)))
+        sleeping.append(commit_all(repo, f"sleeping {push}"))
+    return FirstAnswerRepo(root, shas, sleeping)
+
+
+@contextlib.contextmanager
+def imported_from(tree: Path | None) -> Iterator[None]:
+    """The service processes started within import gradci from ``tree`` (None: this one)."""
+    before = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def first_answer(pushes: int, busy: bool = False, concurrency: int = 1, before_tree: Path | None = None) -> None:
+    """Time webhook → first answer on GitHub over ``pushes`` pushes, in token mode then App mode.
+
+    ``busy``: each push comes while every pool process of the worker runs a sleeping job, another
+    queued behind each. ``before_tree``: the same, first with the service imported from that source tree.
+    """
+    from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
+    from tests.support.fake_github import FakeGitHub
+
+    workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-first-"))
+    repo = first_answer_repo(workdir, pushes, concurrency)
+    trees = [("before", before_tree), ("after", None)] if before_tree else [("", None)]
     for mode in ("token", "app"):
-        with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_first") as database, \
-                claimed_redis_database() as broker:
-            figures = _first_answers(fake, mode, database, broker, workdir / mode, root, shas)
-        answers, planned = zip(*figures)
-        print(f"{mode} mode, {len(figures)} pushes: webhook → pending {'status' if mode == 'token' else 'check run'} "
-              f"{_spread(answers)}; webhook → jobs stored (planned) {_spread(planned)}")
-        print("  each push (the first also schedules its base's run): "
-              + ", ".join(f"{answer:.2f}/{plan:.2f} s" for answer, plan in figures))
+        for label, tree in trees:
+            with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_first") as database, \
+                    claimed_redis_database() as broker, imported_from(tree):
+                figures = _first_answers(fake, mode, database, broker, workdir / f"{mode}-{label}", repo,
+                                         busy=busy, concurrency=concurrency)
+            answers, planned = zip(*figures)
+            print(f"{mode} mode{', ' + label if label else ''}{', every worker busy' if busy else ''}, "
+                  f"{len(figures)} pushes: webhook → pending {'status' if mode == 'token' else 'check run'} "
+                  f"{_spread(answers)}; webhook → jobs stored (planned) {_spread(planned)}")
+            print("  each push (the first also schedules its base's run): "
+                  + ", ".join(f"{answer:.2f}/{plan:.2f} s" for answer, plan in figures), flush=True)
 
 
 def _spread(seconds: Any) -> str:
@@ -225,21 +291,14 @@ def _spread(seconds: Any) -> str:
     return f"median {ordered[len(ordered) // 2]:.2f} s (min {ordered[0]:.2f}, max {ordered[-1]:.2f})"
 
 
-def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Path, mirrors: Path,
-                   shas: list[str]) -> list[tuple[float, float]]:
-    """(webhook → first answer, webhook → planned) of each push after the first (the base)."""
-    from sqlalchemy import func, select
-
-    from gradci._testing.processes import wait_for
-    from gradci._testing.service import running_service
-    from gradci.services.db.models import Job, Run
-    from gradci.services.db.session import session_scope
-    from tests.support.payloads import pull_request
-    from tests.support.webhook_client import SECRET, deliver_over_http
+def _first_answer_settings(fake: Any, mode: str, workdir: Path, mirrors: Path, busy: bool) -> dict[str, str]:
+    from tests.support.webhook_client import SECRET
 
     settings: dict[str, str] = dict(github_webhook_secret=SECRET, github_api_url=fake.url,
                                     worker_heartbeat_s="1", allowed_repos="Codertocat/Hello-World",
                                     clone_url_template=f"file://{mirrors}/{{full_name}}.git")
+    if busy:  # a job per sleeping scenario
+        settings["job_chunk_size"] = "1"
     if mode == "app":
         key = workdir / "app.pem"
         workdir.mkdir(parents=True)
@@ -248,6 +307,20 @@ def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Pa
         settings |= dict(github_app_id="31337", github_app_private_key_file=str(key))
     else:
         settings["github_token"] = "bench-token"
+    return settings
+
+
+def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Path, repo: FirstAnswerRepo, *,
+                   busy: bool, concurrency: int) -> list[tuple[float, float]]:
+    """(webhook → first answer, webhook → planned) of each push after the first (the base)."""
+    from sqlalchemy import func, select
+
+    from gradci._testing.processes import wait_for
+    from gradci._testing.service import jobs_of, running_service
+    from gradci.services.db.models import Job, Run
+    from gradci.services.db.session import session_scope
+    from tests.support.payloads import pull_request
+    from tests.support.webhook_client import deliver_over_http
 
     def answered(sha: str) -> bool:
         if mode == "app":
@@ -264,10 +337,25 @@ def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Pa
             statuses = list(session.scalars(select(Run.status).where(Run.head_sha == sha)))
         return bool(statuses) and all(status in ("passed", "failed", "error", "cancelled") for status in statuses)
 
+    def keep_busy(service: Any, sha: str) -> int:
+        """A run of sleeping jobs, submitted through the API (it reports nothing to GitHub), once every
+        pool process runs one of its jobs and another waits behind each."""
+        run_id = service.submit(repo="Codertocat/Hello-World", sha=sha)
+
+        def every_process_busy() -> bool:
+            statuses = [job.status for job in jobs_of(database, run_id)]
+            return statuses.count("running") == concurrency and statuses.count("queued") >= concurrency
+
+        wait_for(every_process_busy, "every pool process busy", timeout_s=180, interval_s=0.05)
+        return run_id
+
     figures = []
-    with running_service(database, broker, workdir / "work", workdir / "logs", concurrency=1, **settings) as service:
-        base = shas[0]
-        for number, head in enumerate(shas[1:], 1):
+    settings = _first_answer_settings(fake, mode, workdir, repo.mirrors, busy)
+    with running_service(database, broker, workdir / "work", workdir / "logs", concurrency=concurrency,
+                         **settings) as service:
+        base = repo.shas[0]
+        for number, head in enumerate(repo.shas[1:], 1):
+            sleeping = keep_busy(service, repo.sleeping[number - 1]) if busy else None
             body = pull_request("opened" if number == 1 else "synchronize", head, base)
             if mode == "app":
                 body["installation"] = {"id": 4242}
@@ -281,12 +369,14 @@ def _first_answers(fake: Any, mode: str, database: str, broker: str, workdir: Pa
                     answer = now
                 if planning is None and planned(head):
                     planning = now
-                if now > 120:
-                    raise RuntimeError(f"push {number}: no answer after 120 s; see {workdir / 'logs'}")
+                if now > 180:
+                    raise RuntimeError(f"push {number}: no answer after 180 s; see {workdir / 'logs'}")
                 time.sleep(0.01)
             figures.append((answer, planning))
             # The worker idle again before the next push (the base run too, after the first).
             wait_for(lambda: finished(head) and finished(base), f"push {number}'s runs", timeout_s=180)
+            if sleeping is not None:
+                service.wait_finished(sleeping, timeout_s=180)
     return figures
 
 
@@ -317,13 +407,19 @@ def main() -> None:
     parser.add_argument("--first-answer", action="store_true",
                         help="time webhook → pending status / check run (PostgreSQL and Redis of the test cluster)")
     parser.add_argument("--pushes", type=int, default=5, help="pushes timed by --first-answer (default 5)")
+    parser.add_argument("--busy", action="store_true",
+                        help="--first-answer: each push while every pool process of the worker runs a job")
+    parser.add_argument("--concurrency", type=int, default=1, help="--first-answer: the worker's pool processes")
+    parser.add_argument("--before-tree", type=Path,
+                        help="--first-answer: also time a service imported from this source tree (the "
+                             "commit before a change, `git archive REV | tar -x -C DIR`), before this one")
     parser.add_argument("--check-in-process", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.check_in_process:
         check_in_process(args.check_in_process)
         return
     if args.first_answer:
-        first_answer(args.pushes)
+        first_answer(args.pushes, busy=args.busy, concurrency=args.concurrency, before_tree=args.before_tree)
         return
 
     workdir, database_url, env = service_setup(args.database_url, args.broker_url)
