@@ -8,6 +8,12 @@ disk, which no host is told about (each has its own workdir and caches). ``Host.
 host's link down (``ip link set … down``, its cable pulled at the switch), ``Host.restore`` brings
 it back.
 
+A host may be given a share of the machine's CPUs (``cpus``: 0.5 is half a core), so that it runs
+as fast as a host of that size whatever the other hosts do: a cgroup of the v1 ``cpu`` hierarchy with
+that CFS quota, which its processes join as they start and their children inherit (the runner's own
+cgroups are of the ``pids`` and ``memory`` hierarchies: it stays in its host's). On cgroup v2 a
+runner's cgroup is made outside its host's, so there a share is refused.
+
 A clock that is off: ``skewed_clock`` compiles a small preloaded library (``LD_PRELOAD``) that adds
 the offset to the realtime clock (``clock_gettime(CLOCK_REALTIME…)``, ``gettimeofday``, ``time``)
 of the host's processes, leaving the monotonic clocks alone, as a host whose clock is off has them.
@@ -20,7 +26,7 @@ fails with EINVAL.)
 
 Everything is removed at the end, also when the test failed: every process started in a host (its
 whole tree, also those that left its process group, such as sandboxed runners), the namespaces,
-the veth pairs and the bridge. Names carry the pid of the test process that made them, and what an
+the veth pairs, the bridge and the hosts' cgroups. Names carry the pid of the test process that made them, and what an
 earlier test process left behind (it was killed) is swept when the next network is made.
 """
 from __future__ import annotations
@@ -34,7 +40,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -49,6 +55,8 @@ from tests.support.projects import project_repository
 PREFIX = "gcit"  # every namespace and link a test network makes: gcit<pid>, gcit<pid><host>
 _OURS = re.compile(rf"^{PREFIX}(\d+)")
 NETWORKS = ipaddress.IPv4Network("10.213.0.0/16")  # one /24 of it per test network
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu hierarchy: a host's CPU share
+CFS_PERIOD_US = 100_000
 STOP_GRACE_S = 5.0
 
 CLOCK_SHIM = r"""
@@ -130,6 +138,7 @@ class Host:
     link: str
     folder: Path
     processes: list[subprocess.Popen[bytes]] = dataclasses.field(default_factory=list)
+    cgroup: Path | None = None  # its CPU share's cgroup, if it has one
 
     @property
     def hostname(self) -> str:
@@ -154,10 +163,14 @@ class Host:
         return env
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` run in this host: its network namespace, its hostname. Each step execs the next,
-        so the process that runs ``argv`` is the one started."""
-        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                self.hostname, *argv]
+        """``argv`` run in this host: its network namespace, its hostname, its CPU share. Each step execs
+        the next, so the process that runs ``argv`` is the one started."""
+        command = ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                   self.hostname, *argv]
+        if self.cgroup is None:
+            return command
+        # Joined before entering the namespace: `ip netns exec` mounts a /sys of its own, without cgroups.
+        return ["sh", "-c", f'echo $$ > {self.cgroup / "cgroup.procs"} && exec "$@"', "join", *command]
 
     def spawn(self, argv: Sequence[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
         """``argv`` in this host, in a session of its own, output appended to ``logs/<log>``."""
@@ -218,8 +231,9 @@ class HostNetwork:
         _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
 
-    def add_host(self, name: str) -> Host:
-        """A new host ``name`` (a letter, perhaps a second character) at the next address of the subnet."""
+    def add_host(self, name: str, cpus: float | None = None) -> Host:
+        """A new host ``name`` (a letter, perhaps a second character) at the next address of the subnet,
+        with ``cpus`` of the machine's CPUs if given."""
         assert re.fullmatch(r"[a-z][a-z0-9]?", name), name
         namespace = link = f"{self.tag}{name}"
         address = str(self.subnet.network_address + 2 + len(self.hosts))
@@ -236,6 +250,8 @@ class HostNetwork:
         _ip("-n", namespace, "addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", "eth0")
         _ip("-n", namespace, "link", "set", "eth0", "up")
         _ip("-n", namespace, "link", "set", "lo", "up")
+        if cpus is not None:
+            host.cgroup = _cpu_share(namespace, cpus)
         return host
 
     def close(self) -> None:
@@ -249,10 +265,37 @@ class HostNetwork:
         for host in self.hosts:
             _ip("link", "del", host.link, check=False)
             _ip("netns", "del", host.namespace, check=False)
+            if host.cgroup is not None:
+                _remove_cgroup(host.cgroup)
         _ip("link", "del", self.bridge, check=False)
         left = leftovers(os.getpid())
         if errors or left:
             raise AssertionError(f"test network not removed cleanly: {errors} {left}")
+
+
+def _cpu_share(name: str, cpus: float) -> Path:
+    """A cgroup ``name`` of the cpu hierarchy whose processes get ``cpus`` CPUs at most (v1 only)."""
+    if not (CPU_CGROUPS / "cpu.cfs_quota_us").is_file():
+        raise RuntimeError(f"a host's CPU share needs cgroup v1's cpu hierarchy at {CPU_CGROUPS}")
+    folder = CPU_CGROUPS / name
+    folder.mkdir()
+    (folder / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+    (folder / "cpu.cfs_quota_us").write_text(str(max(1000, round(cpus * CFS_PERIOD_US))))
+    return folder
+
+
+def _remove_cgroup(folder: Path) -> None:
+    """Remove an emptied cgroup (a process still in it is killed first)."""
+    if not folder.is_dir():
+        return
+    pids = {int(pid) for pid in (folder / "cgroup.procs").read_text().split()}
+    _kill(pids)
+    wait_gone(pids, timeout_s=15)
+    folder.rmdir()
+
+
+def _cgroups() -> list[Path]:
+    return [path for path in CPU_CGROUPS.glob(f"{PREFIX}*") if path.is_dir()] if CPU_CGROUPS.is_dir() else []
 
 
 def _namespaces() -> list[str]:
@@ -270,13 +313,13 @@ def _owner(name: str) -> int | None:
 
 
 def leftovers(pid: int) -> list[str]:
-    """The namespaces and links of test process ``pid`` that still exist."""
-    return [name for name in _namespaces() + _links() if _owner(name) == pid]
+    """The namespaces, links and cgroups of test process ``pid`` that still exist."""
+    return [name for name in _namespaces() + _links() + [path.name for path in _cgroups()] if _owner(name) == pid]
 
 
 def sweep_stale() -> None:
-    """Remove the namespaces and links (and the processes in them) that test processes no longer
-    running left behind."""
+    """Remove the namespaces, links and cgroups (and the processes in them) that test processes no
+    longer running left behind."""
     for namespace in _namespaces():
         owner = _owner(namespace)
         if owner is not None and not alive({owner}):
@@ -287,6 +330,10 @@ def sweep_stale() -> None:
         owner = _owner(link)
         if owner is not None and not alive({owner}):
             _ip("link", "del", link, check=False)
+    for cgroup in _cgroups():
+        owner = _owner(cgroup.name)
+        if owner is not None and not alive({owner}):
+            _remove_cgroup(cgroup)
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -302,14 +349,15 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 
 @contextmanager
-def host_network(folder: Path, hosts: Sequence[str] = ()) -> Iterator[HostNetwork]:
-    """A test network with ``hosts`` (more with ``add_host``), removed whole at the end."""
+def host_network(folder: Path, hosts: Sequence[str] = (), cpus: float | None = None) -> Iterator[HostNetwork]:
+    """A test network with ``hosts`` (more with ``add_host``), each with ``cpus`` CPUs if given,
+    removed whole at the end."""
     sweep_stale()
     network = HostNetwork(folder)
     try:
         network.open()
         for name in hosts:
-            network.add_host(name)
+            network.add_host(name, cpus)
         yield network
     finally:
         network.close()
@@ -382,16 +430,21 @@ def host_of(job: Job) -> str | None:
 
 
 @contextmanager
-def hosts_service(project: str, hosts: Sequence[str], **settings: str) -> Iterator[HostsService]:
+def hosts_service(project: str, hosts: Sequence[str], *, make_repository: Callable[[Path], str] | None = None,
+                  cpus: float | None = None, logs_on_exit: bool = True, **settings: str) -> Iterator[HostsService]:
     """A ``HostsService`` checking ``tests/data/projects/<project>`` with a worker on each of
     ``hosts``, ``GRADCI_<KEY>`` set from ``settings`` on the API and every worker; ready once the
-    API sees every worker. All of it stopped and removed at the end, its folder too."""
+    API sees every worker. All of it stopped and removed at the end, its folder too.
+
+    ``make_repository(root)``, if given, makes the repository instead (a git repository at ``root``,
+    served as ``<project>``; it returns the commit to check); ``cpus``, each host's CPU share;
+    ``logs_on_exit`` prints every log's tail at the end, for pytest to show when a test failed."""
     # Not under pytest's tmp_path, private to root: the postgres user must reach its data folder.
     folder = Path(tempfile.mkdtemp(prefix="gradci-hosts-"))
     folder.chmod(0o755)
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        network = stack.enter_context(host_network(folder / "network", hosts))
+        network = stack.enter_context(host_network(folder / "network", hosts, cpus))
         postgres = PrivatePostgres(folder / "postgres", host=network.gateway, clients=str(network.subnet))
         broker = PrivateRedis(folder / "redis", host=network.gateway)
         for sub in ("postgres", "redis", "repos", "api-work", "api-logs"):
@@ -401,7 +454,8 @@ def hosts_service(project: str, hosts: Sequence[str], **settings: str) -> Iterat
         stack.callback(dispose_engine, postgres.url)
         postgres.create()
         broker.start()
-        sha = project_repository(project, folder / "repos" / project)
+        root = folder / "repos" / project
+        sha = make_repository(root) if make_repository is not None else project_repository(project, root)
         repo_url = stack.enter_context(git_daemon(folder / "repos", project, network.gateway, folder / "api-logs"))
         env = service_env(database_url=postgres.url, broker_url=broker.url, workdir=str(folder / "api-work"),
                           api_token=TOKEN, **settings)
@@ -413,7 +467,8 @@ def hosts_service(project: str, hosts: Sequence[str], **settings: str) -> Iterat
         service = HostsService(network=network, api=api, repo_url=repo_url, sha=sha, settings=dict(settings))
         for host in network.hosts:  # the workers first, while their servers still answer
             stack.callback(host.stop_all)
-        stack.callback(lambda: print(service.logs()))  # shown by pytest when a test failed
+        if logs_on_exit:
+            stack.callback(lambda: print(service.logs()))  # shown by pytest when a test failed
         for host in network.hosts:
             service.start_worker(host)
         wait_for(lambda: (health(api.url) or {}).get("workers_online", {}).get("cpu", 0) == len(hosts),
