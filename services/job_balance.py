@@ -4,10 +4,11 @@ Cut by count alone (``chunk_size`` scenarios a job), one job of slow scenarios �
 networks, a Hessian of a simulator — decides when the run ends while the other workers wait idle.
 Given the seconds each scenario's cells took in an earlier run of the repository
 (``gradci.services.db.cell_costs``), the planner cuts a job when it reaches the run's target — its
-whole cost over ``JOBS_PER_WORKER`` jobs per worker, never under ``MIN_JOB_S``, since claiming a job,
-checking out and warming a runner cost about that — and sends the jobs longest first. That is the
-longest-processing-time rule: a worker that frees up takes the longest job left, and the short
-ones fill the end, within 4/3 of the best possible finish (Graham, 1969).
+whole cost over ``JOBS_PER_WORKER`` jobs per job slot online (a worker of concurrency 4 is four),
+never under ``MIN_JOB_S``, since claiming a job, checking out and warming a runner cost about that —
+and sends the jobs longest first. That is the longest-processing-time rule: a worker that frees up
+takes the longest job left, and the short ones fill the end, within 4/3 of the best possible finish
+(Graham, 1969).
 
 A scenario no earlier run timed is planned at the median cost of those that were timed (when in
 doubt, typical); without any timing the jobs are cut by count, in the planner's stable order.
@@ -28,7 +29,7 @@ import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-JOBS_PER_WORKER = 4  # enough pieces that the longest-first order can even out the workers' ends
+JOBS_PER_WORKER = 4  # per job slot: enough pieces that the longest-first order can even out their ends
 MIN_JOB_S = 2.0  # below this a job's own overhead (claim, checkout, warm runner) is most of it
 UNTIMED_S = 1.0  # what a scenario costs when no scenario of the run was timed on its backend
 
@@ -48,7 +49,10 @@ def device_kind(device: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    """Seconds each scenario's cells took, per backend and kind of device, and the workers to share them."""
+    """Seconds each scenario's cells took, per backend and kind of device, and the job slots to share them.
+
+    ``workers``: the jobs the online workers run at once (each worker's concurrency, summed).
+    """
 
     seconds: Mapping[CostKey, float]
     workers: int = 1

@@ -27,6 +27,8 @@ class WorkerContext:
     # ``gradci worker`` then pins its own environment to it, so that cuda:N becomes cuda:0 for
     # everything it starts.
     pinned_gpu: str | None = None
+    # The jobs it runs at once (its pool's processes): what the planner shares a run's cost among.
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
         if self.pinned_gpu is None and self.device.index is not None:
@@ -125,7 +127,8 @@ def physical_gpu(cuda_index: int) -> str:
 _configured: WorkerContext | None = None
 
 
-def configure(device: LocalDevice, name: str | None = None, settings: Settings | None = None) -> WorkerContext:
+def configure(device: LocalDevice, name: str | None = None, settings: Settings | None = None,
+              concurrency: int = 1) -> WorkerContext:
     """Set this process's worker context, and pin a GPU worker to its GPU.
 
     A GPU worker pins its own environment to its GPU: from here on the process and all it starts see
@@ -133,7 +136,7 @@ def configure(device: LocalDevice, name: str | None = None, settings: Settings |
     """
     global _configured
     _configured = WorkerContext(settings=settings or get_settings(), device=device,
-                                name=name or f"{device.name}@{socket.gethostname()}")
+                                name=name or f"{device.name}@{socket.gethostname()}", concurrency=concurrency)
     if _configured.pinned_gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = _configured.pinned_gpu
     return _configured

@@ -20,7 +20,7 @@ from typing import Any
 from celery import signals
 
 from gradci.services.db.session import session_scope
-from gradci.services.db.workers import record_heartbeat
+from gradci.services.db.workers import CONCURRENCY_KEY, record_heartbeat
 from gradci.services.settings import Settings
 from gradci.worker.context import WorkerContext, current
 from gradci.worker.device_discovery import package_versions
@@ -50,7 +50,9 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name="gradci-heartbeat", daemon=True)
         # The device record rides with the versions (a JSON column): which GPU model, driver, CUDA
         # and frameworks this worker's results come from; every job it claims stores the same record.
-        self._versions = {**versions(), "device": context.device_record(), "isolation": context.isolation()}
+        # So does its concurrency: a run's jobs are cut for every job slot online, not every worker.
+        self._versions = {**versions(), "device": context.device_record(), "isolation": context.isolation(),
+                          CONCURRENCY_KEY: context.concurrency}
         self._first = True
         self._healthy_since: float | None = None  # monotonic time of the first beat after a failure
 

@@ -39,7 +39,7 @@ from gradci.services.db.rules import record_rules
 from gradci.services.db.runs import mark_run_error
 from gradci.services.db.session import session_scope
 from gradci.services.db.waiting import WaitingJob, claim_overdue, waiting_jobs
-from gradci.services.db.workers import gpu_workers, online_counts_by_device
+from gradci.services.db.workers import gpu_workers, online_counts_by_device, online_slots
 from gradci.services.job_balance import Costs, Risk, changed_rules
 from gradci.worker import carrying
 from gradci.worker.checkout import CheckoutError
@@ -80,7 +80,8 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
         else:  # the workers the plan's devices and routing follow
             online = online_counts_by_device(session, within_s=settings.worker_online_s)
             gpus = gpu_workers(session, within_s=settings.worker_online_s)
-            costs = _costs(session, run, online) if settings.job_balance else None
+            slots = online_slots(session, within_s=settings.worker_online_s)
+            costs = _costs(session, run, slots) if settings.job_balance else None
             earlier = last_timed_run(session, run)  # whose cells say which may fail now
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
@@ -151,12 +152,16 @@ def _carried_whole(ref: RunRef, context: WorkerContext, send_finalize: SendFinal
     return True
 
 
-def _costs(session: Session, run: Run, online: Mapping[str, int]) -> Costs | None:
-    """The weights of the run's jobs: its repository's last timed run's cells (None: no such run)."""
+def _costs(session: Session, run: Run, slots: int) -> Costs | None:
+    """The weights of the run's jobs: its repository's last timed run's cells (None: no such run).
+
+    Shared among ``slots``, the jobs the online workers run at once: a worker of concurrency 8 takes
+    eight jobs at a time, and a cut into four jobs per worker would leave half of its processes idle.
+    """
     earlier = last_timed_run(session, run)
     if earlier is None:
         return None
-    return Costs(scenario_costs(session, earlier), workers=max(1, sum(online.values())))
+    return Costs(scenario_costs(session, earlier), workers=max(1, slots))
 
 
 def _risk(database: str, earlier: int | None, rules: Sequence[Mapping[str, Any]]) -> Risk | None:

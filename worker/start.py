@@ -49,7 +49,8 @@ def start_worker(device: str, concurrency: int | None = None, loglevel: str = "I
         raise ValueError(f"a GPU worker runs one job at a time (--concurrency 1), not {concurrency}: "
                          f"its runner holds the GPU's memory; start one worker per GPU")
     name = name or f"{local.name.replace(':', '')}-{os.getpid()}@{socket.gethostname()}"
-    configured = context.configure(local, name=name)
+    concurrency = concurrency or default_concurrency(local.name)
+    configured = context.configure(local, name=name, concurrency=concurrency)
     control = ControlKeeper(control_node_argv(name, loglevel)) if local.name == CPU else None
 
     def served() -> list[str]:  # what its heartbeat says it serves: the control queue while its node runs
@@ -57,7 +58,7 @@ def start_worker(device: str, concurrency: int | None = None, loglevel: str = "I
 
     app = create_worker_app(configured.settings, served)
     shutdown.install()
-    argv = worker_argv(local.name, local.queues, concurrency or default_concurrency(local.name), name, loglevel)
+    argv = worker_argv(local.name, local.queues, concurrency, name, loglevel)
     if control is not None:
         control.start()
     try:

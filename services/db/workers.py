@@ -56,6 +56,24 @@ def list_workers(session: Session) -> list[Worker]:
     return list(session.scalars(select(Worker).order_by(Worker.device, Worker.name)))
 
 
+CONCURRENCY_KEY = "concurrency"  # in a worker's versions record: the jobs it runs at once
+
+
+def online_slots(session: Session, *, within_s: float) -> int:
+    """Jobs the workers that beat within ``within_s`` seconds run at once: each one's concurrency.
+
+    A worker whose record names none (one of an earlier version) counts as one.
+    """
+    cutoff = database_now(session) - timedelta(seconds=within_s)
+    records = session.scalars(select(Worker.versions).where(Worker.last_heartbeat >= cutoff))
+    return sum(_concurrency(versions) for versions in records)
+
+
+def _concurrency(versions: dict[str, Any] | None) -> int:
+    value = (versions or {}).get(CONCURRENCY_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def online_counts_by_device(session: Session, *, within_s: float) -> dict[str, int]:
     """Workers that beat within ``within_s`` seconds, per device."""
     cutoff = database_now(session) - timedelta(seconds=within_s)

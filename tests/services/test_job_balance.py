@@ -16,11 +16,16 @@ from gradci.scenarios.contract.matrix import Matrix
 from gradci.services import planner
 from gradci.services.db.cell_costs import last_timed_run, scenario_costs
 from gradci.services.db.jobs import lock_run, store_jobs
-from gradci.services.db.models import Job, JobStatus, Run, RunStatus, utcnow
+from gradci.services.db.models import Job, JobStatus, Run, RunStatus, Worker, utcnow
 from gradci.services.db.results import upsert_results
 from gradci.services.db.session import session_scope
+from gradci.services.db.workers import online_slots, record_heartbeat
 from gradci.services.job_balance import Costs, cut_by_cost, longest_first, target_seconds
 from gradci.services.planner import JobSpec, ScenarioInfo
+from gradci.services.settings import Settings
+from gradci.worker.context import WorkerContext
+from gradci.worker.device_discovery import parse_worker_device
+from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.plan_run import _costs as plan_run_costs
 
 
@@ -110,11 +115,30 @@ def test_costs_are_the_last_timed_runs_job_walls_shared_out_by_cell_timings(data
         session.execute(update(Run).where(Run.id == unrelated).values(status=RunStatus.passed.value))
         assert last_timed_run(session, session.get(Run, later)) == earlier
         costs = scenario_costs(session, earlier)
-        # what plan_run weighs the later run's jobs with: these costs, shared by every online worker
-        weights = plan_run_costs(session, session.get(Run, later), {"cpu": 2, "cuda": 1})
+        # what plan_run weighs the later run's jobs with: these costs, shared by every online job slot
+        weights = plan_run_costs(session, session.get(Run, later), 3)
         assert weights is not None and weights.workers == 3 and weights.seconds == costs
-        assert plan_run_costs(session, session.get(Run, earlier), {"cpu": 2}) is None  # nothing timed before it
+        assert plan_run_costs(session, session.get(Run, earlier), 2) is None  # nothing timed before it
     # job 1: 15 s over 150 ms of cell timings: 30/150, 120/150
     assert costs == pytest.approx({("scenario_00001", "jax-rev", "cpu"): 3.0,
                                    ("scenario_00002", "jax-rev", "cpu"): 12.0,
                                    ("scenario_00003", "jax-rev", "cuda"): 4.0})
+
+
+def test_a_run_is_cut_for_every_online_job_slot_not_every_worker(database_url, tmp_path):
+    """A worker of concurrency 8 runs eight jobs at once: cut into four jobs per worker, a skewed run
+    would leave half of its processes idle. Its heartbeat says its concurrency; the cut counts it."""
+    settings = Settings(database_url=database_url, workdir=tmp_path)
+    Heartbeat("big", WorkerContext(settings, parse_worker_device("cpu"), "big", concurrency=8)).beat()
+    Heartbeat("small", WorkerContext(settings, parse_worker_device("cpu"), "small")).beat()
+    with session_scope(database_url) as session:
+        record_heartbeat(session, name="old", host="h", device="cpu", queue="cpu", versions={"torch": "2.5"})
+        record_heartbeat(session, name="gone", host="h", device="cpu", queue="cpu", versions={"concurrency": 4})
+        session.execute(update(Worker).where(Worker.name == "gone").values(last_heartbeat=utcnow() - timedelta(hours=1)))
+    with session_scope(database_url, readonly=True) as session:
+        slots = online_slots(session, within_s=60)
+    assert slots == 8 + 1 + 1  # a worker that names no concurrency counts as one; a silent one not at all
+    # On one such worker, the skewed run of the test above: cut for one worker, one process runs two
+    # long jobs while the others have finished; cut for its eight slots, all finish close together.
+    assert utilisation(true_seconds(plan(Costs(SECONDS, workers=1))), 8) < 0.6
+    assert utilisation(true_seconds(plan(Costs(SECONDS, workers=8))), 8) >= 0.85
