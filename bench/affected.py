@@ -1,20 +1,27 @@
 """A pull request's verdict with affected cells only (issue 32, item 5): webhook → final check run.
 
 A real service (PostgreSQL, Redis, one worker of concurrency 2 on the CPU, App mode, a fake GitHub
-on loopback) checks a copy of torchdiffeq's repository with 20 scenarios (``bench.affected_project``):
-a push of its default branch first (the base run, full), then, side by side in one run of this
-script, three pull requests:
+on loopback) checks a repository (``--project``): a push of its default branch first (the base run,
+full), then, side by side in one run of this script, three pull requests:
 
-(a) the adjoint method's backward changed, labelled ``full``: every cell runs;
-(b) the same change without the label: the cells that ran the adjoint's backward re-run, the rest
-    are carried from the base run;
+(a) one rule changed, labelled ``full``: every cell runs;
+(b) the same change without the label: the cells that ran the rule re-run, the rest are carried
+    from the base run;
 (c) a change of the README only: every cell carried.
+
+The projects:
+
+- ``torchdiffeq`` (default): a copy of torchdiffeq's repository with 20 scenarios
+  (``bench.affected_project``); the rule is the adjoint method's backward;
+- ``conformance``: the framework conformance family, 604 scenarios of torch and jax functions under
+  every default backend, as a repository of its own (``bench.conformance_project``); the rule is
+  the transpose solve it hands to ``jax.lax.custom_linear_solve``.
 
 Each is timed from the webhook's POST to the completed check run on the fake GitHub. Goals (issue 32):
 (b) ≤ 0.1 × (a), (c) ≤ 5 s on 2 cores. Rounds alternate nothing (each pull request is its own commit):
 the machine is shared, so the load average is printed beside the figures.
 
-Run: .venv/bin/python -m bench.affected [--rounds N]
+Run: .venv/bin/python -m bench.affected [--project torchdiffeq|conformance] [--rounds N]
 """
 from __future__ import annotations
 
@@ -23,38 +30,52 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-from bench.affected_project import change_docs, change_one_rule, make_repository
 
 FULL_NAME = "Codertocat/Hello-World"
 APP_ID, INSTALLATION = 31337, 4242
+RUN_TIMEOUT_S = 1800
+PROJECTS = {  # name: (its module, what the summary line says it is)
+    "torchdiffeq": ("bench.affected_project", "torchdiffeq copy, 20 scenarios × 2 dtypes on torch-rev"),
+    "conformance": ("bench.conformance_project",
+                    "conformance family copy, 604 scenarios × every default backend × 2 dtypes"),
+}
+
+
+def project_module(name: str) -> ModuleType:
+    import importlib
+
+    return importlib.import_module(PROJECTS[name][0])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="pull requests of each kind (default 1)")
+    parser.add_argument("--project", choices=sorted(PROJECTS), default="torchdiffeq",
+                        help="the repository checked (default torchdiffeq)")
     args = parser.parse_args()
+    project = project_module(args.project)
     from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
     from tests.support.fake_github import FakeGitHub
 
     workdir = Path(tempfile.mkdtemp(prefix="gradci-bench-affected-"))
     mirrors = workdir / "mirrors"
     repo = mirrors / "Codertocat" / "Hello-World.git"
-    base = make_repository(repo)
+    base = project.make_repository(repo)
     heads = []
     for number in range(args.rounds):  # each pull request on a branch of its own, as the mirror serves it
         _git(repo, "checkout", "-q", "-b", f"rule-{number}", base)
-        rule = change_one_rule(repo, number)
+        rule = project.change_one_rule(repo, number)
         _git(repo, "checkout", "-q", "-b", f"docs-{number}", base)
-        docs = change_docs(repo, number)
+        docs = project.change_docs(repo, number)
         heads.append((rule, docs))
     _git(repo, "checkout", "-q", "main")
     with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_affected") as database, \
             claimed_redis_database() as broker:
         figures = _measure(fake, database, broker, workdir, mirrors, base, heads)
-    print(f"torchdiffeq copy, 20 scenarios × 2 dtypes on torch-rev, one worker of concurrency 2; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{PROJECTS[args.project][1]}, one worker of concurrency 2; load average {os.getloadavg()[0]:.1f} "
+          f"(at the start {figures['load']:.1f})")
     print(f"base push (full, cold runner): {figures['base']:.1f} s")
     for number, (full, rule, docs, carried) in enumerate(figures["rounds"], 1):
         print(f"round {number}: (a) full {full:.1f} s, (b) one rule {rule:.1f} s = {rule / full:.2f} × (a) "
@@ -83,8 +104,9 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
         sent = deliver_over_http(service.url, event, body, None, SECRET)
         assert sent.status_code == 202, sent.text
         while not any(run.get("status") == "completed" and run["id"] not in known for run in fake.check_runs_for(sha)):
-            if time.perf_counter() - start > 900:
-                raise RuntimeError(f"no completed check run for {sha[:7]} after 900 s; see {workdir / 'logs'}")
+            if time.perf_counter() - start > RUN_TIMEOUT_S:
+                raise RuntimeError(f"no completed check run for {sha[:7]} after {RUN_TIMEOUT_S} s; "
+                                   f"see {workdir / 'logs'}")
             time.sleep(0.02)
         return time.perf_counter() - start
 
@@ -94,16 +116,22 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
         body["pull_request"]["labels"] = [{"name": name} for name in labels]
         return deliver("pull_request", body, head)
 
-    figures: dict[str, Any] = {"rounds": []}
+    figures: dict[str, Any] = {"rounds": [], "load": os.getloadavg()[0]}
     with running_service(database, broker, workdir / "work", workdir / "logs", concurrency=2, **settings) as service:
         push = payload("push")
         push.update(ref="refs/heads/master", after=base, deleted=False)
         push["repository"]["default_branch"] = "master"
         figures["base"] = deliver("push", push, base)
+        print(f"base push: {figures['base']:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
         for number, (rule, docs) in enumerate(heads):
             full = pull(10 + 3 * number, rule, ("full",))
+            print(f"(a) full: {full:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
             affected = pull(11 + 3 * number, rule)
-            figures["rounds"].append((full, affected, pull(12 + 3 * number, docs), _carried(service, rule)))
+            carried = _carried(service, rule)
+            print(f"(b) one rule: {affected:.1f} s [{carried}] (load average {os.getloadavg()[0]:.1f})", flush=True)
+            only_docs = pull(12 + 3 * number, docs)
+            print(f"(c) docs only: {only_docs:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
+            figures["rounds"].append((full, affected, only_docs, carried))
     return figures
 
 
