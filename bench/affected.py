@@ -5,8 +5,13 @@ on loopback) checks a repository (``--project``): a push of its default branch f
 full), then, side by side in one run of this script, three pull requests:
 
 (a) one rule changed, labelled ``full``: every cell runs;
-(b) the same change without the label: the cells that ran the rule re-run, the rest are carried
-    from the base run;
+(b') the same change without the label, on (a)'s commit, right after it: the cells that ran the
+    rule re-run, the rest are carried from the base run. The worker's runners are warm from (a)
+    (its checkout, the frameworks' imports, the references): a lower bound, and what this bench
+    timed as (b) until 2026-12-04;
+(b) the same change on a commit of its own, new to the worker as a pull request's push is: a fresh
+    checkout and cold runners (each pool process starts one: the box, the frameworks' import, the
+    listing), then the same cells re-run and the same carried;
 (c) a change of the README only: every cell carried.
 
 The projects:
@@ -65,11 +70,13 @@ def main() -> None:
     base = project.make_repository(repo)
     heads = []
     for number in range(args.rounds):  # each pull request on a branch of its own, as the mirror serves it
+        _git(repo, "checkout", "-q", "-b", f"full-{number}", base)
+        full = project.change_one_rule(repo, f"{number}, full")
         _git(repo, "checkout", "-q", "-b", f"rule-{number}", base)
         rule = project.change_one_rule(repo, number)
         _git(repo, "checkout", "-q", "-b", f"docs-{number}", base)
         docs = project.change_docs(repo, number)
-        heads.append((rule, docs))
+        heads.append((full, rule, docs))
     _git(repo, "checkout", "-q", "main")
     with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_affected") as database, \
             claimed_redis_database() as broker:
@@ -77,14 +84,15 @@ def main() -> None:
     print(f"{PROJECTS[args.project][1]}, one worker of concurrency 2; load average {os.getloadavg()[0]:.1f} "
           f"(at the start {figures['load']:.1f})")
     print(f"base push (full, cold runner): {figures['base']:.1f} s")
-    for number, (full, rule, docs, carried) in enumerate(figures["rounds"], 1):
-        print(f"round {number}: (a) full {full:.1f} s, (b) one rule {rule:.1f} s = {rule / full:.2f} × (a) "
-              f"[{carried}], (c) docs only {docs:.1f} s")
+    for number, (full, rule, warm, docs, carried) in enumerate(figures["rounds"], 1):
+        print(f"round {number}: (a) full {full:.1f} s, (b') one rule on (a)'s commit, warm {warm:.1f} s = "
+              f"{warm / full:.2f} × (a), (b) one rule, cold {rule:.1f} s = {rule / full:.2f} × (a) [{carried}], "
+              f"(c) docs only {docs:.1f} s")
     print(f"logs: {workdir / 'logs'}")
 
 
 def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path, base: str,
-             heads: list[tuple[str, str]]) -> dict[str, Any]:
+             heads: list[tuple[str, str, str]]) -> dict[str, Any]:
     from gradci._testing.service import running_service
     from tests.support.payloads import payload, pull_request
     from tests.support.webhook_client import SECRET, deliver_over_http
@@ -123,15 +131,19 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
         push["repository"]["default_branch"] = "master"
         figures["base"] = deliver("push", push, base)
         print(f"base push: {figures['base']:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
-        for number, (rule, docs) in enumerate(heads):
-            full = pull(10 + 3 * number, rule, ("full",))
+        for number, (full_head, rule, docs) in enumerate(heads):
+            full = pull(10 + 4 * number, full_head, ("full",))
             print(f"(a) full: {full:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
-            affected = pull(11 + 3 * number, rule)
+            warm = pull(11 + 4 * number, full_head)
+            print(f"(b') one rule on (a)'s commit, warm: {warm:.1f} s [{_carried(service, full_head)}] "
+                  f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+            affected = pull(12 + 4 * number, rule)
             carried = _carried(service, rule)
-            print(f"(b) one rule: {affected:.1f} s [{carried}] (load average {os.getloadavg()[0]:.1f})", flush=True)
-            only_docs = pull(12 + 3 * number, docs)
+            print(f"(b) one rule, its own commit, cold: {affected:.1f} s [{carried}] "
+                  f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+            only_docs = pull(13 + 4 * number, docs)
             print(f"(c) docs only: {only_docs:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
-            figures["rounds"].append((full, affected, only_docs, carried))
+            figures["rounds"].append((full, affected, warm, only_docs, carried))
     return figures
 
 

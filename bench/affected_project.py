@@ -97,7 +97,7 @@ def make_repository(root: Path) -> str:
     return commit(root, "torchdiffeq with gradci scenarios")
 
 
-def change_one_rule(root: Path, number: int = 0) -> str:
+def change_one_rule(root: Path, number: int | str = 0) -> str:
     """Edit the adjoint method's backward (a no-op in value, a change in code): its cells must re-run.
 
     ``number`` makes each such commit a commit of its own.

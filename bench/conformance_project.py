@@ -54,7 +54,7 @@ def make_repository(root: Path) -> str:
     return commit(root, "the conformance family as a repository")
 
 
-def change_one_rule(root: Path, number: int = 0) -> str:
+def change_one_rule(root: Path, number: int | str = 0) -> str:
     """Edit custom_linear_solve's transpose solve (a no-op in value, a change in code): its cells must re-run.
 
     ``number`` makes each such commit a commit of its own.
