@@ -200,19 +200,21 @@ def warm(request: messages.WarmRequest) -> messages.WarmReply:
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.backends}
-    warm_up([get_backend(name) for name, reason in reasons.items() if reason is None])
     return messages.WarmReply(unavailable=reasons, device_memory=cap_device_memory())
 
 
 def warm_up(backends: list[Backend]) -> None:
-    """One tiny cell on each backend, on the CPU, whose results are dropped.
+    """One tiny cell on each backend not warmed yet, on the CPU, whose results are dropped.
 
-    What a framework loads on its first derivative loads here (``torch.func`` imports ``torch._dynamo``
-    on first use: over a second), not in the first cell: outside its time, its timeout, and rule
-    coverage's tracer, under which Python's own import runs several times slower on 3.11. The
+    Called before a scenario's cells, for the backends it has an f for: what a framework loads on its
+    first derivative loads here (``torch.func`` imports ``torch._dynamo`` on first use: over a second),
+    not in the first cell: outside its time and rule coverage's tracer, under which Python's own
+    import runs several times slower on 3.11. A backend no scenario reaches is never warmed. The
     frameworks' code is not the user's: nothing of it is recorded. A warm-up that fails says nothing:
     the cells report their own errors.
     """
+    backends = [backend for backend in backends if backend.name not in _warmed]
+    _warmed.update(backend.name for backend in backends)
     if not backends:
         return
     import numpy as np
@@ -231,6 +233,7 @@ def warm_up(backends: list[Backend]) -> None:
         check_scenario(scenario, backends, ["cpu"], ["float64"], ReferenceCache())
 
 
+_warmed: set[str] = set()  # the backends warm_up ran in this process
 _torch_capped: dict[str, Any] | None = None
 
 
@@ -309,6 +312,8 @@ def check_cells(
     options = dict(request.options)
     tracer = source.tracer() if options.pop("rule_coverage", False) else None
     power = bool(options.pop("power", False)) and tracer is not None  # it re-runs the cells that reached a rule
+    warm_up([backend for backend in map(get_backend, dict.fromkeys([*request.backends, *request.peers]))
+             if not scenario.implementation_missing(backend.framework)])
     with captured_warnings() as outside, tracing(tracer):  # the cells keep their own; these came from the reference
         cells = check_scenario(scenario, backends, request.devices, request.dtypes, shared_cache(),
                                peers=peers, **options)

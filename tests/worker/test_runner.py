@@ -173,19 +173,46 @@ import torch
 from gradci.worker import runner_child, runner_messages as messages
 if "torch._dynamo" in sys.modules:
     print("loaded at import")
-else:
-    runner_child.warm(messages.WarmRequest(backends=["torch-func-rev"]))
-    print("loaded by warm" if "torch._dynamo" in sys.modules else "left to the first cell")
+    raise SystemExit
+from gradci.scenarios import check
+checked = check.check_scenario
+loaded_when_checked = []
+def watched(scenario, *args, **kwargs):  # the warm-up's cell and the real ones: was it loaded by then?
+    loaded_when_checked.append((scenario.name, "torch._dynamo" in sys.modules))
+    return checked(scenario, *args, **kwargs)
+check.check_scenario = watched
+runner_child.warm(messages.WarmRequest(backends=["torch-func-rev", "jax-rev"]))
+cache = runner_child.SourceCache()
+def cells(scenario):
+    request = messages.CellsRequest(scenario=scenario, backends=["torch-func-rev", "jax-rev"], devices=["cpu"],
+                                    dtypes=["float64"], source=sys.argv[1])
+    runner_child.handle(cache, request, beat=lambda: None)
+    return "torch._dynamo" in sys.modules
+print("jax only:", cells("jax-only/gradient"), "torch too:", cells("both/gradient"), loaded_when_checked[-1])
+"""
+
+WARMED_SCENARIOS = """
+import numpy as np
+import jax.numpy as jnp
+from gradci import Scenario
+
+def scenarios():
+    x = np.array([0.5, 1.5])
+    return [Scenario("jax-only/gradient", "gradient", {"jax": lambda v: jnp.sum(v ** 3)}, x, dtypes=("float64",)),
+            Scenario("both/gradient", "gradient", {"jax": lambda v: jnp.sum(v ** 3), "torch": lambda v: (v ** 3).sum()},
+                     x, dtypes=("float64",))]
 """
 
 
-def test_warming_a_backend_loads_what_its_first_derivative_loads(tmp_path):
-    """torch.func's first gradient imports torch._dynamo (over a second): at warm, not in a traced cell."""
+def test_a_backend_is_warmed_before_its_first_cell_and_only_where_a_scenario_reaches_it(tmp_path):
+    """torch.func's first gradient imports torch._dynamo (over a second): before the cells, untraced, and
+    only for a scenario that has a torch f (a jax-only repository never pays it)."""
     import subprocess
     import sys
 
-    said = subprocess.run([sys.executable, "-c", WARMED], capture_output=True, text=True, check=True,
-                          cwd=tmp_path).stdout.strip()
+    checkout = scenario_checkout(tmp_path / "warmed", "warmed_scenarios", WARMED_SCENARIOS)
+    said = subprocess.run([sys.executable, "-c", WARMED, str(checkout)], capture_output=True, text=True,
+                          check=True, cwd=tmp_path).stdout.strip()
     if said == "loaded at import":
         pytest.skip("this torch imports torch._dynamo with torch: nothing is left for a first derivative")
-    assert said == "loaded by warm"
+    assert said == "jax only: False torch too: True ('both/gradient', True)"
