@@ -102,12 +102,17 @@ def change_one_rule(root: Path, number: int | str = 0) -> str:
 
     ``number`` makes each such commit a commit of its own.
     """
-    path = root / RULE_FILE
-    text = path.read_text()
     anchor = "    def backward(ctx, *grad_y):\n"
-    assert text.count(anchor) == 1, "torchdiffeq's adjoint backward changed shape: update the bench"
-    path.write_text(text.replace(anchor, anchor + f"        grad_y = tuple(g * 1.0 for g in grad_y)  # {number}\n"))
+    replace_once(root / RULE_FILE, anchor, anchor + f"        grad_y = tuple(g * 1.0 for g in grad_y)  # {number}\n",
+                 "torchdiffeq's adjoint backward")
     return commit(root, f"adjoint: scale the incoming gradients (a no-op, {number})")
+
+
+def replace_once(path: Path, anchor: str, replacement: str, what: str) -> None:
+    """Put ``replacement`` where ``anchor`` stands in the file, which must hold it exactly once."""
+    text = path.read_text()
+    assert text.count(anchor) == 1, f"{what} changed shape: update the bench"
+    path.write_text(text.replace(anchor, replacement))
 
 
 def change_docs(root: Path, number: int = 0) -> str:

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bench.affected_project import commit
+from bench.affected_project import commit, replace_once
 from gradci.scenarios import library
 from gradci.scenarios.library import conformance
 
@@ -59,11 +59,9 @@ def change_one_rule(root: Path, number: int | str = 0) -> str:
 
     ``number`` makes each such commit a commit of its own.
     """
-    path = root / RULE_FILE
-    text = path.read_text()
     anchor = "    def transpose_solve(vecmat, b):\n        return jnp.linalg.solve(a.T, b)\n"
-    assert text.count(anchor) == 1, "the conformance family's transpose solve changed shape: update the bench"
-    path.write_text(text.replace(anchor, anchor.replace("(a.T, b)", f"(a.T, b * 1.0)  # {number}")))
+    replace_once(root / RULE_FILE, anchor, anchor.replace("(a.T, b)", f"(a.T, b * 1.0)  # {number}"),
+                 "the conformance family's transpose solve")
     return commit(root, f"custom_linear_solve: scale the transpose solve's input (a no-op, {number})")
 
 
