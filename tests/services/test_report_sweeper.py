@@ -17,6 +17,7 @@ from sqlalchemy import update
 
 from gradci._testing.processes import free_port, service_env, stop, wait_for
 from gradci._testing.service import start_worker
+from gradci.services.broker.queues import CONTROL_QUEUE
 from gradci.services.db.models import GitHubReport, ReportState, utcnow
 from gradci.services.db.session import session_scope
 from gradci.services.github.publish import claim_due_reports, owe_reports, publish_run, retry_delay_s
@@ -118,9 +119,11 @@ def test_pending_reports_do_not_flood_the_queue(postgres_url: str, redis_url: st
     worker = start_worker(env, tmp_path)
     broker = redis.Redis.from_url(redis_url)
     try:
-        wait_for(lambda: broker.llen("cpu") > 0, "the first reports sent", timeout_s=60, interval_s=0.05)
+        # Publishing is the control node's (its queue; plans of the runs go to "cpu"): it takes two at a
+        # time, each waiting seconds on the unreachable GitHub, so the rest stay queued.
+        wait_for(lambda: broker.llen(CONTROL_QUEUE) > 0, "the first reports sent", timeout_s=60, interval_s=0.05)
         time.sleep(3)  # 15 heartbeats: each used to send all 60 again
-        queued = broker.llen("cpu")
+        queued = broker.llen(CONTROL_QUEUE)
     finally:
         stop(worker)
         broker.close()
