@@ -10,8 +10,10 @@ full), then, side by side in one run of this script, three pull requests:
     (its checkout, the frameworks' imports, the references): a lower bound, and what this bench
     timed as (b) until 2026-12-04;
 (b) the same change on a commit of its own, new to the worker as a pull request's push is: a fresh
-    checkout and cold runners (each pool process starts one: the box, the frameworks' import, the
-    listing), then the same cells re-run and the same carried;
+    checkout and no runner of it. Each pool process that ran a pull request keeps a spare runner,
+    started while it waits, the frameworks imported (the production default, ``runner_spare``):
+    the plan's listing and the job take one each. With ``--no-spare`` each starts cold (the box,
+    the frameworks' import, the listing). Then the same cells re-run and the same carried;
 (c) a change of the README only: every cell carried.
 
 The projects:
@@ -26,7 +28,7 @@ Each is timed from the webhook's POST to the completed check run on the fake Git
 (b) ≤ 0.1 × (a), (c) ≤ 5 s on 2 cores. Rounds alternate nothing (each pull request is its own commit):
 the machine is shared, so the load average is printed beside the figures.
 
-Run: .venv/bin/python -m bench.affected [--project torchdiffeq|conformance] [--rounds N]
+Run: .venv/bin/python -m bench.affected [--project torchdiffeq|conformance] [--rounds N] [--no-spare]
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="pull requests of each kind (default 1)")
     parser.add_argument("--project", choices=sorted(PROJECTS), default="torchdiffeq",
                         help="the repository checked (default torchdiffeq)")
+    parser.add_argument("--no-spare", action="store_true",
+                        help="no spare runners: each pull request's runner starts cold")
     args = parser.parse_args()
     project = project_module(args.project)
     from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
@@ -80,19 +84,20 @@ def main() -> None:
     _git(repo, "checkout", "-q", "main")
     with FakeGitHub() as fake, scratch_database(POSTGRES_ADMIN_URL, "gradci_bench_affected") as database, \
             claimed_redis_database() as broker:
-        figures = _measure(fake, database, broker, workdir, mirrors, base, heads)
-    print(f"{PROJECTS[args.project][1]}, one worker of concurrency 2; load average {os.getloadavg()[0]:.1f} "
+        figures = _measure(fake, database, broker, workdir, mirrors, base, heads, spare=not args.no_spare)
+    spares = "no spare runners" if args.no_spare else "spare runners"
+    print(f"{PROJECTS[args.project][1]}, one worker of concurrency 2, {spares}; load average {os.getloadavg()[0]:.1f} "
           f"(at the start {figures['load']:.1f})")
     print(f"base push (full, cold runner): {figures['base']:.1f} s")
     for number, (full, rule, warm, docs, carried) in enumerate(figures["rounds"], 1):
         print(f"round {number}: (a) full {full:.1f} s, (b') one rule on (a)'s commit, warm {warm:.1f} s = "
-              f"{warm / full:.2f} × (a), (b) one rule, cold {rule:.1f} s = {rule / full:.2f} × (a) [{carried}], "
+              f"{warm / full:.2f} × (a), (b) one rule, own commit {rule:.1f} s = {rule / full:.2f} × (a) [{carried}], "
               f"(c) docs only {docs:.1f} s")
     print(f"logs: {workdir / 'logs'}")
 
 
 def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path, base: str,
-             heads: list[tuple[str, str, str]]) -> dict[str, Any]:
+             heads: list[tuple[str, str, str]], *, spare: bool) -> dict[str, Any]:
     from gradci._testing.service import running_service
     from tests.support.payloads import payload, pull_request
     from tests.support.webhook_client import SECRET, deliver_over_http
@@ -102,7 +107,8 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
     key.chmod(0o600)
     settings = dict(github_webhook_secret=SECRET, github_api_url=fake.url, worker_heartbeat_s="1",
                     allowed_repos=FULL_NAME, clone_url_template=f"file://{mirrors}/{{full_name}}.git",
-                    github_app_id=str(APP_ID), github_app_private_key_file=str(key))
+                    github_app_id=str(APP_ID), github_app_private_key_file=str(key),
+                    runner_spare=str(spare).lower())
 
     def deliver(event: str, body: dict, sha: str) -> float:
         """Seconds from the webhook to the completed check run of ``sha``."""
@@ -139,7 +145,7 @@ def _measure(fake: Any, database: str, broker: str, workdir: Path, mirrors: Path
                   f"(load average {os.getloadavg()[0]:.1f})", flush=True)
             affected = pull(12 + 4 * number, rule)
             carried = _carried(service, rule)
-            print(f"(b) one rule, its own commit, cold: {affected:.1f} s [{carried}] "
+            print(f"(b) one rule, its own commit: {affected:.1f} s [{carried}] "
                   f"(load average {os.getloadavg()[0]:.1f})", flush=True)
             only_docs = pull(13 + 4 * number, docs)
             print(f"(c) docs only: {only_docs:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)

@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     # of the GPU's memory its runner may take (torch's per-process fraction, XLA's memory fraction).
     runner_max_rss_mb: int = Field(3000, ge=0)
     runner_device_memory_fraction: float = Field(0.9, gt=0, le=1)
+    # Each job process keeps a spare runner, started while it waits with torch and jax imported, for the
+    # next pull request's checkout (WarmRunner.keep_spare): a small pull request's answer then pays no
+    # cold start. Off: a runner starts when a checkout needs one (less memory and CPU while idle).
+    runner_spare: bool = True
 
     # Workers
     # Pool processes of the control node a CPU worker starts beside its job pool (acting on webhook

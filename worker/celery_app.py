@@ -8,6 +8,7 @@ by its control node, ``gradci.worker.control_node``).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery, signals
@@ -35,6 +36,8 @@ def create_worker_app(settings: Settings, served_queues: heartbeat.Queues | None
     app.set_default()
     if beats:
         heartbeat.install(after_beat=periodic_chores, queues=served_queues)
+    if beats and settings.runner_spare:  # a job node's processes: the control node lists no checkout
+        signals.task_postrun.connect(_keep_spare, weak=False)
     signals.worker_process_shutdown.connect(_stop_runner, weak=False)
     signals.worker_shutdown.connect(_stop_runner, weak=False)  # a solo or threads pool runs tasks here
     return app
@@ -57,3 +60,21 @@ def celery_argv(name: str, queues: list[str], pool: str, concurrency: int, logle
 
 def _stop_runner(**_: Any) -> None:
     close_shared_runner()
+
+
+def _keep_spare(**_: Any) -> None:
+    """Start this process's spare runner, unless it has one, before it waits for its next task.
+
+    Only in a process that ran a pull request's checkout, the only kind a spare serves: a service that
+    checks its default branches alone keeps no idle runner. The spare warms the backends this
+    process's runners used (every backend, before any was).
+    """
+    from gradci.scenarios.backends import backend_names
+    from gradci.worker.context import current
+
+    try:
+        runner = current().runner()
+        if runner.served_pull_request:
+            runner.keep_spare(sorted(runner.backends_used) or backend_names())
+    except Exception:  # a spare is an optimisation: a task starts its own runner without one
+        logging.getLogger(__name__).exception("no spare runner")

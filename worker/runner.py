@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -151,6 +152,14 @@ class WarmRunner:
         self.peak_rss_bytes = 0  # the most any of its runners held after a request
         self.device_memory: dict[str, Any] | None = None  # the GPU memory caps the runner applied
         self._restart_due: str | None = None
+        # A runner started ahead of any tenant (``keep_spare``): the next pull request's checkout is
+        # linked into its empty folder and it serves that checkout alone, its frameworks imported.
+        self._spare: WarmRunner | None = None
+        self._placeholder: Path | None = None  # a spare's folder, bound where the checkout would be
+        self._seen_root: str | None = None  # where the runner sees its checkout, when not at its path
+        self.spares_taken = 0
+        self.served_pull_request = False  # whether any untrusted checkout ran here: spares are for those
+        self.backends_used: set[str] = set()  # what its runners warmed: what a spare warms
         self._process: subprocess.Popen[bytes] | None = None
         self._box: Box | None = None
         self._process_limit_reached = False  # during the last answered request
@@ -182,9 +191,19 @@ class WarmRunner:
         if self.alive:
             return
         self._discard()
-        source, repository, trusted = self._tenant
+        source, _, trusted = self._tenant
+        if source is not None and not trusted:
+            self.served_pull_request = True
+            if self._take_spare(source):
+                return
+        self._launch()
+        self._await_ready()
+
+    def _launch(self) -> None:
+        """Start the runner's box for its tenant; its ``Ready`` is read by ``_await_ready``."""
+        source, _, trusted = self._tenant
         # A fresh scratch folder per start: nothing one runner wrote is there for the next.
-        self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{threading.get_ident()}-{self.starts}"
+        self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{next(_folder_numbers)}"
         # Only trusted runs (the default branch, the built-in library) write the repository's
         # compilation cache that later runs load; a pull request's runner gets a throwaway one.
         cache = self.workdir / "runner" / "jax-cache" / cache_scope(self._tenant) if trusted else None
@@ -205,10 +224,87 @@ class WarmRunner:
         self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)
         self.starts += 1
         self._buffer, self._warm, self._restart_due = b"", set(), None
+
+    def _await_ready(self) -> None:
         ready = self._read_answer(messages.Ready, self.startup_timeout_s, what="starting")
         if not isinstance(ready, messages.Ready):
             self._discard()
             raise RunnerError(f"the runner did not start: {ready}")
+
+    # --- the spare ------------------------------------------------------------------------------
+
+    def keep_spare(self, backends: Sequence[str]) -> None:
+        """Have a spare runner start, unless one is there: the next pull request's checkout takes it.
+
+        A cold runner spends seconds in its box's start and in importing torch and jax, before the
+        first line of the tenant's code; a pull request's small run would pay that twice (its plan's
+        listing, then its job in another worker process). The spare pays it now, while this process
+        waits for work: started for no tenant, with an empty folder bound read-only where a checkout
+        would be, it imports the frameworks of ``backends`` and warms each with one tiny derivative.
+        Only an untrusted tenant (a pull request) takes it: a trusted one binds its repository's
+        compilation cache, which a box cannot gain after its start. Taken, it is that tenant's runner
+        like any other, and ends with it: no process serves a second tenant.
+        """
+        spare = self._spare
+        if spare is not None and spare.alive and spare.extra_env == self.extra_env:
+            return
+        self.close_spare()
+        placeholder = self.workdir / "runner" / f"spare-{os.getpid()}-{next(_folder_numbers)}"
+        shutil.rmtree(placeholder, ignore_errors=True)
+        placeholder.mkdir(parents=True)
+        spare = WarmRunner(cell_timeout_s=self.cell_timeout_s, workdir=self.workdir, extra_env=self.extra_env,
+                           startup_timeout_s=self.startup_timeout_s, list_timeout_s=self.list_timeout_s,
+                           sandbox=self.sandbox, output_limit_bytes=self.output_limit_bytes,
+                           max_rss_mb=self.max_rss_mb, cache_max_mb=self.cache_max_mb)
+        spare._tenant, spare._placeholder = (str(placeholder), None, False), placeholder
+        try:
+            spare._launch()
+            spare._send(messages.WarmRequest(backends=list(backends), warm_up=True), what="warming a spare")
+        except RunnerError as exc:
+            log.warning("no spare runner: %s", exc)
+            spare._discard()
+            return
+        self._spare = spare
+
+    def close_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+    def _take_spare(self, source: str) -> bool:
+        """Become the spare runner, ``source``'s files linked into its folder (False: none to take)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return False
+        if not spare.alive or spare.extra_env != self.extra_env or spare._placeholder is None:
+            spare.close()
+            return False
+        try:
+            link_tree(Path(source), spare._placeholder)
+            spare._await_ready()
+            reply = spare._read_answer(messages.WarmReply, self.startup_timeout_s, what="warming a spare")
+        except (OSError, RunnerError) as exc:
+            log.warning("the spare runner could not be taken (%s): starting one", exc)
+            spare.close()
+            return False
+        if not isinstance(reply, messages.WarmReply):
+            spare.close()
+            return False
+        assert spare._output is not None
+        spare._output.next_request()
+        # Its process, box, folders and pipes become this runner's; the spare object is left empty.
+        for name in ("_process", "_box", "_output", "_scratch", "_placeholder"):
+            setattr(self, name, getattr(spare, name))
+            setattr(spare, name, None)
+        self._buffer, spare._buffer = spare._buffer, b""
+        self._warm = {name for name, why in reply.unavailable.items() if why is None}
+        self.device_memory = reply.device_memory
+        self._seen_root = str(self._placeholder)
+        self._restart_due = None
+        self.starts += 1
+        self.spares_taken += 1
+        log.info("runner pid %s: the spare, taken for %s", self.pid, source)
+        return True
 
     def _serve(self, source: str | None, repository: str | None, trusted: bool = True) -> None:
         """Make sure the runner belongs to the tenant of ``source``'s code, before a request about it.
@@ -271,6 +367,9 @@ class WarmRunner:
         """Kill the runner and whatever it spawned; forget it."""
         process, self._process = self._process, None
         box, self._box = self._box, None
+        placeholder, self._placeholder, self._seen_root = self._placeholder, None, None
+        if placeholder is not None:  # the links to a checkout's files, not the files
+            shutil.rmtree(placeholder, ignore_errors=True)
         if process is None:
             if box is not None:
                 box.close()
@@ -332,7 +431,7 @@ class WarmRunner:
         tail = output.close() if output is not None else ""
         boxed = self._box is not None and self._box.boxed
         self._discard()
-        frames = crash_frames(tail, self._tenant[0])
+        frames = crash_frames(tail, self._seen_root or self._tenant[0])
         where = f"; innermost user frames (faulthandler): {frames}" if frames else ""
         raise RunnerDied(f"runner {describe_exit(returncode, boxed=boxed)} while {what} (it was restarted){where}")
 
@@ -345,14 +444,13 @@ class WarmRunner:
         """
         self._restart_if_due()
         self.start()
-        assert self._process is not None and self._process.stdin is not None and self._output is not None
+        assert self._output is not None
         output = self._output
+        if (self._seen_root is not None and isinstance(payload, messages.ListRequest | messages.CellsRequest)
+                and payload.source == self._tenant[0]):
+            payload = dataclasses.replace(payload, source=self._seen_root)  # the folder it sees the checkout in
         try:
-            try:
-                self._process.stdin.write(messages.request_to_json(payload).encode() + b"\n")
-                self._process.stdin.flush()
-            except (BrokenPipeError, OSError):
-                self._on_death(what)
+            self._send(payload, what=what)
             reply = self._read_answer(payload.answer, timeout_s, what=what)
             while isinstance(reply, messages.Beat):  # the next cell started: its own timeout begins
                 reply = self._read_answer(payload.answer, timeout_s, what=what)
@@ -369,6 +467,14 @@ class WarmRunner:
             # next request's, so this runner cannot be trusted again.
             self._discard()
             raise
+
+    def _send(self, payload: messages.Request, *, what: str) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(messages.request_to_json(payload).encode() + b"\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._on_death(what)
 
     # --- what the worker asks -------------------------------------------------------------------
 
@@ -396,6 +502,7 @@ class WarmRunner:
             reply = self.request(messages.WarmRequest(backends=missing), self.startup_timeout_s,
                                  what="importing frameworks")
             self._warm.update(missing)
+            self.backends_used.update(missing)
             if isinstance(reply, messages.WarmReply):
                 self.device_memory = reply.device_memory
 
@@ -508,6 +615,9 @@ def trim_caches(root: Path, *, keep: Path, max_total_mb: int) -> None:
             total -= sizes[folder]
 
 
+# Each runner's scratch and spare folders are named by process and this count: unique across threads.
+_folder_numbers = itertools.count()
+
 # One runner per worker process, or per thread in a threads pool: a runner serves one request at a time.
 _local = threading.local()
 
@@ -521,6 +631,7 @@ def shared_runner(**config: Any) -> WarmRunner:
     if runner is None:
         runner = _local.runner = WarmRunner(**config)
         atexit.register(runner.close)
+        atexit.register(runner.close_spare)
     runner.cell_timeout_s = config["cell_timeout_s"]
     runner.max_rss_mb = config.get("max_rss_mb", runner.max_rss_mb)
     return runner
@@ -530,7 +641,23 @@ def close_shared_runner() -> None:
     runner = getattr(_local, "runner", None)
     if runner is not None:
         runner.close()
+        runner.close_spare()
         _local.runner = None
+
+
+def link_tree(source: Path, into: Path) -> None:
+    """``source``'s files hard-linked into the empty folder ``into`` (copied across filesystems).
+
+    Links, not copies: a checkout of thousands of files is there in milliseconds. The runner sees the
+    folder read-only, so no link can change the checkout's file.
+    """
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, into, symlinks=True, copy_function=link, dirs_exist_ok=True)
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)', re.M)

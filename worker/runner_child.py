@@ -9,7 +9,8 @@ never corrupt the protocol. The messages are ``gradci.worker.runner_messages``'s
   of the checkout at ROOT (null: the built-in library, or its family NAME), the registered backends
   (with why each cannot run here, and the devices there are, when ``availability`` is asked) and the
   checkout's ``[matrix]``;
-- ``{"op": "warm", "backends": [...]}`` → imports the frameworks of those backends;
+- ``{"op": "warm", "backends": [...], "warm_up": bool}`` → imports the frameworks of those backends
+  (and, with ``warm_up``, runs one tiny derivative on each that can run);
 - ``{"op": "cells", "source", "family", "scenario", "backends", "devices", "dtypes"}`` → its cells
   over those axes, checked together as the engine checks a scenario (forward and reverse modes
   compared); the warnings raised outside any cell (computing the reference) are added to each.
@@ -200,6 +201,8 @@ def warm(request: messages.WarmRequest) -> messages.WarmReply:
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.backends}
+    if request.warm_up:
+        warm_up([get_backend(name) for name, why in reasons.items() if why is None])
     return messages.WarmReply(unavailable=reasons, device_memory=cap_device_memory())
 
 

@@ -173,6 +173,7 @@ class WarmRequest:
     """Import the frameworks of ``backends`` once, outside any cell's timeout."""
 
     backends: list[str]
+    warm_up: bool = False  # also one tiny derivative on each of them that can run (runner_child.warm_up)
     op: ClassVar[str] = "warm"
     answer: ClassVar[type[Answer]] = WarmReply
 

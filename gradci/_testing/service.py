@@ -133,6 +133,10 @@ def running_service(database_url: str, broker_url: str, workdir: Path, logs: Pat
     logs.mkdir(parents=True, exist_ok=True)
     # Read as gradci up's local user reads (everything, on loopback) unless a test says who reads.
     settings.setdefault("read_access", "local")
+    # Spare runners (on in production) import torch and jax in the background after each pull request's
+    # task: off here, so that a suite of many services keeps its cores for its checks; their own tests
+    # and the benches turn them on.
+    settings.setdefault("runner_spare", "false")
     env = service_env(database_url=database_url, broker_url=broker_url, workdir=str(workdir), api_token=token,
                       **settings)
     port = free_port()

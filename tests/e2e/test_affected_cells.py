@@ -92,7 +92,9 @@ def github() -> Iterator[tuple[FakeGitHub, str]]:
 
 @pytest.fixture(scope="module")
 def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory) as running:
+    # Spare runners as in production: after the first pull request the next ones take a spare.
+    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory,
+                     runner_spare="true") as running:
         yield running
 
 
@@ -221,7 +223,13 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     open_pr(service, "synchronize", shas["readme"], shas["base"], labels=("full",))
     labelled = new_finished_run(service, shas["readme"], seen)
     assert labelled["carry"]["full"] == "the pull request is labelled 'full'"
-    assert carried(cells(service, labelled["id"])) == set()
+    labelled_cells = cells(service, labelled["id"])
+    assert carried(labelled_cells) == set()
+    # Its runner was the spare the first pull request left (the worker keeps one after a pull request's
+    # task), and its verdicts are the fresh full run's.
+    assert "the spare, taken for" in (service.logs / "gradci.worker.log").read_text(errors="replace")
+    for key in full_cells:
+        assert {f: labelled_cells[key][f] for f in VERDICT} == {f: full_cells[key][f] for f in VERDICT}, key
 
 
 def test_a_run_whose_every_cell_is_carried_has_no_job_and_finishes(service):
