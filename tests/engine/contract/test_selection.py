@@ -2,7 +2,9 @@
 ``POST /api/runs`` (through the planner) and ``gradci.toml`` select the same scenarios."""
 from __future__ import annotations
 
+import functools
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,6 +15,7 @@ from gradci.scenarios import library
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services.api.schemas import RunCreate
 from gradci.services.planner import ScenarioInfo, divide_into_jobs
+from gradci.worker.runner import WarmRunner
 
 # A plain word (a substring), globs, and a list of both.
 PATTERNS = ["nn", "conv", "nn/*", "*hessian*", "linalg/*/j?p*", "pytree,*second_derivative*"]
@@ -23,15 +26,26 @@ def library_names() -> list[str]:
     return [scenario.name for scenario in library.default()]
 
 
-def checked_by_cli(repo: str | None, flags: Matrix) -> list[str]:
-    """The scenarios `gradci check` checks: listed and selected through its runner."""
-    target, timeout_s = gather(repo, flags, None, None)
+@pytest.fixture(scope="module")
+def builtin_runner() -> Iterator[WarmRunner]:
+    """`gradci check`'s runner for the built-in library, started once: every selection of it lists there."""
+    target, timeout_s = gather(None, Matrix(), None, None)
     with local_runner(target, timeout_s) as runner:
+        yield runner
+
+
+def checked_by_cli(repo: str | None, flags: Matrix, runner: WarmRunner | None = None) -> list[str]:
+    """The scenarios `gradci check` checks: listed and selected through its runner (``runner``, or its own)."""
+    target, timeout_s = gather(repo, flags, None, None)
+    if runner is not None:
         return [specs[0].scenario for specs in local_jobs(runner, target).scenarios if specs]
+    with local_runner(target, timeout_s) as own:
+        return checked_by_cli(repo, flags, own)
 
 
-def by_check(patterns: str) -> list[str]:
-    return checked_by_cli(None, matrix_of(scenarios=patterns))
+@functools.cache
+def by_check(patterns: str, runner: WarmRunner) -> list[str]:
+    return checked_by_cli(None, matrix_of(scenarios=patterns), runner)
 
 
 def by_project_file(patterns: str, tmp_path) -> list[str]:
@@ -58,16 +72,20 @@ def by_server(patterns: str, names: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("patterns", PATTERNS)
 @pytest.mark.slow
-def test_every_entry_point_selects_the_same_scenarios(patterns: str, library_names, tmp_path) -> None:
-    expected = by_check(patterns)
+def test_every_entry_point_selects_the_same_scenarios(patterns: str, library_names, builtin_runner,
+                                                     tmp_path) -> None:
+    expected = by_check(patterns, builtin_runner)
     assert 0 < len(expected) < len(library_names)  # each pattern is a real selection, not all or none
     assert by_project_file(patterns, tmp_path) == expected
     assert by_server(patterns, library_names) == expected
 
 
 @pytest.mark.slow
-def test_a_plain_word_is_a_substring_and_a_glob_matches_the_whole_name(library_names) -> None:
-    assert set(by_check("conv")) > set(by_check("conv*"))  # "conv" occurs inside the names, not at the start
-    assert by_check("conv*") == []
-    assert all("hessian" in name for name in by_check("*hessian*"))
-    assert by_check("hessian") == by_check("*hessian*")
+def test_a_plain_word_is_a_substring_and_a_glob_matches_the_whole_name(builtin_runner) -> None:
+    def by(patterns: str) -> list[str]:
+        return by_check(patterns, builtin_runner)
+
+    assert set(by("conv")) > set(by("conv*"))  # "conv" occurs inside the names, not at the start
+    assert by("conv*") == []
+    assert all("hessian" in name for name in by("*hessian*"))
+    assert by("hessian") == by("*hessian*")
