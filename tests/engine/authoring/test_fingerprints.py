@@ -187,3 +187,36 @@ def test_what_a_framework_function_was_handed_is_still_read():
     # torch.func.grad's wrapper is torch's function; the function and weights it closes over are not
     assert fingerprint_of(torch.func.grad(weighted(ones))) != fingerprint_of(torch.func.grad(weighted(twos)))
     assert fingerprint_of(torch.func.grad(weighted(ones))) == fingerprint_of(torch.func.grad(weighted(ones)))
+
+
+class Solver:
+    """A library class every scenario's function reaches, as an ODE solver's classes are."""
+
+    def step(self, x):
+        return x * 0.5
+
+
+def test_scenarios_sharing_a_library_read_each_objects_source_once(monkeypatch) -> None:
+    """A project's scenarios walk the same library: each class's and function's source is read once in
+    the process, not once per scenario (inspect parses a class's whole module on each read: a listing of
+    20 ODE scenarios spent 10 s there)."""
+    import inspect
+
+    reads: list[object] = []
+    real = inspect.getsource
+
+    def counted(obj):
+        reads.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counted)
+    solver = Solver()
+
+    def make(scale):
+        def f(x):
+            return (solver.step(x) * scale).sum()
+        return f
+
+    prints = [Scenario(f"s{i}", "gradient", make(float(i)), np.ones(2)).fingerprint() for i in range(5)]
+    assert len(set(prints)) == 5  # each scenario its own (its scale differs)
+    assert reads.count(Solver) == 1 and reads.count(Solver.step) == 1, reads
