@@ -76,7 +76,8 @@ def check(
     timings: Timings = None,
     rules: bool = typer.Option(True, "--rules/--no-rules",
                                help="Record which of the repository's derivative rules (autograd.Function, "
-                                    "custom_vjp, custom_jvp) each cell ran, and print which no cell reached."),
+                                    "custom_vjp, custom_jvp, jax.lax's custom_linear_solve and custom_root) each cell "
+                                    "ran, and print which no cell reached."),
     cov_report: str | None = typer.Option(None, "--cov-report", metavar="PATH",
                                           help="Write the repository lines the cells ran as Cobertura XML "
                                                "(PATH.xml) or LCOV (PATH.info, PATH.lcov)."),

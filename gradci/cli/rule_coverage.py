@@ -61,7 +61,8 @@ def render_rules(summary: RulesSummary, console: Console, severity: str, selecti
     if not summary.rules:
         # Said, not left out: a repository whose rules are an installed package's sees why none is listed.
         console.print("rules: no derivative rule (torch.autograd.Function, jax.custom_vjp, jax.custom_jvp, "
-                      "torch.library custom op) is defined in this repository's own files; rules in installed "
+                      "torch.library custom op, a solve handed to jax.lax.custom_linear_solve or custom_root) "
+                      "is defined in this repository's own files; rules in installed "
                       "packages are not measured: check the package's own repository for them", markup=False,
                       highlight=False)
         return False

@@ -15,6 +15,12 @@ Where the methods live, and so what is swapped:
   when it traces a call, so a trace made before the plant keeps the old rule: entering and leaving a
   plant clears jax's caches, the engine's kept programs and the project's own ``jax.jit`` functions
   (``Planted.clear``); the programs made under a plant are never run after it.
+- ``jax.lax.custom_linear_solve``'s ``transpose_solve`` and ``custom_root``'s ``tangent_solve``: jax traces
+  them when the call is made, into the same program as the primal's ``solve``, so the function itself is
+  not swapped; the step of jax's rule that uses it is changed instead (``solver_uses``): the cotangent
+  jax's transpose solves for with ``transpose_solve`` (reverse mode only), the tangent ``custom_root``'s
+  rule solves for with ``tangent_solve`` (its entry chosen by the root, as for a ``custom_jvp``). The
+  primal value is never changed.
 
 ``Planted`` counts, per cell (the engine's ``cell_lines`` hook names the running cell), how often the
 plant ran and, where the values were concrete, whether it changed any: a cell the plant never reached
@@ -38,19 +44,31 @@ from typing import Any
 
 from gradci.scenarios.rules.discovery import (
     CUSTOM_JVP,
+    CUSTOM_LINEAR_SOLVE,
+    CUSTOM_ROOT,
     CUSTOM_VJP,
     EQUINOX_VJP_ATTRIBUTES,
+    JAX_KINDS,
     TORCH_FUNCTION,
+    Rule,
     is_equinox_vjp,
     on_rule_made,
     project_jitted,
     rule_key,
 )
 from gradci.scenarios.rules.power import DROP, SCALE, TRANSPOSE
+from gradci.scenarios.rules.solver_uses import TANGENT, SolverUse, on_solver_use, watch_jax_solvers
+from gradci.scenarios.rules.solver_uses import TRANSPOSE as TRANSPOSE_STEP
 
 PROBE = "probe"  # no change: learns the outputs' shapes
-# The methods a plant swaps, per kind of rule; the attribute holding each.
-PLANTABLE = {TORCH_FUNCTION: ("backward", "vjp", "jvp"), CUSTOM_VJP: ("bwd",), CUSTOM_JVP: ("jvp",)}
+# The methods a plant swaps, per kind of rule; the attribute holding each. A solver's ``solve`` is not
+# planted: it computes the primal value too, which the value check compares.
+PLANTABLE = {TORCH_FUNCTION: ("backward", "vjp", "jvp"), CUSTOM_VJP: ("bwd",), CUSTOM_JVP: ("jvp",),
+             CUSTOM_LINEAR_SOLVE: ("transpose_solve",), CUSTOM_ROOT: ("tangent_solve",)}
+# The step of jax's solver rules that runs each planted method (``solver_uses``).
+SOLVER_STEPS = {"transpose_solve": TRANSPOSE_STEP, "tangent_solve": TANGENT}
+# Kinds whose planted method returns (primal out, tangent out): only the tangent is perturbed.
+TANGENT_PAIRS = frozenset({CUSTOM_JVP, CUSTOM_ROOT})
 
 CellKey = tuple[str, str, str, str]
 
@@ -90,7 +108,7 @@ class Planted:
     # The engine's rule-coverage hook (``gradci.scenarios.rules.tracing.tracing``): which cell runs.
     @contextlib.contextmanager
     def cell(self, key: CellKey, framework: str) -> Iterator[None]:
-        if framework == "jax" and self.kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
+        if framework == "jax" and self.kind_of_rule in JAX_KINDS:
             # An earlier cell's trace (of a jax.jit the project keeps where no walk finds it, a dict of
             # kernels, say) would run here without the rule's Python: the plant would be in it, yet not
             # counted for this cell. Every jax cell traces anew, so each one runs the planted rule itself.
@@ -108,16 +126,19 @@ class Planted:
     def kept_program(self, key: Hashable, made: bool) -> None:
         pass
 
+    def solver_used(self, use: SolverUse) -> None:
+        pass
+
     def perturbed(self, out: Any, kind_of_rule: str) -> Any:
         """``out`` with the plant applied, counted for the running cell."""
         if self._cell is not None:
             self.applied[self._cell] += 1
-        if kind_of_rule == CUSTOM_JVP:  # (primal out, tangent out): only the tangent is the rule's derivative
+        if kind_of_rule in TANGENT_PAIRS:  # (primal out, tangent out): only the tangent is the rule's derivative
             primal, tangent = out
             # jax transposes a custom_jvp rule for reverse mode: it must stay linear in the tangent, so the
             # entry changed is chosen by the primal output (an argmax of the tangent is not linear in it).
             return primal, self._perturbed_leaves(tangent, _jax_tree, _jax_tree(primal)[0])
-        return self._perturbed_leaves(out, _jax_tree if kind_of_rule == CUSTOM_VJP else _torch_tree)
+        return self._perturbed_leaves(out, _jax_tree if kind_of_rule in JAX_KINDS else _torch_tree)
 
     def _perturbed_leaves(self, out: Any, tree: Callable[[Any], tuple[list[Any], Callable[[list[Any]], Any]]],
                           choosers: list[Any] | None = None) -> Any:
@@ -154,6 +175,8 @@ def planted(objects: list[Any], kind_of_rule: str, method: str, plant: Plant, ro
 
     try:
         undo.append(_no_persistent_cache_writes())
+        if kind_of_rule in (CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT):
+            watch_jax_solvers()
         for obj in objects:
             undo.append(_swap(obj, kind_of_rule, method, state))
         if kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
@@ -190,13 +213,15 @@ def clear(root: str | Path, kind_of_rule: str) -> None:
 
     PROGRAMS.clear()
     jax = sys.modules.get("jax")
-    if jax is not None and kind_of_rule in (CUSTOM_VJP, CUSTOM_JVP):
+    if jax is not None and kind_of_rule in JAX_KINDS:
         for function in project_jitted(root):
             function.clear_cache()
         jax.clear_caches()  # a jitted function made anywhere else (a scenario's own closure) keeps its trace too
 
 
 def _swap(obj: Any, kind_of_rule: str, method: str, state: Planted) -> Callable[[], None]:
+    if kind_of_rule in (CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT):
+        return _in_solver_steps(obj, kind_of_rule, method, state)
     if kind_of_rule == TORCH_FUNCTION:
         entry = vars(obj).get(method)  # its own staticmethod, or None where inherited
         raw = next((klass.__dict__[method] for klass in obj.__mro__ if method in klass.__dict__), None)
@@ -231,6 +256,27 @@ def _swap(obj: Any, kind_of_rule: str, method: str, state: Planted) -> Callable[
 
     setattr(obj, attribute, jax_planted)
     return lambda: setattr(obj, attribute, original_rule)
+
+
+def _in_solver_steps(rule: Rule, kind_of_rule: str, method: str, state: Planted) -> Callable[[], None]:
+    """Perturb the output of each step of jax's solver rules that runs ``method`` of ``rule``; the undoing function.
+
+    The step's function is told by the source jax recorded for it: the method's file under the plant's
+    root, its first line and the parameter it was handed as.
+    """
+    target = rule.method(method)
+    if target is None:
+        return lambda: None
+    file = str((Path(state.root) / target.file).resolve())
+    step = SOLVER_STEPS[method]
+
+    def planting(use: SolverUse, out: Any) -> Any:
+        runs = use.runs
+        if use.step != step or runs is None or (runs.file, runs.line, runs.role) != (file, target.first_line, method):
+            return out
+        return state.perturbed(out, kind_of_rule)
+
+    return on_solver_use(planting)
 
 
 def _torch_tree(out: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:

@@ -3,9 +3,11 @@
 A rule is a ``torch.autograd.Function`` subclass (its ``forward``, ``setup_context``, ``backward``,
 ``vjp``, ``jvp``, ``vmap``), a ``jax.custom_vjp`` or an ``equinox.filter_custom_vjp`` (``fun``, ``fwd``,
 ``bwd``), a ``jax.custom_jvp``
-(``fun``, ``jvp``) or a ``torch.library.custom_op`` with an autograd registration (its function as
-``forward``, ``setup_context``, ``backward``). Only methods whose code lies in the project's own
-files count: the defaults torch's ``Function`` provides are not the user's rule.
+(``fun``, ``jvp``), a ``torch.library.custom_op`` with an autograd registration (its function as
+``forward``, ``setup_context``, ``backward``), or the functions a call of ``jax.lax.custom_linear_solve``
+(``solve``, ``transpose_solve``) or ``jax.lax.custom_root`` (``solve``, ``tangent_solve``) hands over,
+found in the calls of the project's source (``solver_calls``). Only methods whose code lies in the
+project's own files count: the defaults torch's ``Function`` provides are not the user's rule.
 
 Nothing is imported here: torch and jax are looked for among the modules already loaded, so a project
 that uses neither costs nothing. Functions are found by walking the project's imported modules (their
@@ -28,23 +30,34 @@ import os
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 from gradci.scenarios.affected.recording import RealPaths
 from gradci.scenarios.authoring.exceptions import is_users_file
+from gradci.scenarios.rules.solver_calls import LINEAR_SOLVE, ROOT, solver_calls
 
 TORCH_FUNCTION = "torch.autograd.Function"
 CUSTOM_VJP = "jax.custom_vjp"
 CUSTOM_JVP = "jax.custom_jvp"
 CUSTOM_OP = "torch.library.custom_op"
-KINDS = (TORCH_FUNCTION, CUSTOM_VJP, CUSTOM_JVP, CUSTOM_OP)
+CUSTOM_LINEAR_SOLVE = "jax.lax.custom_linear_solve"
+CUSTOM_ROOT = "jax.lax.custom_root"
+KINDS = (TORCH_FUNCTION, CUSTOM_VJP, CUSTOM_JVP, CUSTOM_OP, CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT)
+# The kinds whose rules jax traces: a plant in them needs jax's compiled programs forgotten.
+JAX_KINDS = frozenset({CUSTOM_VJP, CUSTOM_JVP, CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT})
+SOLVER_KINDS = {LINEAR_SOLVE: CUSTOM_LINEAR_SOLVE, ROOT: CUSTOM_ROOT}
 
 TORCH_METHODS = ("forward", "setup_context", "backward", "vjp", "jvp", "vmap")
+# Every method name a rule may have, each kind's words together (what a stored record may name).
+METHODS = (*TORCH_METHODS, "fun", "fwd", "bwd", "solve", "transpose_solve", "tangent_solve")
 # The methods that compute a derivative: a rule none of whose derivative methods ran was not exercised
 # (its forward runs whenever the function is called, differentiated or not).
 DERIVATIVE_METHODS = frozenset({"backward", "vjp", "jvp", "fwd", "bwd"})
+# A solver's derivative methods are its own: custom_linear_solve's solve solves for tangents (forward
+# mode), custom_root's solve only for the value.
+SOLVER_DERIVATIVE_METHODS = {CUSTOM_LINEAR_SOLVE: ("solve", "transpose_solve"), CUSTOM_ROOT: ("tangent_solve",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +101,25 @@ class Rule:
         return next((m for m in self.methods if m.name == name), None)
 
     def derivative_methods(self) -> list[str]:
-        return [m.name for m in self.methods if m.name in DERIVATIVE_METHODS]
+        derivative = SOLVER_DERIVATIVE_METHODS.get(self.kind, DERIVATIVE_METHODS)
+        return [m.name for m in self.methods if m.name in derivative]
 
-    def reached(self, lines_by_file: dict[str, Any]) -> list[str]:
+    def reached(self, lines_by_file: dict[str, Any], used: Collection[tuple[str, int, str]] | None = None) -> list[str]:
         """The methods of which a line ran, given the lines that ran per file.
 
         An inherited method's lines are its base class's, run by whichever subclass was called: they
         count for this rule only where a method the class defines itself ran too (its ``forward``).
         A class that defines none of its methods cannot be told from its base: its lines count.
+
+        A solver's derivative methods run whenever the solver is called (jax traces them then): they
+        count where jax used them for a derivative, by ``used`` ((file, first line, role) of each
+        function that served one: ``gradci.scenarios.rules.solver_uses``); where that was not watched
+        (None), by their lines.
         """
-        ran = [m for m in self.methods if m.ran(lines_by_file)]
+        by_use = SOLVER_DERIVATIVE_METHODS.get(self.kind, ()) if used is not None else ()
+        ran = [m for m in self.methods
+               if ((m.file, m.first_line, m.name) in used if used is not None and m.name in by_use
+                   else m.ran(lines_by_file))]
         own = [m for m in self.methods if not m.inherited]
         if own and not any(not m.inherited for m in ran):
             return []
@@ -266,6 +288,25 @@ def _rules_and_objects(root: Path) -> Iterator[tuple[Rule, Any]]:
     """Each rule found in the project's files with the live object it was found on."""
     yield from _torch_functions(root)
     yield from _module_rules(root)
+    yield from _solver_rules(root)
+
+
+def _solver_rules(root: Path) -> Iterator[tuple[Rule, Any]]:
+    """The rules the project's calls of custom_linear_solve and custom_root hand over (each its own object).
+
+    Named by the ``solve`` handed over (the primal, as a custom_vjp is named by its function), or by the
+    first function of the project's where that one is a library's.
+    """
+    for module in project_modules(root):
+        for call in solver_calls(module):
+            kind = SOLVER_KINDS[call.solver]
+            found = (_method(part, code, root) for part, code in call.parts.items())
+            methods = tuple(m for m in found if m is not None)
+            if not any(m.name in SOLVER_DERIVATIVE_METHODS[kind] for m in methods):
+                continue  # its derivative rule is a library's: nothing of the user's to measure
+            named = next(call.parts[m.name] for m in methods)
+            rule = Rule(kind, named.co_qualname, methods[0].file, methods)
+            yield rule, rule  # a plant finds the rule's functions in what jax traced, by their source
 
 
 def _torch_functions(root: Path) -> Iterator[tuple[Rule, Any]]:
@@ -418,6 +459,8 @@ def _digest(filename: str, first: int, last: int) -> str:
 
 
 def _code(defined: Any) -> types.CodeType | None:
+    if isinstance(defined, types.CodeType):  # a function a solver call hands over, found by its code
+        return defined
     function = getattr(defined, "__func__", defined)  # staticmethod, classmethod
     try:
         function = inspect.unwrap(function)  # once_differentiable, functools.wraps decorators

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from gradci.scenarios.rules.discovery import Rule
 
 LinesByFile = dict[str, list[int]]
+# The functions handed to jax's solvers that served a cell's derivatives: (file, first line, role).
+Used = set[tuple[str, int, str]]
 # The key under which a runner's cell record carries it (``gradci.worker.runner_child``).
 RECORD_KEY = "rule_coverage"
 
@@ -24,9 +26,13 @@ class CellRules:
     lines: LinesByFile
 
     @classmethod
-    def of(cls, lines: LinesByFile, rules: list[Rule]) -> CellRules:
-        """The record of a cell that ran ``lines``, over the project's ``rules``."""
-        reached = {rule.id: rule.reached(lines) for rule in rules}
+    def of(cls, lines: LinesByFile, rules: list[Rule], used: Used | None = None) -> CellRules:
+        """The record of a cell that ran ``lines``, over the project's ``rules``.
+
+        ``used``: the solvers' functions that served its derivatives (``Rule.reached``); None where
+        that was not watched.
+        """
+        reached = {rule.id: rule.reached(lines, used) for rule in rules}
         return cls({rule_id: methods for rule_id, methods in reached.items() if methods}, lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,7 +27,15 @@ WHAT_REACHES = {
     ("jax", "jvp"): "a jax cell (jax-fwd, or a reverse one: jax-rev, jax-rev-jit)",
     ("jax", "fwd"): "a reverse-mode cell (jax-rev, jax-rev-jit)",
     ("jax", "bwd"): "a reverse-mode cell (jax-rev, jax-rev-jit)",
+    ("jax", "solve"): "a forward-mode cell (jax-fwd)",
+    ("jax", "transpose_solve"): "a reverse-mode cell (jax-rev, jax-rev-jit)",
+    ("jax", "tangent_solve"): "a jax cell (jax-fwd, or a reverse one: jax-rev, jax-rev-jit)",
 }
+# The derivative methods a cell of either mode runs: jax transposes a custom_jvp rule, and custom_root's
+# tangent solve, for reverse mode.
+EITHER_MODE = frozenset({"jvp", "tangent_solve"})
+# Those only forward mode runs (for the rest: reverse mode): custom_linear_solve's solve for tangents.
+FORWARD_ONLY = frozenset({"jvp", "solve"})
 
 
 def unexercised_severity(config: Mapping[str, Any]) -> str:
@@ -124,9 +132,9 @@ def _unexercised_hint(rule: Rule, summary: RulesSummary) -> str:
 
 def _mode_runs(rule: Rule, method: str, mode: str) -> bool:
     """Whether a cell of ``mode`` ("reverse", "forward", "forward-over-reverse") runs ``method`` of ``rule``."""
-    if rule.kind.startswith("jax") and method == "jvp":  # jax transposes a custom_jvp rule for reverse mode
+    if rule.kind.startswith("jax") and method in EITHER_MODE:
         return True
-    return "forward" in mode if method == "jvp" else "reverse" in mode
+    return "forward" in mode if method in FORWARD_ONLY else "reverse" in mode
 
 
 def _reaching(rule: Rule, methods: list[str]) -> str:

@@ -17,6 +17,11 @@ later call of a cached program runs none of it. Two caches would hide a rule fro
   before each jax cell, so that each cell traces through them (the cost of a trace and a compile of
   those functions alone: ``jax.clear_caches()`` would recompile every primitive of every cell).
 
+The functions handed to ``jax.lax.custom_linear_solve`` and ``custom_root`` run when the call is made,
+whatever the cell differentiates: which of them served a derivative is what jax's rules of those
+calls did while the cell ran (``solver_uses``), kept beside its lines and following kept programs as
+they do.
+
 Torch runs a CUDA backward on its own device threads, which a tracer set with ``sys.settrace`` (3.11)
 does not see: there, torch's multithreaded backward is switched off while a cell runs, so that the
 backward runs on the cell's thread (the same kernels, in the same order).
@@ -43,7 +48,8 @@ from gradci.scenarios.rules.discovery import (
     project_jitted,
     watch_rules_made_in_calls,
 )
-from gradci.scenarios.rules.records import CellRules, LinesByFile
+from gradci.scenarios.rules.records import CellRules, LinesByFile, Used
+from gradci.scenarios.rules.solver_uses import SolverUse, on_solver_use, used_sources, watch_jax_solvers, watching
 
 CellKey = tuple[str, str, str, str]
 # coverage.py's own warnings that say nothing about the user's code here.
@@ -55,6 +61,8 @@ class _Recording:
     label: str
     made: set[Hashable] = dataclasses.field(default_factory=set)
     reused: set[Hashable] = dataclasses.field(default_factory=set)
+    solver_uses: list[SolverUse] = dataclasses.field(default_factory=list)
+    paused: bool = False
 
 
 class RuleTracer:
@@ -75,11 +83,12 @@ class RuleTracer:
         if hasattr(sys, "monitoring"):  # 3.12+: the sys.monitoring core, which per-cell contexts allow
             self._coverage.set_option("run:core", "sysmon")
         self._records: dict[CellKey, LinesByFile] = {}
-        self._programs: dict[Hashable, LinesByFile] = {}
+        self._used: dict[CellKey, Used] = {}
+        self._programs: dict[Hashable, tuple[LinesByFile, Used]] = {}
         self._current: _Recording | None = None
         self._count = 0
         self._jitted: list[Any] | None = None
-        watch_rules_made_in_calls()  # a custom_vjp made inside a function on each call is in no module
+        self._watch_jax()
 
     @contextlib.contextmanager
     def cell(self, key: CellKey, framework: str) -> Iterator[None]:
@@ -90,7 +99,7 @@ class RuleTracer:
         self._count += 1
         recording = self._current = _Recording(f"cell {self._count}")
         if framework == "jax":
-            watch_rules_made_in_calls()  # jax may have been imported since the tracer was made
+            self._watch_jax()  # jax may have been imported since the tracer was made
             self._clear_jitted()
         self.dependencies.before_cell()
         try:
@@ -125,15 +134,17 @@ class RuleTracer:
     def paused(self) -> Iterator[None]:
         """A block inside a cell whose lines are not the cell's (a reference computed on the way)."""
         recording = self._current
-        if recording is None:
+        if recording is None or recording.paused:
             yield
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._coverage.stop()
+        recording.paused = True
         try:
             yield
         finally:
+            recording.paused = False
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._coverage.start()
@@ -144,6 +155,11 @@ class RuleTracer:
         if self._current is not None:
             (self._current.made if made else self._current.reused).add(key)
 
+    def solver_used(self, use: SolverUse) -> None:
+        """jax used a function handed to a solver for a derivative (``solver_uses``), in the running cell."""
+        if self._current is not None and not self._current.paused:
+            self._current.solver_uses.append(use)
+
     def lines(self, key: CellKey) -> LinesByFile:
         return self._records.get(key, {})
 
@@ -153,7 +169,8 @@ class RuleTracer:
 
     def take(self, key: CellKey, rules: list[Rule]) -> CellRules:
         """The cell's record (forgotten here: a runner's cells are sent once)."""
-        return CellRules.of(self._records.pop(key, {}), rules)
+        used = self._used.pop(key, set())
+        return CellRules.of(self._records.pop(key, {}), rules, used if watching() else None)
 
     def rules(self) -> list[Rule]:
         """The project's rules as they are now (classes made inside functions count once made)."""
@@ -161,11 +178,23 @@ class RuleTracer:
 
     def _store(self, key: CellKey, recording: _Recording) -> None:
         lines = self._read(recording.label)
+        used = self._relative_uses(recording.solver_uses)
         for program in recording.made:
-            self._programs[program] = _union(self._programs.get(program, {}), lines)
+            kept_lines, kept_used = self._programs.get(program, ({}, set()))
+            self._programs[program] = (_union(kept_lines, lines), kept_used | used)
         for program in recording.reused - recording.made:
-            lines = _union(lines, self._programs.get(program, {}))
+            kept_lines, kept_used = self._programs.get(program, ({}, set()))
+            lines, used = _union(lines, kept_lines), used | kept_used
         self._records[key] = _union(self._records.get(key, {}), lines)
+        self._used[key] = self._used.get(key, set()) | used
+
+    def _relative_uses(self, uses: list[SolverUse]) -> Used:
+        """The project's functions that served a derivative, as (file relative to the root, first line, role)."""
+        found = set()
+        for source in used_sources(uses):
+            if Path(source.file).is_relative_to(self.root):
+                found.add((Path(source.file).relative_to(self.root).as_posix(), source.line, source.role))
+        return found
 
     def _read(self, label: str) -> LinesByFile:
         data = self._coverage.get_data()
@@ -176,6 +205,16 @@ class RuleTracer:
             if lines:
                 found[self.dependencies.relative(filename)] = sorted(lines)
         return found
+
+    @staticmethod
+    def _watch_jax() -> None:
+        """Watch, where jax is loaded, the rules it makes inside calls and what its solvers do (once each)."""
+        global _forwarding
+        watch_rules_made_in_calls()  # a custom_vjp made inside a function on each call is in no module
+        watch_jax_solvers()
+        if not _forwarding:
+            _forwarding = True
+            on_solver_use(_to_active_tracer)
 
     def _clear_jitted(self) -> None:
         if self._jitted is None:  # the project's modules are imported by the first cell
@@ -208,6 +247,16 @@ def not_a_cells_lines() -> contextlib.AbstractContextManager[None]:
     """A block inside a cell that computes no derivative of it (a reference): its lines are left out."""
     tracer = _active.get()
     return tracer.paused() if tracer is not None else contextlib.nullcontext()
+
+
+_forwarding = False  # whether solvers' steps are told to the active tracer (from the first tracer on)
+
+
+def _to_active_tracer(use: SolverUse, out: Any) -> Any:
+    tracer = _active.get()
+    if tracer is not None:
+        tracer.solver_used(use)
+    return out
 
 
 def kept_program(key: Hashable, made: bool) -> None:

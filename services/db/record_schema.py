@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from gradci.scenarios.rules.discovery import KINDS, TORCH_METHODS
+from gradci.scenarios.rules.discovery import KINDS, METHODS
 from gradci.scenarios.rules.power import CAUGHT, DROP, ERROR, MISSED, NO_OP, NOT_PLANTED, SCALE, SIGN, TRANSPOSE
 from gradci.scenarios.rules.power import CellPower as CellPowerRecord
 
@@ -25,8 +25,8 @@ MAX_PLANTS = 1_000  # plants in one cell's power record
 MAX_METHODS = 16
 MAX_LINE = 10_000_000
 SOURCE_LIMIT = 20_000  # characters of one method's source (the runner keeps as many)
-# A rule's methods as discovery names them: torch.autograd.Function's, jax's fun/fwd/bwd/jvp, a custom op's.
-METHODS = (*TORCH_METHODS, "fun", "fwd", "bwd")
+# A rule's methods as discovery names them (``METHODS``): torch.autograd.Function's, jax's fun/fwd/bwd/jvp,
+# a custom op's, the functions handed to jax.lax's solvers.
 NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]*$"
 
 Method = Literal[METHODS]  # type: ignore[valid-type]  # a tuple of words, a Literal of them
