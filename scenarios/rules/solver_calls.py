@@ -79,7 +79,7 @@ def _calls_in(module: types.ModuleType, filename: str) -> Iterator[SolverCall]:
         tree = ast.parse(source, filename)
     except (SyntaxError, ValueError):
         return
-    codes = _CodeIndex(module, filename, tree)
+    codes = _CodeIndex(module, filename)
     for call, scopes in _calls_with_scopes(tree):
         solver = _solver_called(call)
         if solver is None:
@@ -141,7 +141,7 @@ def _resolve(node: ast.expr | None, scopes: list[ast.AST], module: types.ModuleT
                 return codes.of_lambda(found)
             if found is not None:
                 return codes.of_def(found)
-        return _code_of(vars(module).get(node.id))
+        return code_of(vars(module).get(node.id))
     if isinstance(node, ast.Attribute):  # a function of an imported module: pkg.solvers.cg
         path = []
         while isinstance(node, ast.Attribute):
@@ -154,7 +154,7 @@ def _resolve(node: ast.expr | None, scopes: list[ast.AST], module: types.ModuleT
             if not isinstance(target, (types.ModuleType, type)):
                 return None  # an instance's attribute is computed: not followed
             target = inspect.getattr_static(target, attribute, None)
-        return _code_of(target)
+        return code_of(target)
     return None
 
 
@@ -180,11 +180,14 @@ def _last_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
 
-def _code_of(value: Any) -> types.CodeType | None:
-    function = getattr(value, "__func__", value)
+def code_of(defined: Any) -> types.CodeType | None:
+    """The code of a function, a method, a decorated function, or a code object itself; None for anything else."""
+    if isinstance(defined, types.CodeType):
+        return defined
+    function = getattr(defined, "__func__", defined)  # staticmethod, classmethod
     try:
-        function = inspect.unwrap(function)
-    except ValueError:
+        function = inspect.unwrap(function)  # once_differentiable, functools.wraps decorators
+    except ValueError:  # a cycle of __wrapped__
         return None
     code = getattr(function, "__code__", None)
     return code if isinstance(code, types.CodeType) else None
@@ -193,18 +196,11 @@ def _code_of(value: Any) -> types.CodeType | None:
 class _CodeIndex:
     """The code objects of a module's functions, nested ones included, by first line and name."""
 
-    def __init__(self, module: types.ModuleType, filename: str, tree: ast.Module) -> None:
+    def __init__(self, module: types.ModuleType, filename: str) -> None:
         self._by_place: dict[tuple[int, str], list[types.CodeType]] = {}
-        # Lambdas of the same parameters on one line, by column: the n-th in the source is the n-th compiled.
-        self._lambda_columns: dict[tuple[int, tuple[str, ...]], list[int]] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Lambda):
-                self._lambda_columns.setdefault((node.lineno, _parameters(node)), []).append(node.col_offset)
-        for columns in self._lambda_columns.values():
-            columns.sort()
         real = os.path.realpath(filename)
         seen: set[int] = set()
-        pending = [code for code in map(_code_of, self._functions(module)) if code is not None]
+        pending = [code for code in map(code_of, self._functions(module)) if code is not None]
         while pending:
             code = pending.pop()
             if id(code) in seen or os.path.realpath(code.co_filename) != real:
@@ -212,8 +208,6 @@ class _CodeIndex:
             seen.add(id(code))
             self._by_place.setdefault((code.co_firstlineno, code.co_name), []).append(code)
             pending.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-        for codes in self._by_place.values():  # in the source's order, by the columns their instructions have
-            codes.sort(key=lambda code: min((p[2] for p in code.co_positions() if p[2]), default=0))
 
     @staticmethod
     def _functions(module: types.ModuleType) -> Iterator[Any]:
@@ -228,14 +222,11 @@ class _CodeIndex:
         return codes[0] if codes else None
 
     def of_lambda(self, node: ast.Lambda) -> types.CodeType | None:
-        names = _parameters(node)
-        codes = [code for code in self._by_place.get((node.lineno, "<lambda>"), ())
-                 if code.co_varnames[:code.co_argcount] == names]
-        if not codes:
-            return None
-        index = self._lambda_columns.get((node.lineno, names), [node.col_offset]).index(node.col_offset)
-        return codes[min(index, len(codes) - 1)]
+        """A lambda's code, by its line and parameters (``lambda y: …`` beside ``lambda g, y: …``).
 
-
-def _parameters(node: ast.Lambda) -> tuple[str, ...]:
-    return tuple(arg.arg for arg in (*node.args.posonlyargs, *node.args.args))
+        Two lambdas of the same parameters on one line give the same rule method either way: the same
+        line, and the role they are handed as tells them apart where jax uses them.
+        """
+        names = tuple(arg.arg for arg in (*node.args.posonlyargs, *node.args.args))
+        return next((code for code in self._by_place.get((node.lineno, "<lambda>"), ())
+                     if code.co_varnames[:code.co_argcount] == names), None)

@@ -1,8 +1,8 @@
 """The derivative rules a project hands to jax.lax.custom_linear_solve and jax.lax.custom_root.
 
 The project (tests/data/projects/solvers) calls ``custom_linear_solve`` with a ``solve`` and a
-``transpose_solve`` (a non-symmetric matrix, so that a wrong transpose shows), calls it a second time
-in a function no scenario calls, and hands ``custom_root`` a ``tangent_solve``. jax traces every one of
+``transpose_solve`` (a non-symmetric matrix, so that a wrong transpose shows), also under a module-level
+``jax.jit`` (which keeps its trace), calls it a second time in a function no scenario calls, and hands ``custom_root`` a ``tangent_solve``. jax traces every one of
 those functions when the call is made: their lines run in every cell, so which one served a derivative
 is told by what jax's rules did (forward mode solves tangents with ``solve``, reverse mode cotangents with
 ``transpose_solve``). Each claim is shown with its twin.
@@ -37,6 +37,8 @@ LINEAR = f"{OPS}::solve_linear.<locals>.solve"
 UNUSED = f"{OPS}::_solve_by_hand"
 ROOT = f"{OPS}::cube_root.<locals>.solve"
 REVERSE, FORWARD = ["jax-rev", "jax-rev-jit"], ["jax-fwd"]
+# The linear solve as it is, and under the module's jax.jit.
+LINEAR_SCENARIOS = pytest.mark.parametrize("name", ["linear/jacobian", "linear-jit/jacobian"])
 
 
 @pytest.fixture
@@ -124,9 +126,10 @@ def test_the_forms_a_call_hands_its_functions_in(tmp_path):
     assert rules["cg"].file == "forms_helpers.py" and [m.name for m in rules["cg"].methods] == ["solve", "transpose_solve"]
 
 
-def test_transpose_solve_is_reached_only_by_reverse_cells_and_solve_by_forward_ones(project):
+@LINEAR_SCENARIOS
+def test_transpose_solve_is_reached_only_by_reverse_cells_and_solve_by_forward_ones(project, name):
     root, scenarios = project
-    cells, records, summary = records_and_summary(root, [scenarios["linear/jacobian"]], REVERSE + FORWARD)
+    cells, records, summary = records_and_summary(root, [scenarios[name]], REVERSE + FORWARD)
     assert {cell.backend: records[cell.key].rules[LINEAR] for cell in cells} == {
         "jax-rev": ["transpose_solve"], "jax-rev-jit": ["transpose_solve"], "jax-fwd": ["solve"]}
     rule = next(rule for rule in summary.rules if rule.id == LINEAR)
@@ -138,6 +141,28 @@ def test_transpose_solve_is_reached_only_by_reverse_cells_and_solve_by_forward_o
     assert transpose_solve is not None
     assert set(transpose_solve.lines) <= set(records[forward.key].lines[OPS])
     assert LINEAR not in {finding.rule.id for finding in summary.findings()}
+
+
+@LINEAR_SCENARIOS
+def test_a_cell_that_reuses_a_kept_program_is_given_what_its_trace_used(project, name):
+    """The second check runs the programs the first compiled: no rule of jax's runs again, the record stays."""
+    root, scenarios = project
+    tracer = RuleTracer(root)
+    rules = tracer.rules()
+    for _ in range(2):
+        cells, _ = checked(root, [scenarios[name]], REVERSE + FORWARD, tracer=tracer)
+        assert {cell.backend: tracer.take(cell.key, rules).rules[LINEAR] for cell in cells} == {
+            "jax-rev": ["transpose_solve"], "jax-rev-jit": ["transpose_solve"], "jax-fwd": ["solve"]}
+
+
+def test_where_jax_is_not_watched_a_solvers_methods_count_by_their_lines(project):
+    root, _ = project
+    rule = next(rule for rule in RuleTracer(root).rules() if rule.id == LINEAR)
+    lines = {OPS: sorted({line for method in rule.methods for line in method.lines})}
+    assert rule.reached(lines, None) == ["solve", "transpose_solve"]
+    assert rule.reached(lines, set()) == []  # watched: lines alone say nothing of a derivative
+    solve = rule.method("solve")
+    assert solve is not None and rule.reached(lines, {(OPS, solve.first_line, "solve")}) == ["solve"]
 
 
 def test_a_matrix_of_forward_cells_only_is_told_transpose_solve_never_ran(project):
@@ -179,9 +204,10 @@ def test_verdicts_are_the_same_with_and_without_rule_coverage(project):
     assert {c.status for c in with_coverage} == {Status.PASS}
 
 
-def test_a_1e_3_error_in_transpose_solve_in_float64_is_caught_at_or_below_1e_3(project):
+@LINEAR_SCENARIOS
+def test_a_1e_3_error_in_transpose_solve_in_float64_is_caught_at_or_below_1e_3(project, name):
     root, scenarios = project
-    scenario = scenarios["linear/jacobian"]
+    scenario = scenarios[name]
     backends = resolve_backends(REVERSE + FORWARD)
     tracer = RuleTracer(root)
     cells, references = checked(root, [scenario], REVERSE + FORWARD, tracer=tracer)

@@ -1,8 +1,9 @@
 """Derivative rules handed to jax.lax's solvers: what a call of custom_linear_solve or custom_root makes.
 
 ``solve_linear`` hands ``custom_linear_solve`` a ``solve`` (the value, and tangents in forward mode) and a
-``transpose_solve`` (cotangents in reverse mode only); ``solve_unused`` does the same and no scenario
-calls it; ``cube_root`` hands ``custom_root`` its ``tangent_solve``. (tests/engine/rules/test_solver_rules.py)
+``transpose_solve`` (cotangents in reverse mode only), ``solve_linear_jit`` is it under a module-level
+``jax.jit`` (which keeps its trace); ``solve_unused`` does the same and no scenario calls it;
+``cube_root`` hands ``custom_root`` its ``tangent_solve``. (tests/engine/rules/test_solver_rules.py)
 """
 import functools
 
@@ -28,6 +29,9 @@ def solve_linear(b):
         return jnp.linalg.solve(a.T, rhs)
 
     return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
+
+
+solve_linear_jit = jax.jit(solve_linear)
 
 
 def _solve_by_hand(a, matvec, rhs):
