@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gradci.scenarios.contract.cell import Cell
-from gradci.scenarios.rules.discovery import Rule
+from gradci.scenarios.rules.discovery import SOLVER_DERIVATIVE_METHODS, Rule
 from gradci.scenarios.rules.records import CellRules, LinesByFile
 
 FAILURE, WARNING = "failure", "warning"
@@ -127,6 +127,9 @@ def _unexercised_hint(rule: Rule, summary: RulesSummary) -> str:
                     "its output did not reach what they differentiate there (computed under no_grad, detached?)")
         return (f"its {', '.join(others)} ran, but no cell differentiated through it: "
                 f"{_reaching(rule, derivative)} would")
+    if rule.kind in SOLVER_DERIVATIVE_METHODS:  # the rule is the functions a call hands over, not a function to call
+        return (f"no cell calls it: add a scenario whose function makes the {rule.kind} call that hands over "
+                f"{rule.name} ({_lines(rule)})")
     return f"no cell calls it: add a scenario whose function calls {rule.name} ({_lines(rule)})"
 
 
