@@ -348,3 +348,19 @@ def test_every_field_the_engine_writes_in_a_rule_is_one_the_upload_schema_takes(
     validated = UploadedRule.model_validate(record)  # closed: a field it does not know is refused
     assert set(record["methods"][0]) <= set(validated.methods[0].model_dump())  # (the upload adds source)
     assert validated.methods[0].inherited
+
+
+def test_the_solver_rules_kinds_and_methods_are_words_the_upload_schema_takes():
+    """A custom_linear_solve's or custom_root's rule, its coverage and a plant in it upload like any other."""
+    from gradci.scenarios.rules.discovery import CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT, Rule, RuleMethod
+    from gradci.services.db.record_schema import UploadedPower, UploadedRule, UploadedRuleCoverage
+
+    for kind, names in ((CUSTOM_LINEAR_SOLVE, ("solve", "transpose_solve")), (CUSTOM_ROOT, ("solve", "tangent_solve"))):
+        methods = tuple(RuleMethod(name, "ops.py", 3 + 3 * index, (4 + 3 * index,)) for index, name in enumerate(names))
+        rule = Rule(kind=kind, name="linear.<locals>.solve", file="ops.py", methods=methods)
+        assert UploadedRule.model_validate(rule.to_dict()).kind == kind
+        coverage = UploadedRuleCoverage.model_validate({"rules": {rule.id: list(names)}, "lines": {"ops.py": [4]}})
+        assert coverage.rules[rule.id] == list(names)
+        plant = PlantResult(rule=rule.id, method=names[1], output=0, outputs=1, kind=SCALE, outcome=CAUGHT,
+                            smallest_delta=1e-5)
+        assert UploadedPower.model_validate(CellPower([plant]).to_dict()).plants[0].method == names[1]
