@@ -199,8 +199,11 @@ class WarmRunner:
         self._launch()
         self._await_ready()
 
-    def _launch(self) -> None:
-        """Start the runner's box for its tenant; its ``Ready`` is read by ``_await_ready``."""
+    def _launch(self, *, idle: bool = False) -> None:
+        """Start the runner's box for its tenant; its ``Ready`` is read by ``_await_ready``.
+
+        ``idle``: at the lowest CPU priority until taken (a spare: ``Box.start``).
+        """
         source, _, trusted = self._tenant
         # A fresh scratch folder per start: nothing one runner wrote is there for the next.
         self._scratch = self.workdir / "runner" / f"scratch-{os.getpid()}-{next(_folder_numbers)}"
@@ -216,7 +219,7 @@ class WarmRunner:
                 env["GRADCI_JAX_CACHE_MAX_MB"] = str(self.cache_max_mb)
         try:
             self._box = self.sandbox.box(scratch=self._scratch, checkout=source, cache=cache)
-            self._process = self._box.start(runner_command(), env)
+            self._process = self._box.start(runner_command(), env, idle=idle)
         except (BoxUnavailable, OSError) as exc:
             self._discard()
             raise RunnerError(f"the runner's box could not be built: {exc}") from None
@@ -258,7 +261,7 @@ class WarmRunner:
                            max_rss_mb=self.max_rss_mb, cache_max_mb=self.cache_max_mb)
         spare._tenant, spare._placeholder = (str(placeholder), None, False), placeholder
         try:
-            spare._launch()
+            spare._launch(idle=True)  # warming while jobs run beside it, it takes only the cycles they leave
             spare._send(messages.WarmRequest(backends=list(backends), warm_up=True), what="warming a spare")
         except RunnerError as exc:
             log.warning("no spare runner: %s", exc)
@@ -281,6 +284,8 @@ class WarmRunner:
             return False
         try:
             link_tree(Path(source), spare._placeholder)
+            if spare._box is not None:  # the usual priority from now on: its tenant waits on it
+                spare._box.prioritise()
             spare._await_ready()
             reply = spare._read_answer(messages.WarmReply, self.startup_timeout_s, what="warming a spare")
         except (OSError, RunnerError) as exc:

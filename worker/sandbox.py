@@ -314,8 +314,12 @@ class Box:
         if refusal:
             raise BoxUnavailable(refusal)
 
-    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Start ``argv`` in the box, with pipes for its stdin, stdout and stderr."""
+    def start(self, argv: list[str], env: dict[str, str], *, idle: bool = False) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in the box, with pipes for its stdin, stdout and stderr.
+
+        ``idle``: at the lowest CPU priority until ``prioritise`` (a spare runner warming up must not slow
+        the jobs running beside it); only where the worker may raise it back (root), else as usual.
+        """
         pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if not self.boxed:
             warn_unboxed_once(self.policy)
@@ -324,12 +328,24 @@ class Box:
             self._limit(process.pid)
             return process
         try:
-            return self._start_boxed(argv, env, pipes)
+            return self._start_boxed(argv, env, pipes, idle=idle)
         except BaseException:
             self.close()
             raise
 
-    def _start_boxed(self, argv: list[str], env: dict[str, str], pipes: dict[str, int]) -> subprocess.Popen[bytes]:
+    def prioritise(self) -> None:
+        """Every thread in the box back to the normal CPU priority (see ``start``'s ``idle``)."""
+        for pid in self.cgroup.pids() if self.cgroup is not None else ():
+            try:
+                threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue  # ended meanwhile
+            for tid in threads:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, tid, 0)
+
+    def _start_boxed(self, argv: list[str], env: dict[str, str], pipes: dict[str, int], *,
+                     idle: bool) -> subprocess.Popen[bytes]:
         if os.geteuid() == 0 and self.policy.fresh_identity:
             self.identity = allocate_uid(*self.policy.uid_range)
             self.cgroup = Cgroup.create(f"runner-{self.identity.uid}", pids_max=self.policy.pids_max,
@@ -352,6 +368,9 @@ class Box:
             child = self._child_pid(info_read)
             # Nothing in the box runs until it reads block-fd: its whole tree starts inside the limits.
             self._limit(child, also=process.pid)
+            if idle and self.cgroup is not None:  # its cgroup lists every thread ``prioritise`` must reach
+                for pid in (process.pid, child):  # before it runs: all it starts inherits it
+                    os.setpriority(os.PRIO_PROCESS, pid, IDLE_NICENESS)
             os.write(block_write, b"1")
         except BaseException:
             # bwrap reads the descriptor's end as "go" too: stop the box before closing it.
@@ -472,6 +491,9 @@ class Box:
         if self.identity is not None:
             self.identity.release()
             self.identity = None
+
+
+IDLE_NICENESS = 19  # the lowest CPU priority: a box started ``idle`` runs only on cycles no one else wants
 
 
 def _kill_unstarted(bwrap: subprocess.Popen[bytes], child: int | None) -> None:

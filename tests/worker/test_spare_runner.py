@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,35 @@ def test_a_spare_warms_the_frameworks_before_any_checkout(runner: WarmRunner, wo
     runner.keep_spare(["torch-rev", "fd"])
     assert cell(runner, world["alice"], "square")["status"] == "pass"
     assert runner.spares_taken == 1 and {"torch-rev", "fd"} <= runner._warm
+
+
+def niceness_of_threads(pids: set[int]) -> set[int]:
+    """The nice value of every thread of ``pids`` (field 19 of /proc/PID/task/TID/stat)."""
+    values = set()
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            values.add(int(stat.rsplit(")", 1)[1].split()[16]))
+    return values
+
+
+def test_a_waiting_spare_runs_at_the_lowest_priority_and_its_tenant_at_the_usual_one(
+        runner: WarmRunner, world: dict[str, Path]) -> None:
+    """Warming beside running jobs, a spare takes only the cycles they leave; taken, its tenant's cells
+    get their usual share."""
+    runner.keep_spare(["torch-rev", "fd"])
+    spare = runner._spare
+    assert spare is not None and spare._box is not None
+    if spare._box.cgroup is None:
+        pytest.skip("no cgroup here: without one to find its threads again, a spare is not started idle")
+    pids = spare._box.cgroup.pids()
+    deadline = time.monotonic() + 60
+    while sum(len(os.listdir(f"/proc/{pid}/task")) for pid in pids) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)  # torch's import starts its threads: they are the spare's too
+    waiting = niceness_of_threads(pids)
+    assert waiting == {19}, waiting
+    assert cell(runner, world["alice"], "square")["status"] == "pass"
+    assert runner.spares_taken == 1
+    assert runner._box is not None and runner._box.cgroup is not None
+    taken = niceness_of_threads(runner._box.cgroup.pids())
+    assert taken == {0}, taken
