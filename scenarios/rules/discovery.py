@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import inspect
 import itertools
 import linecache
 import os
@@ -36,7 +35,7 @@ from typing import Any
 
 from gradci.scenarios.affected.recording import RealPaths
 from gradci.scenarios.authoring.exceptions import is_users_file
-from gradci.scenarios.rules.solver_calls import LINEAR_SOLVE, ROOT, solver_calls
+from gradci.scenarios.rules.solver_calls import LINEAR_SOLVE, ROOT, code_of, solver_calls
 
 TORCH_FUNCTION = "torch.autograd.Function"
 CUSTOM_VJP = "jax.custom_vjp"
@@ -280,7 +279,7 @@ def on_rule_made(hook: Callable[[Any], None]) -> Callable[[], None]:
 def rule_key(obj: Any) -> tuple[Any, ...] | None:
     """A custom_vjp's or custom_jvp's code: equal for one rule made anew on each call (None: not a rule)."""
     parts = [getattr(obj, name, None) for name in ("fun", "fwd", "bwd", "jvp")]
-    codes = tuple(_code(part) if part is not None else None for part in parts)
+    codes = tuple(code_of(part) if part is not None else None for part in parts)
     return (type(obj).__name__, *codes) if any(codes) else None
 
 
@@ -440,7 +439,7 @@ def _identity(x: Any) -> Any:
 
 def _method(name: str, defined: Any, root: Path) -> RuleMethod | None:
     """The method ``name`` where its code lies in the project; None for torch's or jax's own."""
-    code = _code(defined)
+    code = code_of(defined)
     if code is None or not _in_project(code.co_filename, root):
         return None
     lines = {line for _, _, line in code.co_lines() if line is not None}
@@ -458,19 +457,8 @@ def _digest(filename: str, first: int, last: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
 
 
-def _code(defined: Any) -> types.CodeType | None:
-    if isinstance(defined, types.CodeType):  # a function a solver call hands over, found by its code
-        return defined
-    function = getattr(defined, "__func__", defined)  # staticmethod, classmethod
-    try:
-        function = inspect.unwrap(function)  # once_differentiable, functools.wraps decorators
-    except ValueError:  # a cycle of __wrapped__
-        return None
-    return getattr(function, "__code__", None)
-
-
 def _code_file(function: Callable | None) -> str | None:
-    code = _code(function)
+    code = code_of(function)
     return code.co_filename if code is not None else None
 
 

@@ -8,7 +8,6 @@ a third rule is wrong, and its cells fail with or without a plant.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import cast
@@ -18,7 +17,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
-from gradci.scenarios.authoring.project import load_project, load_scenarios
 from gradci.scenarios.check import check_scenario, resolve_backends
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.power.measure import measure_power
@@ -28,6 +26,7 @@ from gradci.scenarios.rules.discovery import rule_objects
 from gradci.scenarios.rules.power import CAUGHT, MISSED, SCALE, CellPower, PlantResult, summarize_power
 from gradci.scenarios.rules.records import CellRules
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
+from tests.engine.rules.projects import imported_copy
 
 PROJECT = Path(__file__).resolve().parents[2] / "data" / "projects" / "power"
 BACKENDS = ["torch-rev", "jax-rev", "jax-rev-jit"]
@@ -36,13 +35,7 @@ MUL, JMUL = "powerops/ops.py::Mul", "powerops/ops.py::jmul"
 
 @pytest.fixture
 def project(tmp_path):
-    """The project, copied, its modules imported from the copy and forgotten afterwards."""
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    scenarios = {s.name: s for s in load_scenarios(load_project(root))}
-    yield root, scenarios
-    for name in [name for name in sys.modules if name == "powerops" or name.startswith("powerops.")]:
-        del sys.modules[name]
+    yield from imported_copy(PROJECT, "powerops", tmp_path)
 
 
 def measured(root: Path, scenario, dtypes=("float64",)):

@@ -8,8 +8,6 @@ condition holds and not where it does not.
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,7 +16,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
-from gradci.scenarios.authoring.project import load_project, load_scenarios
 from gradci.scenarios.check import check_scenario, resolve_backends
 from gradci.scenarios.reference.answer import ReferenceCache
 from gradci.scenarios.rules.discovery import CUSTOM_VJP, TORCH_FUNCTION, Rule
@@ -26,6 +23,7 @@ from gradci.scenarios.rules.records import CellRules
 from gradci.scenarios.rules.reports import write_report
 from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
+from tests.engine.rules.projects import imported_copy
 
 PROJECT = Path(__file__).resolve().parents[2] / "data" / "projects" / "rule_coverage"
 OPS = "rulecov/ops.py"
@@ -33,13 +31,7 @@ OPS = "rulecov/ops.py"
 
 @pytest.fixture
 def project(tmp_path):
-    """The project, copied, its modules imported from the copy and forgotten afterwards."""
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    scenarios = {s.name: s for s in load_scenarios(load_project(root))}
-    yield root, scenarios
-    for name in [name for name in sys.modules if name == "rulecov" or name.startswith("rulecov.")]:
-        del sys.modules[name]
+    yield from imported_copy(PROJECT, "rulecov", tmp_path)
 
 
 def checked(root: Path, scenarios, backends: list[str], tracer: RuleTracer | None = None):

@@ -10,7 +10,6 @@ is told by what jax's rules did (forward mode solves tangents with ``solve``, re
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import sys
 from pathlib import Path
 from typing import cast
@@ -20,7 +19,6 @@ import pytest
 
 pytest.importorskip("jax")
 
-from gradci.scenarios.authoring.project import load_project, load_scenarios
 from gradci.scenarios.check import check_scenario, resolve_backends
 from gradci.scenarios.contract.cell import Status
 from gradci.scenarios.power.measure import measure_power
@@ -30,6 +28,7 @@ from gradci.scenarios.rules.discovery import CUSTOM_LINEAR_SOLVE, CUSTOM_ROOT, d
 from gradci.scenarios.rules.power import CAUGHT, SCALE, SIGN
 from gradci.scenarios.rules.summary import NOT_EXERCISED, summarize
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
+from tests.engine.rules.projects import imported_copy
 
 PROJECT = Path(__file__).resolve().parents[2] / "data" / "projects" / "solvers"
 OPS = "solverops/ops.py"
@@ -43,13 +42,7 @@ LINEAR_SCENARIOS = pytest.mark.parametrize("name", ["linear/jacobian", "linear-j
 
 @pytest.fixture
 def project(tmp_path):
-    """The project, copied, its modules imported from the copy and forgotten afterwards."""
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    scenarios = {s.name: s for s in load_scenarios(load_project(root))}
-    yield root, scenarios
-    for name in [name for name in sys.modules if name == "solverops" or name.startswith("solverops.")]:
-        del sys.modules[name]
+    yield from imported_copy(PROJECT, "solverops", tmp_path)
 
 
 def checked(root: Path, scenarios, backends: list[str], dtypes=("float64",), tracer: RuleTracer | None = None):
