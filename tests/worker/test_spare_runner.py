@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gradci._testing.processes import wait_for
 from gradci.worker.runner import CellSpec, WarmRunner
 from gradci.worker.sandbox import SandboxPolicy, bubblewrap
 
@@ -161,11 +161,9 @@ def test_a_waiting_spare_runs_at_the_lowest_priority_and_its_tenant_at_the_usual
     assert spare is not None and spare._box is not None
     if spare._box.cgroup is None:
         pytest.skip("no cgroup here: without one to find its threads again, a spare is not started idle")
-    pids = spare._box.cgroup.pids()
-    deadline = time.monotonic() + 60
-    while sum(len(os.listdir(f"/proc/{pid}/task")) for pid in pids) < 4 and time.monotonic() < deadline:
-        time.sleep(0.1)  # torch's import starts its threads: they are the spare's too
-    waiting = niceness_of_threads(pids)
+    wait_for(lambda: any("libtorch" in Path(f"/proc/{pid}/maps").read_text() for pid in spare._box.cgroup.pids()),
+             "the spare to import torch (and start its threads)", timeout_s=120, interval_s=0.1)
+    waiting = niceness_of_threads(spare._box.cgroup.pids())
     assert waiting == {19}, waiting
     assert cell(runner, world["alice"], "square")["status"] == "pass"
     assert runner.spares_taken == 1
