@@ -209,7 +209,7 @@ class ComponentHealth(BaseModel):
 
 
 class BrokerHealth(ComponentHealth):
-    queued_plans: int | None = Field(None, description="plan_run messages waiting on the cpu queue")
+    queued_plans: int | None = Field(None, description="messages waiting on the cpu queue: plans and CPU jobs")
 
 
 class Health(BaseModel):

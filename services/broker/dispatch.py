@@ -89,7 +89,7 @@ def submit_publish(run_id: int, settings: Settings) -> None:
 
 
 def broker_status(settings: Settings) -> tuple[bool, str | None, int | None]:
-    """(reachable, error message, messages waiting on the plans' queue)."""
+    """(reachable, error message, messages waiting on the plans' queue, which CPU jobs share)."""
     try:
         with broker_connection(settings) as connection:
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_S)
