@@ -100,6 +100,9 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             default_devices=default_devices(online), chunk_size=settings.job_chunk_size, gpus=gpus,
             scopes=source.scopes, costs=costs, risk=_risk(database, earlier, source.rules),
         )
+        # What this process's spare runner warms next (WarmRunner.keep_spare): a planner lists, it warms
+        # no backend itself, and without this its spare would warm every framework there is.
+        context.runner().backends_used.update(job.backend for job in the_plan.jobs)
     except (CheckoutError, RunnerError, planner.PlanError) as exc:
         _fail(database, run_id, str(exc))
         return
