@@ -252,6 +252,7 @@ class WarmRunner:
         if spare is not None and spare.alive and spare.extra_env == self.extra_env:
             return
         self.close_spare()
+        remove_orphaned_spare_folders(self.workdir / "runner")
         placeholder = self.workdir / "runner" / f"spare-{os.getpid()}-{next(_folder_numbers)}"
         shutil.rmtree(placeholder, ignore_errors=True)
         placeholder.mkdir(parents=True)
@@ -648,6 +649,14 @@ def close_shared_runner() -> None:
         runner.close()
         runner.close_spare()
         _local.runner = None
+
+
+def remove_orphaned_spare_folders(folder: Path) -> None:
+    """Remove the spare folders under ``folder`` of worker processes that are gone (killed: no ``close``)."""
+    for spare in folder.glob("spare-*-*"):
+        pid = spare.name.split("-")[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(spare, ignore_errors=True)
 
 
 def link_tree(source: Path, into: Path) -> None:

@@ -6,6 +6,7 @@ at its start and the checkout's files are linked into it when a pull request tak
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,3 +171,20 @@ def test_a_waiting_spare_runs_at_the_lowest_priority_and_its_tenant_at_the_usual
     assert runner._box is not None and runner._box.cgroup is not None
     taken = niceness_of_threads(runner._box.cgroup.pids())
     assert taken == {0}, taken
+
+
+def test_a_killed_workers_spare_folders_go_with_the_next_spare(runner: WarmRunner, world: dict[str, Path]) -> None:
+    """A worker process killed (no close) leaves its spare's folder, links to a checkout inside: the next
+    spare started on that machine removes it; a living process's folder stays."""
+    folders = world["work"] / "runner"
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    orphan, living = folders / f"spare-{dead.pid}-7", folders / f"spare-{os.getppid()}-7"
+    for folder in (orphan, living):
+        (folder / "pkg").mkdir(parents=True, exist_ok=True)
+        (folder / "pkg" / "model.py").write_text("left behind")
+    runner.keep_spare(["fd"])
+    assert not orphan.exists() and living.exists()
+    living.joinpath("pkg", "model.py").unlink()
+    living.joinpath("pkg").rmdir()
+    living.rmdir()
