@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import FakeOidcIssuer
 from tests.support.faults import FaultyService, start_faulty_service
@@ -28,6 +29,13 @@ def github() -> Iterator[FakeGitHub]:
     """A fake GitHub on loopback, one per test module."""
     with FakeGitHub() as fake:
         yield fake
+
+
+@pytest.fixture(scope="module")
+def github_app() -> Iterator[tuple[FakeGitHub, str]]:
+    """A fake GitHub on loopback with App ``APP_ID`` installed on ``FULL_NAME``: the fake, the App's key."""
+    with FakeGitHub() as fake:
+        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from gradci.services.broker.queues import PLAN_RUN
 from gradci.services.db.models import Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
 from tests.support.broker import send_task
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload, pull_request
@@ -85,15 +85,9 @@ def mirror(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def github() -> Iterator[tuple[FakeGitHub, str]]:
-    with FakeGitHub() as fake:
-        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
+def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
     # Spare runners as in production: after the first pull request the next ones take a spare.
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory,
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory,
                      runner_spare="true") as running:
         yield running
 
@@ -149,8 +143,8 @@ ALL = {"cube/gradient torch-rev", "cube/gradient jax-rev", "cube/gradient jax-re
        "wrong/gradient torch-rev", "boom/gradient torch-rev"}
 
 
-def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror, github):
-    fake, _ = github
+def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror, github_app):
+    fake, _ = github_app
     shas = mirror[1]
     seen: set[int] = set()
 

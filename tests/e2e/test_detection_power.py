@@ -21,7 +21,7 @@ from gradci._testing.service import GRADCI, Service
 from gradci.services.db.models import CellPower, Result, Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
 from tests.support.browser import browser, script_errors, shoot  # noqa: F401 - browser: a fixture
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
@@ -88,14 +88,8 @@ def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def github() -> Iterator[tuple[FakeGitHub, str]]:
-    with FakeGitHub() as fake:
-        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory) as running:
+def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory) as running:
         yield running
 
 
@@ -156,8 +150,8 @@ def measured(service, mirror) -> dict[str, int]:
 
 
 def test_a_default_branch_push_measures_power_and_a_pull_request_reports_what_no_cell_catches(
-        service, mirror, github, measured):
-    fake, _ = github
+        service, mirror, github_app, measured):
+    fake, _ = github_app
     c0, c1 = mirror[1]
     branch = measured["branch"]
     records = powers(service, branch)

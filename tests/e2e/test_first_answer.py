@@ -16,7 +16,7 @@ from gradci._testing.service import Service, jobs_of
 from gradci.services.db.models import Job, Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload, pull_request
@@ -81,16 +81,10 @@ def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def github() -> Iterator[tuple[FakeGitHub, str]]:
-    with FakeGitHub() as fake:
-        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
+def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
     """One worker of concurrency 1 (so the jobs run in the order they were sent), a job per scenario."""
     # Every run full: the order of the cells that run is the point, none carried.
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory, job_chunk_size="1",
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory, job_chunk_size="1",
                      full_run_repos=FULL_NAME) as running:
         yield running
 
@@ -105,8 +99,8 @@ def completed(fake: FakeGitHub, sha: str) -> dict | None:
     return next((run for run in fake.check_runs_for(sha) if run.get("status") == "completed"), None)
 
 
-def test_the_first_answer_comes_first_and_the_first_failure_before_the_end(service, mirror, github):
-    fake, _ = github
+def test_the_first_answer_comes_first_and_the_first_failure_before_the_end(service, mirror, github_app):
+    fake, _ = github_app
     c0, c1 = mirror[1]
 
     def observe(call: dict) -> None:

@@ -24,7 +24,7 @@ from gradci.services.db.session import session_scope
 from gradci.services.github.intake import receive
 from gradci.services.settings import Settings
 from tests.support import webhook_client
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
 from tests.support.broker import send_task
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
@@ -77,15 +77,9 @@ def mirror(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def github() -> Iterator[tuple[FakeGitHub, str]]:
-    with FakeGitHub() as fake:
-        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
+def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
     """One worker of concurrency 1: a single pool process, which one sleeping job keeps busy."""
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory, job_chunk_size="1",
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory, job_chunk_size="1",
                      full_run_repos=FULL_NAME) as running:
         yield running
 
@@ -110,9 +104,9 @@ def service_settings(service: Service) -> Settings:
                        if key.startswith("GRADCI_")})
 
 
-def test_a_delivery_an_older_api_sent_to_the_cpu_queue_is_acted_on(service, mirror, github) -> None:
+def test_a_delivery_an_older_api_sent_to_the_cpu_queue_is_acted_on(service, mirror, github_app) -> None:
     """A rolling upgrade: messages of the control tasks already waiting on ``cpu`` are not stranded."""
-    fake, _ = github
+    fake, _ = github_app
     head = mirror[1]["legacy"]
     body = pull_request("opened", head, mirror[1]["legacy_base"])
     body["number"] = body["pull_request"]["number"] = 7
@@ -125,8 +119,8 @@ def test_a_delivery_an_older_api_sent_to_the_cpu_queue_is_acted_on(service, mirr
     assert check["body"]["status"] == "in_progress"
 
 
-def test_the_first_answer_comes_while_every_cpu_worker_runs_a_job(service, mirror, github) -> None:
-    fake, _ = github
+def test_the_first_answer_comes_while_every_cpu_worker_runs_a_job(service, mirror, github_app) -> None:
+    fake, _ = github_app
     sleeping, head = mirror[1]["sleeping"], mirror[1]["pull"]
 
     def observe(call: dict) -> None:

@@ -16,7 +16,7 @@ from gradci._testing.processes import wait_for
 from gradci._testing.repos import commit_all, init_repository
 from gradci._testing.service import Service
 from tests.support import webhook_client
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import pull_request
@@ -113,14 +113,8 @@ def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def github() -> Iterator[tuple[FakeGitHub, str]]:
-    with FakeGitHub() as fake:
-        yield fake, fake.as_app(APP_ID, {INSTALLATION: {FULL_NAME}})
-
-
-@pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github, tmp_path_factory) -> Iterator[Service]:
-    with app_service(postgres_database, redis_database, mirror[0], *github, tmp_path_factory) as running:
+def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory) as running:
         yield running
 
 
@@ -133,8 +127,8 @@ def deliver(service: Service, action: str, head: str, base: str) -> None:
     assert webhook_client.deliver_over_http(service.url, "pull_request", body, None, SECRET).status_code == 202
 
 
-def test_unexercised_rules_fail_the_check_run_on_their_lines_and_show_on_the_dashboard(service, mirror, github):
-    fake, _ = github
+def test_unexercised_rules_fail_the_check_run_on_their_lines_and_show_on_the_dashboard(service, mirror, github_app):
+    fake, _ = github_app
     c0, c1, c2 = mirror[1]
     deliver(service, "opened", c1, c0)
     check = wait_for(lambda: completed_check(fake, c1), "C1's completed check run", timeout_s=240)
