@@ -18,6 +18,11 @@ from gradci.services.repo_urls import without_credentials
     ("git@github.com:owner/name.git", "git@github.com:owner/name.git"),
     ("https://host/owner/name@v1", "https://host/owner/name@v1"),            # an "@" in the path is the path's
     ("file:///srv/mirrors/name.git", "file:///srv/mirrors/name.git"),
+    # As written, but for the userinfo: urlunsplit lower-cased the scheme and turned an empty
+    # authority into "ssh:" (a 500 on POST /api/runs, found by the schemathesis test).
+    ("SSH://@", "SSH://"),
+    ("SSH://git:SECRET@Host/owner/name", "SSH://git@Host/owner/name"),
+    ("HTTPS://bot:SECRET@Host/owner/name?x=1#y", "HTTPS://Host/owner/name?x=1#y"),
 ])
 def test_a_url_keeps_everything_but_its_credentials(given: str, kept: str) -> None:
     assert without_credentials(given) == kept
