@@ -47,7 +47,6 @@ A = TypeVar("A", bound=messages.Answer)
 STARTUP_TIMEOUT_S = 300.0  # importing jax and torch on a cold, busy machine
 LIST_TIMEOUT_S = 600.0  # importing a repository's scenario modules and fingerprinting them
 OUTPUT_LIMIT_BYTES = 64 << 10
-CLOSE_GRACE_S = 0.5  # a runner asked to stop is killed after this: it keeps nothing (see WarmRunner.close)
 CACHE_MAX_MB = 4096
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "PASSWD")
 SECRET_NAMES = frozenset({"DATABASE_URL", "BROKER_URL", "REDIS_URL", "CELERY_BROKER_URL", "PGPASSFILE"})
@@ -190,7 +189,7 @@ class WarmRunner:
     def start(self) -> None:
         if self.alive:
             return
-        self._discard()
+        self.close()
         source, _, trusted = self._tenant
         if source is not None and not trusted:
             self.served_pull_request = True
@@ -221,7 +220,7 @@ class WarmRunner:
             self._box = self.sandbox.box(scratch=self._scratch, checkout=source, cache=cache)
             self._process = self._box.start(runner_command(), env, idle=idle)
         except (BoxUnavailable, OSError) as exc:
-            self._discard()
+            self.close()
             raise RunnerError(f"the runner's box could not be built: {exc}") from None
         assert self._process.stderr is not None  # stderr=PIPE
         self._output = OutputDrain(self._process.stderr, self.output_limit_bytes)
@@ -231,7 +230,7 @@ class WarmRunner:
     def _await_ready(self) -> None:
         ready = self._read_answer(messages.Ready, self.startup_timeout_s, what="starting")
         if not isinstance(ready, messages.Ready):
-            self._discard()
+            self.close()
             raise RunnerError(f"the runner did not start: {ready}")
 
     # --- the spare ------------------------------------------------------------------------------
@@ -256,19 +255,23 @@ class WarmRunner:
         placeholder = self.workdir / "runner" / f"spare-{os.getpid()}-{next(_folder_numbers)}"
         shutil.rmtree(placeholder, ignore_errors=True)
         placeholder.mkdir(parents=True)
-        spare = WarmRunner(cell_timeout_s=self.cell_timeout_s, workdir=self.workdir, extra_env=self.extra_env,
-                           startup_timeout_s=self.startup_timeout_s, list_timeout_s=self.list_timeout_s,
-                           sandbox=self.sandbox, output_limit_bytes=self.output_limit_bytes,
-                           max_rss_mb=self.max_rss_mb, cache_max_mb=self.cache_max_mb)
+        spare = self._sibling()
         spare._tenant, spare._placeholder = (str(placeholder), None, False), placeholder
         try:
             spare._launch(idle=True)  # warming while jobs run beside it, it takes only the cycles they leave
             spare._send(messages.WarmRequest(backends=list(backends), warm_up=True), what="warming a spare")
         except RunnerError as exc:
             log.warning("no spare runner: %s", exc)
-            spare._discard()
+            spare.close()
             return
         self._spare = spare
+
+    def _sibling(self) -> WarmRunner:
+        """A runner of this one's settings, with no tenant yet."""
+        return WarmRunner(cell_timeout_s=self.cell_timeout_s, workdir=self.workdir, extra_env=self.extra_env,
+                          startup_timeout_s=self.startup_timeout_s, list_timeout_s=self.list_timeout_s,
+                          sandbox=self.sandbox, output_limit_bytes=self.output_limit_bytes,
+                          max_rss_mb=self.max_rss_mb, cache_max_mb=self.cache_max_mb)
 
     def close_spare(self) -> None:
         spare, self._spare = self._spare, None
@@ -354,23 +357,12 @@ class WarmRunner:
             self._restart_due = f"it reached its process limit ({self.sandbox.pids_max} processes)"
 
     def close(self) -> None:
-        """End the runner: asked to stop (its stdin closed), then killed with what it spawned.
+        """End the runner: killed at once with whatever it spawned, and forgotten.
 
-        Its answers are all read by then and it keeps nothing: the wait is short. A runner that loaded
-        torch and jax takes about two seconds to finalize (their threads and static objects), which
-        every ``gradci check`` and every restart of a runner used to wait for.
+        Its answers are all read by then and it keeps nothing, so nothing is lost: asked to stop, a
+        runner that loaded torch and jax spends about two seconds finalizing (their threads and static
+        objects), which every ``gradci check``, every restart and every pull request's end waited for.
         """
-        if self._process is not None and self._process.poll() is None:
-            try:
-                if self._process.stdin is not None:  # stdin=PIPE
-                    self._process.stdin.close()
-                self._process.wait(timeout=CLOSE_GRACE_S)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self._discard()
-
-    def _discard(self) -> None:
-        """Kill the runner and whatever it spawned; forget it."""
         process, self._process = self._process, None
         box, self._box = self._box, None
         placeholder, self._placeholder, self._seen_root = self._placeholder, None, None
@@ -411,7 +403,7 @@ class WarmRunner:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._discard()
+                self.close()
                 raise RunnerTimeout(f"timeout after {timeout_s:g} s {what} (the runner was killed and restarted)")
             ready, _, _ = select.select([fd], [], [], remaining)
             if ready:
@@ -423,7 +415,7 @@ class WarmRunner:
         try:
             return messages.parse_answer(line, expected)
         except (messages.ProtocolError, ValueError) as exc:
-            self._discard()
+            self.close()
             raise RunnerError(f"the runner answered {line[:200]!r} while {what}: {exc} (it was restarted)") from None
 
     def _on_death(self, what: str) -> None:
@@ -436,7 +428,7 @@ class WarmRunner:
         self._output = None  # closed here, for the traceback it holds
         tail = output.close() if output is not None else ""
         boxed = self._box is not None and self._box.boxed
-        self._discard()
+        self.close()
         frames = crash_frames(tail, self._seen_root or self._tenant[0])
         where = f"; innermost user frames (faulthandler): {frames}" if frames else ""
         raise RunnerDied(f"runner {describe_exit(returncode, boxed=boxed)} while {what} (it was restarted){where}")
@@ -462,7 +454,7 @@ class WarmRunner:
                 reply = self._read_answer(payload.answer, timeout_s, what=what)
             output.next_request()
             if isinstance(reply, messages.Ready):
-                self._discard()
+                self.close()
                 raise RunnerError(f"the runner said it started again while {what} (it was restarted)")
             self._note(reply)
             return reply
@@ -471,7 +463,7 @@ class WarmRunner:
         except BaseException:
             # Interrupted mid-request (a soft time limit, a signal): its answer would be read as the
             # next request's, so this runner cannot be trusted again.
-            self._discard()
+            self.close()
             raise
 
     def _send(self, payload: messages.Request, *, what: str) -> None:
