@@ -72,7 +72,9 @@ def render_rules(summary: RulesSummary, console: Console, severity: str, selecti
     for rule in summary.rules:
         for number, method in enumerate(rule.methods):
             reaches = summary.reached_by(rule, method.name)
-            name = f"{rule.name}\n{rule.file}" if number == 0 else ""
+            # The kind says which hook the rule is (a custom_vjp's fwd and bwd, an autograd.Function's
+            # backward, a solve a lax call hands over): the method names alone do not.
+            name = f"{rule.name}\n{rule.kind}\n{rule.file}" if number == 0 else ""
             table.add_row(name, method.name, str(len(reaches)), *(_values(reaches, axis) for axis in
                                                                      ("backend", "operator", "device", "dtype")))
     console.print(table)
