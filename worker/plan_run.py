@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 SendJob = Callable[[int, str], None]  # (job id, queue)
 SendFinalize = Callable[[int], None]
+# Runs a stored job in this process, now; False when it cannot (not this worker's kind of job).
+RunHere = Callable[[int, str], bool]  # (job id, queue)
 
 
 def default_devices(online: dict[str, int]) -> list[str]:
@@ -60,8 +62,11 @@ def default_devices(online: dict[str, int]) -> list[str]:
 
 
 def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
-              send_finalize: SendFinalize | None = None) -> None:
-    """Without ``send_finalize``, a run whose last job's wait ended here is finalised by the reconciler."""
+              send_finalize: SendFinalize | None = None, run_here: RunHere | None = None) -> None:
+    """Without ``send_finalize``, a run whose last job's wait ended here is finalised by the reconciler.
+
+    With ``run_here``, a plan of one job runs it in this process (``run_alone``) instead of sending it.
+    """
     settings = context.settings
     database = settings.database_url
     with session_scope(database) as session:
@@ -115,10 +120,24 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
     # The cells a base run's results stand for are stored now; only the others become jobs.
     carry = carrying.decide(settings, run_id, source, the_plan, engine_options(source, ref))
     the_plan = planner.without_groups(the_plan, carry.groups)
-    sent = _store(database, run_id, source, the_plan, carry)
-    _send_all(sent, send_job)
+    stored = _store(database, run_id, source, the_plan, carry)
+    _send_all(run_alone(stored, run_here), send_job)
     if not the_plan.jobs and send_finalize is not None:
         send_finalize(run_id)  # every cell carried: no job will finalise the run
+
+
+def run_alone(stored: list[tuple[int, str]], run_here: RunHere | None) -> list[tuple[int, str]]:
+    """The jobs still to send once a plan of one job ran it here, in the planning process.
+
+    A pull request that changed one rule is mostly one small job. Sent, it waits for a free process
+    which takes a runner (a spare, or a cold start) and lists the scenarios again; here the runner that
+    just listed them checks the cells at once. Delivery stays at least once: the job is stored before
+    it runs, and should this process die, its lease lapses and the reconciler sends it as it sends any
+    lost job. A plan of several jobs sends them all: spread over the workers they finish sooner.
+    """
+    if run_here is not None and len(stored) == 1 and run_here(*stored[0]):
+        return []
+    return stored
 
 
 def _carried_whole(ref: RunRef, context: WorkerContext, send_finalize: SendFinalize | None) -> bool:

@@ -102,9 +102,20 @@ def handle_delivery(delivery_id: int) -> None:
 def plan_run(self, run_id: int) -> None:
     """Check out the run's commit, list its scenarios, store its jobs and queue them.
 
-    Sent again, it ends the wait of jobs that waited for a device too long.
+    Sent again, it ends the wait of jobs that waited for a device too long. A plan of one CPU job runs
+    it here, in the runner that listed the scenarios (``plan_run.run_alone``).
     """
-    plan_jobs(run_id, current(), send_job, send_finalize)
+    context = current()
+    worker_name = self.request.hostname or context.name
+
+    def run_here(job_id: int, queue: str) -> bool:
+        if queue != CPU or context.device.index is not None:
+            return False  # a GPU job, or a GPU worker's process: the job's own queue decides who runs it
+        # A delivery of its own: the plan's task id with "/job", so that a redelivered plan is another.
+        JobExecution(job_id, context, worker_name, f"{self.request.id}/job", send_finalize, report_failure)()
+        return True
+
+    plan_jobs(run_id, context, send_job, send_finalize, run_here)
 
 
 @shared_task(name=RUN_JOB, bind=True, **DATABASE_RETRY)

@@ -176,6 +176,10 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     # Only the re-run cells were sent to workers; coverage counts the carried ones like fresh ones.
     assert {name for job in jobs_of(service.database_url, rule["id"]) for name in job.scenarios} == \
            {"square/gradient", "boom/gradient"}
+    # One job, checked in the process that planned it, by the runner that listed the scenarios: its
+    # delivery is the plan's ("/job"), no message of its own was sent (plan_run.run_alone).
+    (job,) = jobs_of(service.database_url, rule["id"])
+    assert job.delivery is not None and job.delivery.endswith("/job"), job.delivery
     assert rule["counts"]["pass"] == 4 and rule["counts"]["fail"] == 1 and rule["counts"]["error"] == 1
     # The check run and the comment say what was carried, and from where.
     check = wait_for(lambda: completed_check(fake, shas["rule"]), "the rule commit's check run", timeout_s=60)

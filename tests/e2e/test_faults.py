@@ -68,11 +68,16 @@ def test_a_worker_killed_with_sigkill_mid_job(faulty_service: FaultyService) -> 
 
 def test_a_job_whose_worker_keeps_dying_gives_up_after_max_attempts(faulty_service: FaultyService) -> None:
     run_id = faulty_service.submit(scenarios="stuck/*")
+    deliveries = []
     for attempt in (1, 2, 3):
         wait_for(lambda: any(job.status == "running" and job.attempts == attempt
                              for job in jobs_of(faulty_service.database_url, run_id)), f"attempt {attempt}", interval_s=0.1)
+        deliveries.append(jobs_of(faulty_service.database_url, run_id)[0].delivery)
         faulty_service.kill_worker()
         faulty_service.start_worker()
+    # A plan of one job runs it in the planning process (plan_run.run_alone); killed there, the job is
+    # lost like any other and the reconciler sends it as a message of its own.
+    assert deliveries[0].endswith("/job") and not any(d.endswith("/job") for d in deliveries[1:]), deliveries
     run = faulty_service.wait_finished(run_id)
     (job,) = jobs_of(faulty_service.database_url, run_id)
     assert job.status == "error" and job.attempts == 3 and "gave up after 3 attempts" in job.message
