@@ -5,7 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION
+from gradci._testing.service import Service
+from tests.support.app_service import APP_ID, FULL_NAME, INSTALLATION, app_service
 from tests.support.fake_github import FakeGitHub
 from tests.support.fake_oidc import FakeOidcIssuer
 from tests.support.faults import FaultyService, start_faulty_service
@@ -43,3 +44,15 @@ def issuer() -> Iterator[FakeOidcIssuer]:
     """A local OIDC issuer whose id tokens speak for the uploads' repository (REPO)."""
     with FakeOidcIssuer(REPO) as fake:
         yield fake
+
+
+@pytest.fixture(scope="module")
+def one_process_service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
+    """An App-mode service over the module's ``mirror``: one pool process, a job per scenario, every run full.
+
+    One process runs the jobs in the order they were sent (or one sleeping job keeps it busy); every
+    run full, so that which cells run first is the point and none is carried.
+    """
+    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory, job_chunk_size="1",
+                     full_run_repos=FULL_NAME) as running:
+        yield running

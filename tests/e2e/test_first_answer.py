@@ -4,7 +4,6 @@ rule it changed is sent first, then that of the scenario that failed on the base
 names the first failure while a slow job still runs, before the run is completed."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from gradci._testing.service import Service, jobs_of
 from gradci.services.db.models import Job, Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
-from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import INSTALLATION
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
 from tests.support.payloads import payload, pull_request
@@ -81,12 +80,8 @@ def mirror(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
-    """One worker of concurrency 1 (so the jobs run in the order they were sent), a job per scenario."""
-    # Every run full: the order of the cells that run is the point, none carried.
-    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory, job_chunk_size="1",
-                     full_run_repos=FULL_NAME) as running:
-        yield running
+def service(one_process_service: Service) -> Service:
+    return one_process_service
 
 
 def deliver(service: Service, event: str, body: dict) -> None:

@@ -8,7 +8,6 @@ control queue existed) is still acted on.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from gradci.services.db.session import session_scope
 from gradci.services.github.intake import receive
 from gradci.services.settings import Settings
 from tests.support import webhook_client
-from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
+from tests.support.app_service import INSTALLATION
 from tests.support.broker import send_task
 from tests.support.checkouts import gradci_toml
 from tests.support.fake_github import FakeGitHub
@@ -77,11 +76,8 @@ def mirror(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def service(postgres_database, redis_database, mirror, github_app, tmp_path_factory) -> Iterator[Service]:
-    """One worker of concurrency 1: a single pool process, which one sleeping job keeps busy."""
-    with app_service(postgres_database, redis_database, mirror[0], *github_app, tmp_path_factory, job_chunk_size="1",
-                     full_run_repos=FULL_NAME) as running:
-        yield running
+def service(one_process_service: Service) -> Service:
+    return one_process_service
 
 
 def with_installation(body: dict) -> dict:
