@@ -17,10 +17,12 @@ their module, so that hashing imports no framework.
 """
 from __future__ import annotations
 
+import ast
 import collections
 import functools
 import hashlib
 import inspect
+import linecache
 import random
 import sys
 import types
@@ -324,7 +326,7 @@ def _source_of(obj: Callable | type) -> str:
     except (KeyError, TypeError):  # not read yet, or an object no weak reference can key
         pass
     try:
-        source = inspect.getsource(obj)
+        source = _class_source(obj) if isinstance(obj, type) else inspect.getsource(obj)
     except (OSError, TypeError):
         source = getattr(obj, "__qualname__", repr(type(obj)))
     try:
@@ -335,3 +337,75 @@ def _source_of(obj: Callable | type) -> str:
 
 
 _sources: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _class_source(cls: type) -> str:
+    """A class's source, the very text ``inspect.getsource`` gives, with its module parsed once for all its classes.
+
+    ``inspect`` parses a class's whole module to find where it starts, on every class: a listing that walks
+    the classes of one library module (torch.nn's) parsed it once per class, most of its time. Where the
+    shortcut is unsure of giving inspect's answer, inspect answers (and raises as it does).
+    """
+    try:
+        found = _class_start(cls)
+    except Exception:  # noqa: BLE001 - whatever the shortcut trips on, inspect's own path decides
+        found = None
+    if found is None:
+        return inspect.getsource(cls)
+    lines, start = found
+    return "".join(inspect.getblock(lines[start:]))  # where the block ends, as inspect finds it
+
+
+def _class_start(cls: type) -> tuple[list[str], int] | None:
+    """The lines of ``cls``'s module and the index of its first line (its first decorator's), as inspect reads them.
+
+    None where inspect might read something else: a class it would unwrap, a file it cannot name, a
+    qualified name not found or found twice in the module (inspect takes the first; the object may be
+    the other).
+    """
+    if hasattr(cls, "__wrapped__"):  # inspect reads what ``__wrapped__`` leads to, not the class
+        return None
+    file = inspect.getsourcefile(cls)
+    if not file:
+        return None
+    linecache.checkcache(file)  # as inspect does: a file edited since it was read is read again
+    module = sys.modules.get(cls.__module__)
+    lines = linecache.getlines(file, module.__dict__ if module else None)
+    if not lines:
+        return None
+    start = _class_starts(file, "".join(lines)).get(cls.__qualname__)
+    return None if start is None else (lines, start)
+
+
+@functools.lru_cache(maxsize=64)
+def _class_starts(file: str, text: str) -> dict[str, int | None]:
+    """Where each class of a module starts (a 0-based line index), by its ``__qualname__``; None if defined twice.
+
+    Keyed by the text as well as the file's name, so that a file edited in the process is parsed again.
+    """
+    starts: dict[str, int | None] = {}
+    _find_classes(ast.parse(text), "", starts)
+    return starts
+
+
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)  # what holds statements; expressions hold no class
+
+
+def _find_classes(node: ast.AST, prefix: str, starts: dict[str, int | None]) -> None:
+    """Record the classes defined in ``node``'s statements, at any depth, under ``prefix``.
+
+    Qualified names are spelled as Python spells ``__qualname__`` (a function's locals under
+    ``f.<locals>.``), and a class starts at its first decorator, as inspect's finder has it.
+    """
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, _BLOCKS):
+            continue
+        if isinstance(child, ast.ClassDef):
+            name = prefix + child.name
+            first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+            starts[name] = None if name in starts else first - 1
+            _find_classes(child, name + ".", starts)
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            _find_classes(child, f"{prefix}{child.name}.<locals>.", starts)
+        else:
+            _find_classes(child, prefix, starts)

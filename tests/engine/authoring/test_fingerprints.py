@@ -3,6 +3,10 @@ differ only deep inside what their function reads never share a reference or f's
 a function whose state cannot be read is never shared at all."""
 from __future__ import annotations
 
+import ast
+import importlib.util
+import inspect
+import sys
 import threading
 
 import numpy as np
@@ -11,7 +15,7 @@ import pytest
 import gradci
 from gradci import Scenario
 from gradci._testing import planted
-from gradci.scenarios.authoring.fingerprints import fingerprint_of
+from gradci.scenarios.authoring.fingerprints import _source_of, fingerprint_of
 from gradci.scenarios.reference.answer import ReferenceCache
 
 
@@ -200,16 +204,19 @@ def test_scenarios_sharing_a_library_read_each_objects_source_once(monkeypatch) 
     """A project's scenarios walk the same library: each class's and function's source is read once in
     the process, not once per scenario (inspect parses a class's whole module on each read: a listing of
     20 ODE scenarios spent 10 s there)."""
-    import inspect
+    from gradci.scenarios.authoring import fingerprints
 
     reads: list[object] = []
-    real = inspect.getsource
 
-    def counted(obj):
-        reads.append(obj)
-        return real(obj)
+    def counted(real):
+        def read(obj):
+            reads.append(obj)
+            return real(obj)
+        return read
 
-    monkeypatch.setattr(inspect, "getsource", counted)
+    # a function's source is read by inspect, a class's by the module's own reader
+    monkeypatch.setattr(inspect, "getsource", counted(inspect.getsource))
+    monkeypatch.setattr(fingerprints, "_class_source", counted(fingerprints._class_source))
     solver = Solver()
 
     def make(scale):
@@ -220,3 +227,101 @@ def test_scenarios_sharing_a_library_read_each_objects_source_once(monkeypatch) 
     prints = [Scenario(f"s{i}", "gradient", make(float(i)), np.ones(2)).fingerprint() for i in range(5)]
     assert len(set(prints)) == 5  # each scenario its own (its scale differs)
     assert reads.count(Solver) == 1 and reads.count(Solver.step) == 1, reads
+
+
+CLASSES = '''\
+import functools
+
+
+class Outer:
+    """A class with classes inside."""
+
+    class Inner:
+        def method(self):
+            class InMethod:
+                pass
+            return InMethod
+
+    # a comment at the body's depth, which inspect keeps
+
+
+@functools.total_ordering
+@(lambda cls: cls)
+class Decorated(
+    object,
+):
+    def __lt__(self, other):
+        return False
+
+
+def factory():
+    @functools.total_ordering
+    class Made:
+        def __lt__(self, other):
+            return True
+    return Made
+
+
+if True:
+    try:
+        class Guarded:
+            x = 1
+    except ImportError:
+        pass
+
+if False:
+    class Twice:
+        a = 1
+else:
+    class Twice:
+        b = 2
+
+Made = factory()
+InMethod = Outer.Inner().method()
+'''
+
+
+def load_module(path, name, text, monkeypatch):
+    """Write ``text`` to ``path`` and import it as module ``name`` (as a project's library is)."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_class_source_is_the_text_inspect_gives(tmp_path, monkeypatch):
+    """Nested classes, decorated ones, classes in functions, in if/try blocks, or defined twice: inspect's text."""
+    module = load_module(tmp_path / "fp_classes.py", "fp_classes", CLASSES, monkeypatch)
+    classes = [module.Outer, module.Outer.Inner, module.InMethod, module.Decorated, module.Made, module.Guarded,
+               module.Twice]
+    for cls in classes:
+        assert _source_of(cls) == inspect.getsource(cls), cls.__qualname__
+    assert _source_of(module.Decorated).startswith("@functools.total_ordering\n@(lambda")  # from its decorators
+    assert "# a comment at the body's depth" in _source_of(module.Outer)
+
+
+def test_a_module_is_parsed_once_for_all_its_classes(tmp_path, monkeypatch):
+    """A listing walks many classes of one library module: the module is parsed once, not once per class."""
+    module = load_module(tmp_path / "fp_parsed_once.py", "fp_parsed_once", CLASSES, monkeypatch)
+    parses: list[str] = []
+    real = ast.parse
+
+    def counted(source, *args, **kwargs):
+        parses.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counted)
+    for cls in (module.Outer, module.Outer.Inner, module.InMethod, module.Decorated, module.Made, module.Guarded):
+        assert "class" in _source_of(cls)
+    assert len(parses) == 1
+
+
+def test_a_class_of_an_edited_file_is_read_from_its_new_text(tmp_path, monkeypatch):
+    """A module edited and imported again in the process: its classes' source is the new text, not the parse cached."""
+    path = tmp_path / "fp_edited.py"
+    before = load_module(path, "fp_edited", "class Solver:\n    order = 1\n", monkeypatch)
+    assert _source_of(before.Solver) == "class Solver:\n    order = 1\n"
+    after = load_module(path, "fp_edited", "import math\n\n\nclass Solver:\n    order = math.pi\n", monkeypatch)
+    assert _source_of(after.Solver) == "class Solver:\n    order = math.pi\n" == inspect.getsource(after.Solver)
