@@ -18,8 +18,12 @@ full), then, side by side in one run of this script, three pull requests:
 
 The projects:
 
-- ``torchdiffeq`` (default): a copy of torchdiffeq's repository with 20 scenarios
-  (``bench.affected_project``); the rule is the adjoint method's backward;
+- ``torchdiffeq`` (default): a copy of torchdiffeq's repository (``bench.affected_project``) with 56
+  scenarios that mirror its own gradient tests (odeint with each solver on its test problems,
+  odeint_adjoint, odeint_event), 112 cells: about what the library's own suite checks. The rule
+  (``--rule``) is ``event`` (the default): ImplicitFnGradientRerouting's backward, which the 4 event
+  scenarios' 8 cells run, or ``adjoint``: the adjoint method's backward, the 17 adjoint scenarios'
+  34 cells;
 - ``conformance``: the framework conformance family, 604 scenarios of torch and jax functions under
   every default backend, as a repository of its own (``bench.conformance_project``); the rule is
   the transpose solve it hands to ``jax.lax.custom_linear_solve``.
@@ -28,7 +32,8 @@ Each is timed from the webhook's POST to the completed check run on the fake Git
 (b) ≤ 0.1 × (a), (c) ≤ 5 s on 2 cores. Rounds alternate nothing (each pull request is its own commit):
 the machine is shared, so the load average is printed beside the figures.
 
-Run: .venv/bin/python -m bench.affected [--project torchdiffeq|conformance] [--rounds N] [--no-spare]
+Run: .venv/bin/python -m bench.affected [--project torchdiffeq|conformance] [--rule event|adjoint] [--rounds N]
+     [--no-spare]
 """
 from __future__ import annotations
 
@@ -44,7 +49,8 @@ FULL_NAME = "Codertocat/Hello-World"
 APP_ID, INSTALLATION = 31337, 4242
 RUN_TIMEOUT_S = 1800
 PROJECTS = {  # name: (its module, what the summary line says it is)
-    "torchdiffeq": ("bench.affected_project", "torchdiffeq copy, 20 scenarios × 2 dtypes on torch-rev"),
+    "torchdiffeq": ("bench.affected_project",
+                    "torchdiffeq copy, 56 scenarios (its gradient tests) × 2 dtypes on torch-rev"),
     "conformance": ("bench.conformance_project",
                     "conformance family copy, 604 scenarios × every default backend × 2 dtypes"),
 }
@@ -61,10 +67,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="pull requests of each kind (default 1)")
     parser.add_argument("--project", choices=sorted(PROJECTS), default="torchdiffeq",
                         help="the repository checked (default torchdiffeq)")
+    parser.add_argument("--rule", choices=("event", "adjoint"), default=None,
+                        help="torchdiffeq only: the backward a pull request edits, event (the default: 8 cells) "
+                             "or adjoint (34 cells)")
     parser.add_argument("--no-spare", action="store_true",
                         help="no spare runners: each pull request's runner starts cold")
     args = parser.parse_args()
     project = project_module(args.project)
+    if args.rule and args.project != "torchdiffeq":
+        parser.error("--rule picks one of the torchdiffeq copy's rules")
+    edit = {"rule": args.rule or "event"} if args.project == "torchdiffeq" else {}
     from gradci._testing.databases import POSTGRES_ADMIN_URL, claimed_redis_database, scratch_database
     from tests.support.fake_github import FakeGitHub
 
@@ -75,9 +87,9 @@ def main() -> None:
     heads = []
     for number in range(args.rounds):  # each pull request on a branch of its own, as the mirror serves it
         _git(repo, "checkout", "-q", "-b", f"full-{number}", base)
-        full = project.change_one_rule(repo, f"{number}, full")
+        full = project.change_one_rule(repo, f"{number}, full", **edit)
         _git(repo, "checkout", "-q", "-b", f"rule-{number}", base)
-        rule = project.change_one_rule(repo, number)
+        rule = project.change_one_rule(repo, number, **edit)
         _git(repo, "checkout", "-q", "-b", f"docs-{number}", base)
         docs = project.change_docs(repo, number)
         heads.append((full, rule, docs))
@@ -86,7 +98,9 @@ def main() -> None:
             claimed_redis_database() as broker:
         figures = _measure(fake, database, broker, workdir, mirrors, base, heads, spare=not args.no_spare)
     spares = "no spare runners" if args.no_spare else "spare runners"
-    print(f"{PROJECTS[args.project][1]}, one worker of concurrency 2, {spares}; load average {os.getloadavg()[0]:.1f} "
+    edited = f", rule {edit['rule']}" if edit else ""
+    print(f"{PROJECTS[args.project][1]}{edited}, one worker of concurrency 2, {spares}; "
+          f"load average {os.getloadavg()[0]:.1f} "
           f"(at the start {figures['load']:.1f})")
     print(f"base push (full, cold runner): {figures['base']:.1f} s")
     for number, (full, rule, warm, docs, carried) in enumerate(figures["rounds"], 1):

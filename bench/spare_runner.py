@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SCENARIO = "odeint_adjoint/dopri5/n2"
+SCENARIO = "odeint_adjoint/dopri5/linear"
 SPARE_WARM_S = 30.0  # how long a spare gets to warm before its round: a worker's idle wait between tasks
 
 
