@@ -196,14 +196,33 @@ def listed_rules(root: str) -> list[dict[str, Any]]:
     return listed
 
 
+# Modules a framework imports on a first use that users' code reaches without asking for them, by
+# framework: torch's ``_disable_dynamo`` wrapper (around nn.Parameter registration, optimizers' steps,
+# and more) imports torch._dynamo on its first call, 1.6 s on the 2-core machine. A spare imports
+# them while it waits; a runner started for its tenant does not (its tenant may never need them).
+LAZY_IMPORTS = {"torch": ("torch._dynamo",)}
+
+
 def warm(request: messages.WarmRequest) -> messages.WarmReply:
     from gradci.scenarios.backends import get_backend
 
     # unavailable() imports the backend's framework: the one-time cost paid here, not in a cell.
     reasons = {name: get_backend(name).unavailable() for name in request.backends}
     if request.warm_up:
-        warm_up([get_backend(name) for name, why in reasons.items() if why is None])
+        ready = [get_backend(name) for name, why in reasons.items() if why is None]
+        warm_up(ready)
+        import_lazily_imported({backend.framework for backend in ready})
     return messages.WarmReply(unavailable=reasons, device_memory=cap_device_memory())
+
+
+def import_lazily_imported(frameworks: Iterable[str]) -> None:
+    """Import what these frameworks would import on a first use (``LAZY_IMPORTS``); a failure says nothing."""
+    import importlib
+
+    for framework in sorted(frameworks):
+        for name in LAZY_IMPORTS.get(framework, ()):
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
 
 
 def warm_up(backends: list[Backend]) -> None:

@@ -42,10 +42,17 @@ def sees(x):
     raise RuntimeError(f"files={sorted(os.listdir(HERE))} own={(HERE / 'mark.txt').read_text()!r}")
 
 
+def lazy(x):
+    """Whether torch._dynamo, which torch imports on a first use, was there before this tenant's code ran."""
+    import sys
+    raise RuntimeError(f"dynamo={'torch._dynamo' in sys.modules}")
+
+
 def scenarios():
     x = np.array([0.3, -0.2, 0.7])
     return [Scenario("square", "gradient", square, x, dtypes=("float64",)),
-            Scenario("sees", "gradient", sees, x, dtypes=("float64",))]
+            Scenario("sees", "gradient", sees, x, dtypes=("float64",)),
+            Scenario("lazy", "gradient", lazy, x, dtypes=("float64",))]
 '''
 
 
@@ -108,8 +115,10 @@ def test_a_pull_request_takes_the_spare_and_gets_what_a_fresh_runner_gives(
     listing = runner.list_source(str(world["alice"]), repository="alice")
     assert listing.scenarios[0] == expected_listing.scenarios[0]
     # Definitions relative to the checkout, as a fresh runner gives them.
-    assert [(s["file"], s["line"]) for s in listing.scenarios] == [("pkg/model.py", 23), ("pkg/model.py", 24)]
-    assert [(s["file"], s["line"]) for s in expected_listing.scenarios] == [("pkg/model.py", 23), ("pkg/model.py", 24)]
+    assert [(s["file"], s["line"]) for s in listing.scenarios] == [("pkg/model.py", 29), ("pkg/model.py", 30),
+                                                                         ("pkg/model.py", 31)]
+    assert [(s["file"], s["line"]) for s in expected_listing.scenarios] == [("pkg/model.py", 29), ("pkg/model.py", 30),
+                                                                           ("pkg/model.py", 31)]
 
 
 def test_a_taken_spare_serves_no_other_checkout_and_leaves_nothing(
@@ -141,6 +150,16 @@ def test_a_spare_warms_the_frameworks_before_any_checkout(runner: WarmRunner, wo
     runner.keep_spare(["torch-rev", "fd"])
     assert cell(runner, world["alice"], "square")["status"] == "pass"
     assert runner.spares_taken == 1 and {"torch-rev", "fd"} <= runner._warm
+
+
+def test_a_spare_imports_what_torch_imports_on_a_first_use(runner: WarmRunner, world: dict[str, Path]) -> None:
+    """torch._dynamo (1.6 s, imported by torch on the first nn.Parameter a module registers) is there
+    before the tenant's code runs: in a spare only, since a tenant's own runner may never need it."""
+    assert "dynamo=False" in cell(runner, world["alice"], "lazy")["message"]
+    runner.close()
+    runner.keep_spare(["torch-rev"])
+    assert "dynamo=True" in cell(runner, world["mallory"], "lazy")["message"]
+    assert runner.spares_taken == 1
 
 
 def niceness_of_threads(pids: set[int]) -> set[int]:
