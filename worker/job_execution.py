@@ -56,6 +56,7 @@ from gradci.worker.affected import DependencyBuffer
 from gradci.worker.agreement_specs import agreement_spec
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
+from gradci.worker.reference_carrying import JobReferences
 from gradci.worker.runner import CellSpec, RunnerError
 from gradci.worker.sources import RunRef, Source, load_source
 
@@ -355,6 +356,7 @@ class JobExecution:
         cells = cells_of(job, source, run)
         # What each cell depended on, stamped with what the worker knows: the environment, the commit.
         dependencies = DependencyBuffer(source.root, source.sha, options, self.context.device_record())
+        references = JobReferences(self.database, run, source, dependencies.environment, job.scenarios)
         writer = ResultWriter(self.database, job, self.delivery, dependencies)
         status, message, index = JobStatus.done.value, None, 0
         try:
@@ -374,9 +376,11 @@ class JobExecution:
                     spec = cell_spec(job, source, scenario, dtype, self.context)
                     # The agreement cell's CPU side is computed in the same request: the cpu job owns the CPU cells.
                     specs += [spec, agreement_spec(spec)] if agreement else [spec]
-                for record in runner.run_cells(specs, peers=peers, options=options):
+                scenario = scenario_cells[0][0]
+                for record in runner.run_cells(specs, peers=peers, options={**options, **references.options(scenario)}):
                     writer.add(record)
                 writer.rule_coverage.add_rules(runner.last_rules)
+                references.keep(scenario, runner.last_references)
         except SoftTimeLimitExceeded:
             status = JobStatus.error.value
             message = f"exceeded the soft time limit ({self.context.settings.job_soft_time_limit_s} s)"

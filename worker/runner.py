@@ -175,6 +175,7 @@ class WarmRunner:
         self.rules: dict[str, dict[str, Any]] = {}
         # Those of the last answer alone: a worker's job stores them for its own run and checkout.
         self.last_rules: list[dict[str, Any]] = []
+        self.last_references: list[dict[str, Any]] = []  # what the last request kept of its references
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -530,6 +531,7 @@ class WarmRunner:
         timeout_s = timeout_s or self.cell_timeout_s
         first = specs[0]
         self.last_rules = []  # a request that gets no answer names no rules (nor another tenant's)
+        self.last_references = []
         self._serve(first.source, first.repository, first.trusted)
         payload = messages.CellsRequest(source=first.source, family=first.family, scenario=first.scenario,
                                backends=backends, devices=devices, dtypes=dtypes, peers=list(peers),
@@ -549,6 +551,7 @@ class WarmRunner:
         assert isinstance(reply, messages.CellsReply)
         self.rules.update((rule["id"], rule) for rule in reply.rules or ())
         self.last_rules = list(reply.rules or ())
+        self.last_references = list(reply.references or ())
         checked = {(cell["backend"], cell["device"], cell["dtype"]): cell for cell in reply.cells}
         cells = [{**checked[(s.backend, s.run_on or s.device, s.dtype)], "device": s.device} for s in specs]
         if self._process_limit_reached:

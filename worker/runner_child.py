@@ -35,13 +35,14 @@ writes nothing but its answers; the parent owns timeouts and restarts.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import faulthandler
 import os
 import re
 import resource
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -333,6 +334,10 @@ def check_cells(
     peers = announcing(name for name in request.peers if name not in request.backends)
     options = dict(request.options)
     tracer = source.tracer() if options.pop("rule_coverage", False) else None
+    offer_references(options.pop("references", None) or [])
+    if tracer is not None:  # a default branch's run keeps its references, with what computing them read
+        tracer.records_references = bool(options.pop("keep_references", False))
+    options.pop("keep_references", None)
     power = bool(options.pop("power", False)) and tracer is not None  # it re-runs the cells that reached a rule
     warm_up([backend for backend in map(get_backend, dict.fromkeys([*request.backends, *request.peers]))
              if not scenario.implementation_missing(backend.framework)])
@@ -370,7 +375,23 @@ def check_cells(
         for record, cell in zip(stamped, cells):
             if cell.key in powers:
                 record[POWER_KEY] = powers[cell.key].to_dict()
-    return messages.CellsReply(cells=stamped, restart=restart, rules=[rule.to_dict() for rule in rules])
+    kept = [{"key": kept.key, "payload": base64.b64encode(kept.payload).decode(),
+             "depends": {**kept.depends, "scenario": fingerprint}} for kept in shared_cache().kept_for_later()]
+    return messages.CellsReply(cells=stamped, restart=restart, rules=[rule.to_dict() for rule in rules],
+                               references=kept if tracer.records_references else None)
+
+
+def offer_references(offers: Iterable[Mapping[str, Any]]) -> None:
+    """Earlier runs' references the worker found still valid for this checkout, for the cache to use.
+
+    The worker offers only those whose recorded inputs are unchanged; the cache takes one only for
+    the scenario whose cache key it names (``ReferenceCache.offer``).
+    """
+    from gradci.scenarios.reference.answer import shared_cache
+
+    for offer in offers:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            shared_cache().offer(str(offer["key"]), base64.b64decode(offer["payload"]), str(offer.get("origin", "")))
 
 
 def _memory_limit() -> str:

@@ -127,6 +127,9 @@ class CellsReply(Answer):
     # With rule coverage asked for (options' "rule_coverage"): the checkout's derivative rules as they are
     # after these cells (gradci.scenarios.rules.discovery.Rule.to_dict); each cell carries its own record.
     rules: list[dict[str, Any]] | None = None
+    # With "keep_references" asked for: the references computed for these cells, for later runs, each
+    # {"key": cache key, "payload": base64 of the runner's encoding, "depends": what computing it read}.
+    references: list[dict[str, Any]] | None = None
 
 
 def parse_answer(line: bytes | str, expected: type[M]) -> M | Ready | Refusal | Beat:

@@ -62,13 +62,17 @@ class RunRef:
     matrix: Matrix
     options: dict = dataclasses.field(default_factory=dict)  # Run.options: the engine's, over gradci.toml's
     trusted: bool = False  # see ``trusted_run``
+    repository_id: int | None = None
+    # Whether the run carries from a base run (not a full one): only such a run reuses kept references.
+    carrying: bool = False
 
 
     @classmethod
     def of(cls, run: Run) -> RunRef:
         return cls(id=run.id, repo_url=run.repository.url if run.repository else None,
                    revision=run.head_sha or run.ref, matrix=Matrix.from_mapping(run.matrix),
-                   options=dict(run.options or {}), trusted=trusted_run(run))
+                   options=dict(run.options or {}), trusted=trusted_run(run), repository_id=run.repository_id,
+                   carrying=bool((run.carry or {}).get("base_run_id")) and not (run.carry or {}).get("full"))
 
 
 def trusted_run(run: Run) -> bool:

@@ -93,9 +93,9 @@ class DependencyRecorder:
                 self._import_lines.setdefault(file, set()).update(numbers)
         self._import_reads |= self._reads.get(label, set())
 
-    def record(self, label: Hashable, lines: LinesByFile) -> dict[str, Any]:
-        """The dependency record of the cell ``label`` that ran ``lines`` (forgetting its reads)."""
-        reads = self._reads.pop(label, set()) | self._import_reads
+    def record(self, label: Hashable, lines: LinesByFile, *, forget: bool = True) -> dict[str, Any]:
+        """The dependency record of the cell ``label`` that ran ``lines`` (forgetting its reads unless told)."""
+        reads = (self._reads.pop(label, set()) if forget else set(self._reads.get(label, set()))) | self._import_reads
         ran: dict[str, set[int]] = {file: set(numbers) for file, numbers in self._import_lines.items()}
         for file, numbers in lines.items():
             ran.setdefault(file, set()).update(numbers)

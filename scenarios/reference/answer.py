@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pickle
 import time
 from collections import OrderedDict
 from typing import Any
@@ -24,8 +25,11 @@ from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, toleran
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.finite_differences import compute_references, small_step_references
 from gradci.scenarios.reference.step_spread import StepSpread, step_spread
+from gradci.scenarios.rules.tracing import reference_record
 
 FLOAT64 = tolerance_for("float64")
+# A reference larger than this (a big network's Jacobian) is computed again rather than kept.
+KEPT_BYTES = 1 << 20
 
 
 @dataclasses.dataclass
@@ -43,13 +47,16 @@ class ReferenceAnswer:
     exception: BaseException | None = None
     detail: str = ""
     elapsed_ms: float | None = None
+    # Where a reference computed by an earlier run came from ("run 12 at 3f2a9c1"): none was computed here.
+    carried_from: str | None = None
     # Shared by the copies ``ReferenceCache.answer`` hands out: the steadiness is computed once a scenario.
     _learnt: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def description(self) -> tuple[str, float | None]:
         """How the references were made, for people, and their largest error estimate (or None)."""
-        return describe(self.refs)
+        text, error = describe(self.refs)
+        return (f"{text}, carried from {self.carried_from}" if self.carried_from and text else text), error
 
     @property
     def is_full(self) -> bool:
@@ -106,6 +113,21 @@ class ReferenceCache:
         self._entries: OrderedDict[str, ReferenceAnswer] = OrderedDict()
         self._maxsize = maxsize
         self.memo = EvaluationMemo() if share_evaluations else None
+        self._offered: dict[str, tuple[bytes, str]] = {}
+        self._kept_for_later: dict[str, KeptReference] = {}
+
+    def offer(self, key: str, payload: bytes, origin: str) -> None:
+        """An earlier run's reference for the scenario whose ``cache_key`` is ``key`` (``KeptReference``).
+
+        Used instead of computing it, unless this cache has its own; one that cannot be read is
+        computed after all. ``origin`` says where it came from, in the cells' reference description.
+        """
+        self._offered[key] = (payload, origin)
+
+    def kept_for_later(self) -> list[KeptReference]:
+        """The references computed since the last call with the record of what they read, then forgotten."""
+        kept, self._kept_for_later = list(self._kept_for_later.values()), {}
+        return kept
 
     def answer(self, scenario: Scenario) -> ReferenceAnswer:
         """The scenario's reference answer: kept, or computed now (a failure is an answer that says why)."""
@@ -126,11 +148,50 @@ class ReferenceCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        tangent, refs = compute_references(scenario, memo=self.memo)
-        found = self._entries[key] = ReferenceAnswer(scenario, tangent, refs)
+        found = self._offered_answer(scenario, key)
+        if found is None:
+            with reference_record(scenario.function_fingerprint()) as record:
+                tangent, refs = compute_references(scenario, memo=self.memo)
+            found = ReferenceAnswer(scenario, tangent, refs)
+            payload = _encoded(tangent, refs) if record is not None else None
+            if record is not None and payload is not None:
+                self._kept_for_later[key] = KeptReference(key, payload, record())
+        self._entries[key] = found
         if len(self._entries) > self._maxsize:
             self._entries.popitem(last=False)
         return found
+
+    def _offered_answer(self, scenario: Scenario, key: str) -> ReferenceAnswer | None:
+        offered = self._offered.pop(key, None)
+        if offered is None:
+            return None
+        payload, origin = offered
+        try:
+            # Written by a trusted run's runner, and read here, in a box: never by a server process.
+            tangent, refs = pickle.loads(payload)
+        except Exception:  # noqa: BLE001 - an unreadable payload is computed anew, never trusted in part
+            return None
+        if not isinstance(refs, list) or not all(isinstance(ref, Reference) for ref in refs):
+            return None
+        return ReferenceAnswer(scenario, tangent, refs, carried_from=origin)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptReference:
+    """A reference computed here, for later runs: its cache key, its encoding and its dependency record."""
+
+    key: str
+    payload: bytes
+    depends: dict[str, Any]
+
+
+def _encoded(tangent: Any, refs: list[Reference]) -> bytes | None:
+    """The reference as the runner keeps it (pickle), or None where it cannot be, or is over ``KEPT_BYTES``."""
+    try:
+        payload = pickle.dumps((tangent, refs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - a value pickle cannot write is simply computed again next time
+        return None
+    return payload if len(payload) <= KEPT_BYTES else None
 
 
 def pattern_contradiction(scenario: Scenario, refs: list[Reference]) -> str | None:

@@ -33,7 +33,7 @@ import dataclasses
 import fnmatch
 import sys
 import warnings
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,8 @@ class RuleTracer:
         self._current: _Recording | None = None
         self._count = 0
         self._jitted: list[Any] | None = None
+        # Set per request: a trusted run's references are kept for later runs, with what they read.
+        self.records_references = False
         self._watch_jax()
 
     @contextlib.contextmanager
@@ -149,6 +151,42 @@ class RuleTracer:
                 warnings.simplefilter("ignore")
                 self._coverage.start()
                 self._coverage.switch_context(recording.label)
+
+    @contextlib.contextmanager
+    def reference(self, function: str) -> Iterator[Callable[[], dict[str, Any]]]:
+        """A reference of ``function``'s scenarios computed in this block; gives its dependency record.
+
+        The record is of everything any reference of the function ran and read in this runner so far,
+        under one label per function (``Scenario.function_fingerprint``): the scenarios of a function
+        share f's evaluations (``EvaluationMemo``), so a reference may stand on values another of them
+        computed. Call the given function after the block. Inside a cell, the cell's lines stop meanwhile
+        (the reference is not the cell's), as in ``paused``.
+        """
+        label = f"reference {function}"
+        recording = self._current
+        was_paused = recording is not None and recording.paused
+        inside_cell = recording is not None and not was_paused
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if inside_cell:
+                self._coverage.stop()
+            if recording is not None:
+                recording.paused = True
+            try:
+                with self.dependencies.watching(label):
+                    self._coverage.start()
+                    try:
+                        self._coverage.switch_context(label)
+                        yield lambda: self.dependencies.record(label, self._read(label), forget=False)
+                    finally:
+                        self._coverage.stop()
+            finally:
+                if recording is not None:
+                    recording.paused = was_paused
+                if inside_cell:
+                    assert recording is not None
+                    self._coverage.start()
+                    self._coverage.switch_context(recording.label)
 
     def kept_program(self, key: Hashable, made: bool) -> None:
         """A cell made (``made``) or reused a kept compiled program: its trace's lines follow it."""
@@ -241,6 +279,22 @@ def cell_lines(key: CellKey, framework: str) -> contextlib.AbstractContextManage
     forget_walks()  # the cell runs the project's code: a rule found before may have been made anew
     tracer = _active.get()
     return tracer.cell(key, framework) if tracer is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def reference_record(function: str) -> Iterator[Callable[[], dict[str, Any]] | None]:
+    """A reference computed in this block; gives a function giving its dependency record, or None.
+
+    None where no tracer records references (a pull request's run, a check without a repository):
+    there the block is a reference that is no cell's, as ``not_a_cells_lines`` has it.
+    """
+    tracer = _active.get()
+    if tracer is None or not tracer.records_references:
+        with not_a_cells_lines():
+            yield None
+        return
+    with tracer.reference(function) as record:
+        yield record
 
 
 def not_a_cells_lines() -> contextlib.AbstractContextManager[None]:

@@ -334,6 +334,31 @@ class DependencyRecord(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class CarriedReference(Base):
+    """A scenario's finite-difference reference as a trusted run computed it, for later runs to reuse.
+
+    Written only from default-branch pushes (``gradci.worker.sources.trusted_run``): a pull request's
+    code never writes what another run reads. ``payload`` is the runner's own encoding, opaque here (no
+    server process decodes it; only a runner, inside its box, does). A later run's job offers it to its
+    runner when nothing the reference's computation read changed (``depends_digest``'s record: the
+    code it ran, the files it read, the environment) and the runner finds the same ``cache_key``.
+    """
+
+    __tablename__ = "carried_references"
+    __table_args__ = (UniqueConstraint("repository_id", "cache_key", "depends_digest"),
+                      Index(None, "repository_id", "scenario"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"))
+    scenario: Mapped[str] = mapped_column(String(255))
+    cache_key: Mapped[str] = mapped_column(Text)
+    depends_digest: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    run_id: Mapped[int] = mapped_column(Integer)
+    sha: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ScenarioCatalogEntry(Base):
     """The scenarios a run's checkout declared, for patch coverage (which ones the PR added or changed)."""
 

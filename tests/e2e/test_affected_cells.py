@@ -14,12 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from gradci._testing.processes import wait_for
 from gradci._testing.repos import commit_all, git, init_repository
 from gradci._testing.service import Service, jobs_of
 from gradci.services.broker.queues import PLAN_RUN
-from gradci.services.db.models import Run
+from gradci.services.db.models import CarriedReference, Run
 from gradci.services.db.session import session_scope
 from tests.support import webhook_client
 from tests.support.app_service import FULL_NAME, INSTALLATION, app_service
@@ -42,6 +43,10 @@ def factor():
     return 2
 
 
+def unit():
+    return 1
+
+
 def unused():
     return 3
 '''
@@ -58,7 +63,8 @@ VERDICT = ("status", "max_abs_err", "max_rel_err", "atol", "rtol", "reference", 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """The repository's commits: ``base`` (pushed to master), ``rule`` (the helper Square's backward
-    calls edited, the same derivative), ``readme`` (the base's code and a README)."""
+    calls edited, the same derivative), ``forward`` (the helper its forward calls edited, the same
+    function), ``readme`` (the base's code and a README)."""
     root = tmp_path_factory.mktemp("mirrors")
     repo = init_repository(root / "Codertocat" / "Hello-World.git", "master")
     shutil.copytree(PROJECTS / "rule_coverage", repo, dirs_exist_ok=True,
@@ -71,12 +77,17 @@ def mirror(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     # names the module only, so the cell's dependency record alone sees a change of the helper.
     ops = (repo / OPS).read_text()
     assert ops.count("return 2 * x * g") == 1
+    # Its forward takes a unit from the same helper: what its finite-difference reference runs.
+    assert ops.count("return x * x\n") == 2
+    ops = ops.replace("return x * x\n", "return x * x * helpers.unit()\n", 1)
     (repo / OPS).write_text("from rulecov import helpers\n" + ops.replace("return 2 * x * g",
                                                                           "return helpers.factor() * x * g"))
     (repo / HELPERS).write_text(HELPER)
     shas = {"base": commit_all(repo, "base")}
     (repo / HELPERS).write_text(HELPER.replace("return 2", "return 1 + 1"))
     shas["rule"] = commit_all(repo, "Square's factor: the same, written differently")
+    (repo / HELPERS).write_text(HELPER.replace("return 1", "return 2 - 1"))
+    shas["forward"] = commit_all(repo, "Square's unit: the same, written differently")
     (repo / HELPERS).write_text(HELPER)
     (repo / "README.md").write_text("# Hello\n\nDocs only.\n")
     shas["readme"] = commit_all(repo, "docs only")
@@ -130,6 +141,12 @@ def cells(service: Service, run_id: int) -> dict[tuple[str, str, str, str], dict
     return found
 
 
+def kept_references(service: Service) -> set[int]:
+    """The runs whose references were kept for later runs."""
+    with session_scope(service.database_url, readonly=True) as session:
+        return set(session.scalars(select(CarriedReference.run_id)))
+
+
 def carried(found: dict[tuple[str, str, str, str], dict]) -> set[str]:
     return {f"{key[0]} {key[1]}" for key, cell in found.items() if cell["carried_run_id"] is not None}
 
@@ -176,6 +193,13 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     # Only the re-run cells were sent to workers; coverage counts the carried ones like fresh ones.
     assert {name for job in jobs_of(service.database_url, rule["id"]) for name in job.scenarios} == \
            {"square/gradient", "boom/gradient"}
+    # Their references are the base run's: computing them ran nothing the change touched (Square's
+    # forward), so they were kept by the default branch's run and offered (worker.reference_carrying).
+    origin = f"carried from run {base['id']} at {shas['base'][:7]}"
+    for key, cell in rule_cells.items():
+        if key[0] == "square/gradient":
+            assert cell["reference"].endswith(origin), (key, cell["reference"])
+    assert kept_references(service) == {base["id"]}  # only the default branch's run keeps references
     # One job, checked in the process that planned it, by the runner that listed the scenarios: its
     # delivery is the plan's ("/job"), no message of its own was sent (plan_run.run_alone).
     (job,) = jobs_of(service.database_url, rule["id"])
@@ -195,6 +219,17 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     cell_page = httpx.get(f"{service.url}/runs/{rule['id']}/cells/{cube['id']}")
     origin = base_cells[("cube/gradient", "torch-rev", "cpu", "float64")]
     assert f'href="/runs/{base["id"]}/cells/{origin["id"]}"' in cell_page.text and 'id="carried"' in cell_page.text
+
+    # A change of what Square's forward runs re-runs its cells, and their references are computed anew.
+    open_pr(service, "synchronize", shas["forward"], shas["base"])
+    forward = new_finished_run(service, shas["forward"], seen)
+    seen.add(forward["id"])
+    forward_cells = cells(service, forward["id"])
+    assert carried(forward_cells) == ALL - {"square/gradient torch-rev", "boom/gradient torch-rev"}
+    for key, cell in forward_cells.items():
+        if key[0] == "square/gradient":
+            assert cell["status"] == "pass" and "carried" not in cell["reference"], (key, cell["reference"])
+    assert kept_references(service) == {base["id"]}
 
     # (b) A README only: everything is carried but the error — (f) from the push's run, never the PR's.
     open_pr(service, "synchronize", shas["readme"], shas["base"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gradci.services.db.dependencies import (
     CarrySummary,
@@ -16,7 +16,7 @@ from gradci.services.db.dependencies import (
     record_digest,
     store_records,
 )
-from gradci.services.db.models import Delivery, Result, RuleReach, Run, RunStatus, Trigger, utcnow
+from gradci.services.db.models import CarriedReference, Delivery, Result, RuleReach, Run, RunStatus, Trigger, utcnow
 from gradci.services.db.results import upsert_results
 from gradci.services.db.rules import record_reaches
 from gradci.services.db.runs import get_or_create_repository
@@ -147,3 +147,21 @@ def test_the_carried_line_says_where_from_and_escapes_what_the_repository_names(
     assert carried_line(carried_section(CarrySummary(full="asked for a full run (full)").to_dict())) == \
            "Every cell ran: `asked for a full run (full)`."
     assert carried_line(carried_section(None)) == "" and carried_line(carried_section(CarrySummary().to_dict())) == ""
+
+
+def test_kept_references_are_stored_once_per_record_and_only_the_newest_kept(database_url):
+    from gradci.services.db.carried_references import PER_SCENARIO, keep_references, stored_references
+
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, URL, "Codertocat/Hello-World").id
+        # The same reference from the same inputs, kept by two runs: one row, the first run's.
+        for run_id in (1, 2):
+            keep_references(session, repository, run_id, "a" * 40, [("square/gradient", "k", b"p", RECORD)])
+        [kept] = stored_references(session, repository, ["square/gradient"])
+        assert (kept.run_id, kept.cache_key, kept.payload, dict(kept.depends)) == (1, "k", b"p", RECORD)
+        for number in range(PER_SCENARIO + 3):  # new inputs each time (a changed helper)
+            record = {**RECORD, "files": {"ops.py": {"digest": f"d{number}", "kept": []}}}
+            keep_references(session, repository, 10 + number, None, [("square/gradient", "k", b"p", record)])
+        newest = stored_references(session, repository, ["square/gradient", "cube/gradient"])
+        assert [found.run_id for found in newest] == [10 + n for n in reversed(range(3, PER_SCENARIO + 3))]
+        assert session.scalar(select(func.count()).select_from(CarriedReference)) == PER_SCENARIO  # the rest went

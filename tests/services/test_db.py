@@ -52,7 +52,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 
 def test_upgrade_is_idempotent_and_reports_head(database_url: str) -> None:
     upgrade(database_url)  # already at head: nothing to do, no error
-    assert current_revision(database_url) == "0020"
+    assert current_revision(database_url) == "0021"
 
 
 def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(sqlite_url: str) -> None:
