@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     full_run_repos: Annotated[list[str], NoDecode] = Field(default_factory=list)
     full_run_label: str = "full"
     full_run_every_h: float = Field(24.0, ge=0)
+    # Default-branch runs keep the finite-difference references they compute, with what computing them
+    # read, for later runs whose inputs are unchanged (docs/affected-cells.md#references-carried). Their
+    # references then run under the rule tracer: 1.3x the push's time measured (bench/RESULTS.md). Off:
+    # nothing more is kept; what is kept is still offered.
+    keep_references: bool = True
     cell_timeout_s: float = Field(300.0, gt=0)
     job_soft_time_limit_s: int = Field(3300, gt=0)
     job_hard_time_limit_s: int = Field(3600, gt=0)

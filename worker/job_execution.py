@@ -356,7 +356,8 @@ class JobExecution:
         cells = cells_of(job, source, run)
         # What each cell depended on, stamped with what the worker knows: the environment, the commit.
         dependencies = DependencyBuffer(source.root, source.sha, options, self.context.device_record())
-        references = JobReferences(self.database, run, source, dependencies.environment, job.scenarios)
+        references = JobReferences(self.database, run, source, dependencies.environment, job.scenarios,
+                                   keep=self.context.settings.keep_references)
         writer = ResultWriter(self.database, job, self.delivery, dependencies)
         status, message, index = JobStatus.done.value, None, 0
         try:

@@ -34,10 +34,11 @@ class JobReferences:
     """What one job's requests add to carry references: keep them (a trusted run), or offer them."""
 
     def __init__(self, database: str, run: RunRef, source: Source, environment: Environment,
-                 scenarios: Collection[str]) -> None:
+                 scenarios: Collection[str], *, keep: bool = True) -> None:
+        """``keep``: whether a trusted run keeps its references (``GRADCI_KEEP_REFERENCES``)."""
         self.database, self.run, self.source, self.environment = database, run, source, environment
         repository = run.repository_id if source.root is not None else None
-        self.keeping = repository is not None and run.trusted
+        self.keeping = keep and repository is not None and run.trusted
         self.offers: dict[str, list[dict[str, Any]]] = {}
         # A full run computes everything again, its references too: that is what it is asked for.
         if repository is not None and not run.trusted and run.carrying:
