@@ -133,6 +133,15 @@ def new_finished_run(service: Service, sha: str, known: set[int]) -> dict:
     return service.wait_finished(run["id"], timeout_s=300)
 
 
+def pull_request_run(service: Service, action: str, head: str, base: str,
+                     seen: set[int]) -> tuple[dict, dict[tuple[str, str, str, str], dict]]:
+    """The pull request's new run of ``head`` (added to ``seen``), finished, and its cells."""
+    open_pr(service, action, head, base)
+    run = new_finished_run(service, head, seen)
+    seen.add(run["id"])
+    return run, cells(service, run["id"])
+
+
 def cells(service: Service, run_id: int) -> dict[tuple[str, str, str, str], dict]:
     with service.client() as client:
         items = client.get(f"/api/runs/{run_id}/results", params={"limit": 1000}).json()["items"]
@@ -176,10 +185,7 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
 
     # (a) The helper Square's backward calls changed: the cells that ran it re-run (and the error, (d)),
     # the rest are carried.
-    open_pr(service, "opened", shas["rule"], shas["base"])
-    rule = new_finished_run(service, shas["rule"], seen)
-    seen.add(rule["id"])
-    rule_cells = cells(service, rule["id"])
+    rule, rule_cells = pull_request_run(service, "opened", shas["rule"], shas["base"], seen)
     assert carried(rule_cells) == ALL - {"square/gradient torch-rev", "boom/gradient torch-rev"}
     for key, cell in rule_cells.items():
         if cell["carried_run_id"] is not None:
@@ -221,10 +227,7 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     assert f'href="/runs/{base["id"]}/cells/{origin["id"]}"' in cell_page.text and 'id="carried"' in cell_page.text
 
     # A change of what Square's forward runs re-runs its cells, and their references are computed anew.
-    open_pr(service, "synchronize", shas["forward"], shas["base"])
-    forward = new_finished_run(service, shas["forward"], seen)
-    seen.add(forward["id"])
-    forward_cells = cells(service, forward["id"])
+    _, forward_cells = pull_request_run(service, "synchronize", shas["forward"], shas["base"], seen)
     assert carried(forward_cells) == ALL - {"square/gradient torch-rev", "boom/gradient torch-rev"}
     for key, cell in forward_cells.items():
         if key[0] == "square/gradient":
@@ -232,10 +235,7 @@ def test_a_pull_request_re_runs_only_what_its_change_can_affect(service, mirror,
     assert kept_references(service) == {base["id"]}
 
     # (b) A README only: everything is carried but the error — (f) from the push's run, never the PR's.
-    open_pr(service, "synchronize", shas["readme"], shas["base"])
-    readme = new_finished_run(service, shas["readme"], seen)
-    seen.add(readme["id"])
-    readme_cells = cells(service, readme["id"])
+    readme, readme_cells = pull_request_run(service, "synchronize", shas["readme"], shas["base"], seen)
     assert carried(readme_cells) == ALL - {"boom/gradient torch-rev"}
     assert {c["carried_run_id"] for c in readme_cells.values()} == {base["id"], None}
     assert readme["carry"]["base_run_id"] == base["id"]
