@@ -160,9 +160,11 @@ class RuleTracer:
         under one label per function (``Scenario.function_fingerprint``): the scenarios of a function
         share f's evaluations (``EvaluationMemo``), so a reference may stand on values another of them
         computed. Call the given function after the block. Inside a cell, the cell's lines stop meanwhile
-        (the reference is not the cell's), as in ``paused``.
+        (the reference is not the cell's), as in ``paused``. The project's own caches are emptied first,
+        as before a cell: a value an earlier cell cached would be read without running a line.
         """
         label = f"reference {function}"
+        self.dependencies.before_cell()
         recording = self._current
         was_paused = recording is not None and recording.paused
         inside_cell = recording is not None and not was_paused

@@ -21,7 +21,14 @@ from gradci.scenarios.reference.answer import ReferenceCache
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
 
 HELPERS = '''
+import functools
+
 CALLS = []
+
+
+@functools.cache
+def scale():
+    return 1.0
 
 
 def unit():
@@ -41,7 +48,7 @@ from keptref import helpers
 
 
 def f(x):
-    return np.sum(x * x) * helpers.unit()
+    return np.sum(x * x) * helpers.unit() * helpers.scale()
 
 
 def scenarios():
@@ -117,3 +124,10 @@ def test_nothing_is_kept_where_the_run_does_not_keep_references(project):
     with tracing(tracer):
         references.answer(scenario)
     assert references.kept_for_later() == []
+
+
+def test_a_value_an_earlier_cell_cached_is_computed_again_and_recorded(project):
+    root, scenario = project
+    sys.modules["keptref.model"].f(scenario.x)  # an earlier cell ran f: scale() is cached
+    _, [reference] = kept(root, scenario)
+    assert "scale" in reference.depends["files"]["keptref/helpers.py"]["kept"]
