@@ -4,8 +4,9 @@ A pull request that changed one rule re-runs the cells that reached it, and thei
 but always computed from code the change did not touch, cost most of its wait: finite differences
 evaluate f dozens of times. A default-branch push's job asks its runner to keep each reference it
 computes (``keep_references``), with the dependency record of that computation (the project's code
-it ran, the files it read: ``gradci.scenarios.rules.tracing``), stamps the environment and commit
-on it here, as it does on a cell's record, and stores it (``gradci.services.db.carried_references``).
+it ran, the files it read: ``gradci.scenarios.rules.tracing``), stamps the environment on it here,
+as it does on a cell's record (not the commit: the same inputs at the next commit make the same
+record, stored once), and stores it (``gradci.services.db.carried_references``).
 
 A later run's job (one that carries from a base run: a full run computes everything), before its
 cells, looks up its scenarios' stored references and offers its runner those whose record digests
