@@ -335,9 +335,9 @@ def check_cells(
     options = dict(request.options)
     tracer = source.tracer() if options.pop("rule_coverage", False) else None
     offer_references(options.pop("references", None) or [])
+    keep_references = bool(options.pop("keep_references", False))
     if tracer is not None:  # a default branch's run keeps its references, with what computing them read
-        tracer.records_references = bool(options.pop("keep_references", False))
-    options.pop("keep_references", None)
+        tracer.records_references = keep_references
     power = bool(options.pop("power", False)) and tracer is not None  # it re-runs the cells that reached a rule
     warm_up([backend for backend in map(get_backend, dict.fromkeys([*request.backends, *request.peers]))
              if not scenario.implementation_missing(backend.framework)])
@@ -378,7 +378,7 @@ def check_cells(
     kept = [{"key": kept.key, "payload": base64.b64encode(kept.payload).decode(),
              "depends": {**kept.depends, "scenario": fingerprint}} for kept in shared_cache().kept_for_later()]
     return messages.CellsReply(cells=stamped, restart=restart, rules=[rule.to_dict() for rule in rules],
-                               references=kept if tracer.records_references else None)
+                               references=kept if keep_references else None)
 
 
 def offer_references(offers: Iterable[Mapping[str, Any]]) -> None:

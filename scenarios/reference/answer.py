@@ -153,8 +153,7 @@ class ReferenceCache:
             with reference_record(scenario.function_fingerprint()) as record:
                 tangent, refs = compute_references(scenario, memo=self.memo)
             found = ReferenceAnswer(scenario, tangent, refs)
-            payload = _encoded(tangent, refs) if record is not None else None
-            if record is not None and payload is not None:
+            if record is not None and (payload := _encoded(tangent, refs)) is not None:
                 self._kept_for_later[key] = KeptReference(key, payload, record())
         self._entries[key] = found
         if len(self._entries) > self._maxsize:

@@ -160,35 +160,19 @@ class RuleTracer:
         under one label per function (``Scenario.function_fingerprint``): the scenarios of a function
         share f's evaluations (``EvaluationMemo``), so a reference may stand on values another of them
         computed. Call the given function after the block. Inside a cell, the cell's lines stop meanwhile
-        (the reference is not the cell's), as in ``paused``. The project's own caches are emptied first,
+        (``paused``: the reference is not the cell's). The project's own caches are emptied first,
         as before a cell: a value an earlier cell cached would be read without running a line.
         """
         label = f"reference {function}"
         self.dependencies.before_cell()
-        recording = self._current
-        was_paused = recording is not None and recording.paused
-        inside_cell = recording is not None and not was_paused
-        with warnings.catch_warnings():
+        with self.paused(), warnings.catch_warnings(), self.dependencies.watching(label):
             warnings.simplefilter("ignore")
-            if inside_cell:
-                self._coverage.stop()
-            if recording is not None:
-                recording.paused = True
+            self._coverage.start()
             try:
-                with self.dependencies.watching(label):
-                    self._coverage.start()
-                    try:
-                        self._coverage.switch_context(label)
-                        yield lambda: self.dependencies.record(label, self._read(label), forget=False)
-                    finally:
-                        self._coverage.stop()
+                self._coverage.switch_context(label)
+                yield lambda: self.dependencies.record(label, self._read(label), forget=False)
             finally:
-                if recording is not None:
-                    recording.paused = was_paused
-                if inside_cell:
-                    assert recording is not None
-                    self._coverage.start()
-                    self._coverage.switch_context(recording.label)
+                self._coverage.stop()
 
     def kept_program(self, key: Hashable, made: bool) -> None:
         """A cell made (``made``) or reused a kept compiled program: its trace's lines follow it."""

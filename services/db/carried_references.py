@@ -43,11 +43,12 @@ def keep_references(session: Session, repository_id: int, run_id: int, sha: str 
     rows: list[dict[str, Any]] = []
     records: dict[str, Mapping[str, Any]] = {}
     scenarios: set[str] = set()
-    for scenario, cache_key, payload, depends in references:
-        scenarios.add(scenario[:255])
+    for name, cache_key, payload, depends in references:
+        scenario = name[:255]  # the column's width
+        scenarios.add(scenario)
         digest = record_digest(depends)
         records[digest] = depends
-        rows.append({"repository_id": repository_id, "scenario": scenario[:255], "cache_key": cache_key,
+        rows.append({"repository_id": repository_id, "scenario": scenario, "cache_key": cache_key,
                      "depends_digest": digest, "payload": payload, "run_id": run_id, "sha": sha})
     if not rows:
         return 0
