@@ -16,9 +16,9 @@ import pytest
 
 from gradci.scenarios.affected.carry import ENVIRONMENT_KEY, CommitInputs
 from gradci.scenarios.affected.environment import environment
-from gradci.scenarios.authoring.project import load_project, load_scenarios
 from gradci.scenarios.reference.answer import ReferenceCache
 from gradci.scenarios.rules.tracing import RuleTracer, tracing
+from tests.engine.rules.projects import imported_copy
 
 HELPERS = '''
 import functools
@@ -58,16 +58,14 @@ def scenarios():
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[tuple[Path, object]]:
-    root = tmp_path / "project"
-    (root / "keptref").mkdir(parents=True)
-    (root / "keptref" / "__init__.py").write_text("")
-    (root / "keptref" / "helpers.py").write_text(textwrap.dedent(HELPERS))
-    (root / "keptref" / "model.py").write_text(textwrap.dedent(MODEL))
-    (root / "gradci.toml").write_text('[scenarios]\nmodules = ["keptref.model"]\n')
-    (scenario,) = load_scenarios(load_project(root))
-    yield root, scenario
-    for name in [name for name in sys.modules if name == "keptref" or name.startswith("keptref.")]:
-        del sys.modules[name]
+    source = tmp_path / "source"
+    (source / "keptref").mkdir(parents=True)
+    (source / "keptref" / "__init__.py").write_text("")
+    (source / "keptref" / "helpers.py").write_text(textwrap.dedent(HELPERS))
+    (source / "keptref" / "model.py").write_text(textwrap.dedent(MODEL))
+    (source / "gradci.toml").write_text('[scenarios]\nmodules = ["keptref.model"]\n')
+    for root, scenarios in imported_copy(source, "keptref", tmp_path):
+        yield root, scenarios["square/gradient"]
 
 
 def calls() -> list[int]:
