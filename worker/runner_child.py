@@ -117,15 +117,18 @@ class SourceCache:
         tracer = self.tracer()  # what the scenarios' imports run and read counts for every cell
         with tracer.loading() if tracer is not None else contextlib.nullcontext():
             found, self.file_matrix = _load(root, family)
+        from gradci.scenarios.authoring.fingerprints import walks_shared
+
         self.scenarios = {scenario.name: scenario for scenario in found}
-        self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
-        self.listing = [
-            messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
-                                   fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
-                                   function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()),
-                                   file=file, line=line)
-            for s in found for file, line in [_definition(s.defined_at(), root)]
-        ]
+        with walks_shared():  # the scenarios walk the same library: each object of it is walked once
+            self.fingerprints = {scenario.name: scenario.fingerprint() for scenario in found}
+            self.listing = [
+                messages.ScenarioEntry(name=s.name, operator=s.operator, dtypes=list(s.dtypes), tags=list(s.tags),
+                                       fingerprint=self.fingerprints[s.name], requirements=s.requirements.to_dict(),
+                                       function=s.function_fingerprint(), lacks=list(s.lacked_frameworks()),
+                                       file=file, line=line)
+                for s in found for file, line in [_definition(s.defined_at(), root)]
+            ]
         self.loaded = True
         return self
 

@@ -5,8 +5,10 @@ A fingerprint decides whether two scenarios may share a reference (the cache) an
 correct backend fails against the other scenario's gradient. So everything a function reads is
 hashed: its code, defaults, closure, the globals its code names, and whatever those hold —
 containers, objects' attributes, bound methods' objects, framework modules' parameters, tensors by
-content — followed to any depth, each object once (a reference back to one already hashed is
-hashed as that reference, so cycles end).
+content — followed to any depth (a reference back to an object being hashed is hashed as that
+reference, so cycles end). The scenarios of one listing walk the same library: inside
+``walks_shared`` they share what each object came to, so that each is walked once, not once per
+scenario, with the fingerprints they would have alone.
 
 What cannot be read (an object of a C type with no attributes to look at: an open file, a lock, a
 foreign handle) makes the hash *incomplete*: it is still stable, but the scenario's function is
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import ast
 import collections
+import contextlib
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -27,8 +31,8 @@ import random
 import sys
 import types
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,16 +43,33 @@ _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # type: ignore[at
 
 
 class Hasher:
-    """One fingerprint being computed.
+    """One fingerprint being computed: a walk of the objects read, each summed up on its own.
 
-    The digest, the objects already hashed, and whether everything read could be hashed.
+    Each object read is hashed into a digest of its own (a frame), and its parent reads that digest.
+    An object met again while its walk is under way, or not yet summed up, is named by how many visits
+    back it was (so cycles end, and two equal cycles hash equal). An object whose walk leaned on
+    nothing visited before it has a summary that is the same wherever it is met from outside its
+    cycles: it is kept in ``known`` and read from there the next time, by this walk or any other
+    sharing ``known``, unless an object it shares a cycle with is being walked (then walking it again
+    gives another summary, and it is walked again). Its visits count as one, as a summary read from
+    ``known`` does, so that what a fingerprint comes to never depends on what was walked before it.
     """
 
-    def __init__(self, digest: Any | None = None) -> None:
-        self.digest = digest if digest is not None else hashlib.sha256()
-        self.complete = True
-        self._seen: dict[int, int] = {}
-        self._alive: list[Any] = []  # keeps hashed objects alive, so that their ids stay theirs
+    def __init__(self, known: Known | None = None) -> None:
+        self.known = known if known is not None else Known()
+        self.frames = [_Frame(0)]  # the walk's root, then the objects being walked, innermost last
+        self._visits = 0  # objects visited so far (an object summed up from its own walk counts once)
+        self._visited: dict[int, int] = {}  # id -> visit number, of objects visited and not yet summed up
+        self._order: list[int] = []  # those ids in the order visited
+
+    @property
+    def digest(self) -> Any:
+        """The digest of the object being walked (the walk's own at its root)."""
+        return self.frames[-1].digest
+
+    @property
+    def complete(self) -> bool:
+        return self.frames[0].complete
 
     def text(self, value: str) -> None:
         self.digest.update(value.encode())
@@ -58,32 +79,109 @@ class Hasher:
         if isinstance(obj, _ATOMS):
             self.text(f"{type(obj).__name__}:{obj!r}")
             return
-        if id(obj) in self._seen:
-            self.text(f"<again {self._seen[id(obj)]}>")
+        frame, key = self.frames[-1], id(obj)
+        known = self.known.summaries.get(key)
+        if known is not None and not any(member in self._visited for member in known.cycle):
+            self._visits += 1  # as many visits as walking it and summing it up counts
+            self.text(f"<{known.digest}>")
+            frame.complete &= known.complete
             return
-        self._seen[id(obj)] = len(self._seen)
-        self._alive.append(obj)
+        seen = self._visited.get(key)
+        if seen is not None:
+            self.text(f"<again {self._visits - seen}>")
+            frame.low = min(frame.low, seen)
+            return
+        self._visits += 1
+        self._visited[key] = self._visits
+        self._order.append(key)
+        self.known.alive.append(obj)  # while ``known`` lives, no other object takes this one's id
+        walked = _Frame(self._visits)
+        self.frames.append(walked)
         try:
             _hash(obj, self)
         except RecursionError:
             raise
         except Exception:  # noqa: BLE001 - a property that raises, a repr that fails: what it held is unknown
             self.unreadable(obj)
+        self.frames.pop()
+        summary = walked.digest.hexdigest()
+        self.text(f"<{summary}>")
+        frame.complete &= walked.complete
+        if walked.low < walked.start:  # it leaned on an object visited before it: its summary is this walk's
+            frame.low = min(frame.low, walked.low)
+            return
+        # What its walk visited and did not sum up leaned on it: those objects share a cycle with it. Met
+        # again from inside that cycle (one of them being walked), it is walked again, as it would be alone.
+        cycle = []
+        while self._order and self._visited[self._order[-1]] >= walked.start:
+            member = self._order.pop()
+            del self._visited[member]
+            if member != key:
+                cycle.append(member)
+        self.known.summaries[key] = Summary(summary, walked.complete, frozenset(cycle))
+        self._visits = walked.start
 
     def unreadable(self, obj: Any) -> None:
-        self.complete = False
+        self.frames[-1].complete = False
         self.text(f"<unreadable {type(obj).__module__}.{type(obj).__qualname__}>")
+
+
+class _Frame:
+    """One object's walk: its digest, its first visit's number, the earliest visit it leaned on."""
+
+    __slots__ = ("complete", "digest", "low", "start")
+
+    def __init__(self, start: int) -> None:
+        self.digest = hashlib.sha256()
+        self.start = self.low = start
+        self.complete = True
+
+
+class Summary(NamedTuple):
+    """What an object's walk came to, and the objects that share a cycle with it (by id)."""
+
+    digest: str
+    complete: bool
+    cycle: frozenset[int]
+
+
+class Known:
+    """Summaries of objects whose walk leaned on nothing outside itself, by id, for walks to share.
+
+    Valid while the objects do not change: the walks of one listing, not a process's lifetime.
+    """
+
+    def __init__(self) -> None:
+        self.summaries: dict[int, Summary] = {}
+        self.alive: list[Any] = []  # the objects walked, kept alive so that their ids stay theirs
+
+
+_shared: contextvars.ContextVar[Known | None] = contextvars.ContextVar("gradci_fingerprints_shared", default=None)
+
+
+@contextlib.contextmanager
+def walks_shared() -> Iterator[None]:
+    """Let the fingerprints computed inside share their walks' summaries.
+
+    For one listing's scenarios, which walk the same library (a solver's classes and functions) each:
+    nothing they read may change inside. A fingerprint is the same with sharing as without.
+    """
+    token = _shared.set(Known())
+    try:
+        yield
+    finally:
+        _shared.reset(token)
 
 
 def fingerprint_of(*objects: Any) -> tuple[str, bool]:
     """(hex digest, complete) of ``objects`` together."""
-    hasher = Hasher()
+    hasher = Hasher(_shared.get())
     try:
         for obj in objects:
             hasher.add(obj)
     except RecursionError:  # a structure deeper than Python's stack: read up to there
-        hasher.complete = False
-    return hasher.digest.hexdigest(), hasher.complete
+        hasher.frames[0].complete = False
+    return hasher.frames[0].digest.hexdigest(), hasher.complete
 
 
 @functools.singledispatch

@@ -11,11 +11,14 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import gradci
 from gradci import Scenario
 from gradci._testing import planted
-from gradci.scenarios.authoring.fingerprints import _source_of, fingerprint_of
+from gradci.scenarios.authoring.fingerprints import _source_of, fingerprint_of, walks_shared
 from gradci.scenarios.reference.answer import ReferenceCache
 
 
@@ -127,6 +130,65 @@ def test_cycles_end_and_equal_cycles_hash_equal():
     assert fingerprint_of(ring(1.0))[0] != fingerprint_of(ring(2.0))[0]
 
 
+def boxes(values: list[int], edges: list[list[int]]) -> list[Box]:
+    """A graph of boxes: box i holds values[i] and the boxes edges[i] names (cycles and shared parts)."""
+    nodes = [Box(None) for _ in values]
+    for node, value, targets in zip(nodes, values, edges):
+        node.content = [value, *(nodes[target % len(nodes)] for target in targets)]
+    return nodes
+
+
+graphs = st.integers(1, 9).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(0, 2), min_size=n, max_size=n),
+    st.lists(st.lists(st.integers(0, n - 1), max_size=3), min_size=n, max_size=n),
+    st.permutations(range(n))))
+
+
+@given(graphs)
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_walks_shared_give_each_fingerprint_as_alone(graph):
+    """Fingerprints computed sharing their walks (a listing's) are those computed one by one, whatever the order.
+
+    Graphs with cycles, shared parts and unreadable objects: a summary kept from one walk is only reused
+    where it is the same as walking again, or a scenario's fingerprint would depend on its neighbours.
+    """
+    values, edges, order = graph
+    nodes = boxes(values, edges)
+    nodes[0].lock = threading.Lock()  # unreadable: incomplete, and so is whatever reaches it
+    alone = {index: fingerprint_of(nodes[index]) for index in order}
+    with walks_shared():
+        shared = {index: fingerprint_of(nodes[index]) for index in order}
+    assert shared == alone
+    again = boxes(values, edges)  # an equal graph of other objects: the same fingerprints
+    again[0].lock = threading.Lock()
+    assert {index: fingerprint_of(again[index]) for index in order} == alone
+
+
+@given(graphs, st.integers(0, 8))
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_a_value_reached_changes_the_fingerprint_shared_or_not(graph, changed):
+    """Any value a box reaches, however far round a cycle, moves its fingerprint, shared walks or not."""
+    values, edges, order = graph
+    changed %= len(values)
+    moved = [v + 10 if i == changed else v for i, v in enumerate(values)]
+    before, after = boxes(values, edges), boxes(moved, edges)
+    for index in order:
+        reaches = _reached(edges, index, len(values))
+        with walks_shared():
+            one, other = fingerprint_of(before[index]), fingerprint_of(after[index])
+        assert (one != other) == (changed in reaches), (index, reaches)
+
+
+def _reached(edges: list[list[int]], start: int, n: int) -> set[int]:
+    found, todo = {start}, [start]
+    while todo:
+        for target in edges[todo.pop()]:
+            if target % n not in found:
+                found.add(target % n)
+                todo.append(target % n)
+    return found
+
+
 def test_what_cannot_be_read_is_never_shared():
     lock = threading.Lock()  # a C object with no attributes: what it holds is unknown
     digest, complete = fingerprint_of(lock)
@@ -228,6 +290,36 @@ def test_scenarios_sharing_a_library_read_each_objects_source_once(monkeypatch) 
     assert len(set(prints)) == 5  # each scenario its own (its scale differs)
     assert reads.count(Solver) == 1 and reads.count(Solver.step) == 1, reads
 
+
+
+def test_a_listings_scenarios_walk_their_library_once(monkeypatch) -> None:
+    """Inside ``walks_shared`` (a listing), a library object every scenario reaches is walked once in all,
+    and each scenario's fingerprint is the one it has alone."""
+    from gradci.scenarios.authoring import fingerprints
+
+    walked: list[object] = []
+    real = fingerprints._hash
+
+    def counted(obj, h):
+        walked.append(obj)
+        return real(obj, h)
+
+    solver = Solver()
+
+    def make(scale):
+        def f(x):
+            return (solver.step(x) * scale).sum()
+        return f
+
+    def scenarios():
+        return [Scenario(f"s{i}", "gradient", make(float(i)), np.ones(2)) for i in range(5)]
+
+    alone = [s.fingerprint() for s in scenarios()]
+    monkeypatch.setattr(fingerprints, "_hash", counted)
+    with walks_shared():
+        shared = [s.fingerprint() for s in scenarios()]
+    assert shared == alone
+    assert walked.count(Solver) == 1 and walked.count(solver) == 1, walked.count(Solver)
 
 CLASSES = '''\
 import functools
