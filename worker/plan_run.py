@@ -30,6 +30,7 @@ from gradci.scenarios.contract.devices import CPU, CUDA
 from gradci.scenarios.contract.matrix import Matrix
 from gradci.services import planner
 from gradci.services.db.availability import DATABASE_UNAVAILABLE
+from gradci.services.db.carried_references import scenarios_with_references
 from gradci.services.db.cell_costs import last_timed_run, scenario_costs
 from gradci.services.db.cell_risk import cells_reaching, failing_cells, rule_methods
 from gradci.services.db.jobs import finish_job, jobs_of_run, lock_run, record_catalog, store_jobs
@@ -45,6 +46,7 @@ from gradci.worker import carrying
 from gradci.worker.checkout import CheckoutError
 from gradci.worker.context import WorkerContext
 from gradci.worker.job_execution import engine_options
+from gradci.worker.reference_carrying import offered_references
 from gradci.worker.runner import RunnerError
 from gradci.worker.sources import RunRef, Source, load_source
 
@@ -86,8 +88,8 @@ def plan_jobs(run_id: int, context: WorkerContext, send_job: SendJob,
             online = online_counts_by_device(session, within_s=settings.worker_online_s)
             gpus = gpu_workers(session, within_s=settings.worker_online_s)
             slots = online_slots(session, within_s=settings.worker_online_s)
-            costs = _costs(session, run, slots) if settings.job_balance else None
-            earlier = last_timed_run(session, run)  # whose cells say which may fail now
+            earlier = last_timed_run(session, run)  # whose cells' timings weigh the jobs, and say which may fail
+            costs = _costs(session, earlier, ref, slots) if settings.job_balance and earlier is not None else None
     if jobs:
         ended = _end_waits(ref, overdue, context, send_finalize) if overdue else set()
         _send_all([(job_id, queue) for job_id, queue in waiting if job_id not in ended], send_job)
@@ -174,16 +176,16 @@ def _carried_whole(ref: RunRef, context: WorkerContext, send_finalize: SendFinal
     return True
 
 
-def _costs(session: Session, run: Run, slots: int) -> Costs | None:
-    """The weights of the run's jobs: its repository's last timed run's cells (None: no such run).
+def _costs(session: Session, earlier: int, run: RunRef, slots: int) -> Costs:
+    """The weights of the run's jobs: its repository's last timed run's cells, ``earlier``'s.
 
     Shared among ``slots``, the jobs the online workers run at once: a worker of concurrency 8 takes
     eight jobs at a time, and a cut into four jobs per worker would leave half of its processes idle.
+    A scenario whose references the run is offered is priced without them.
     """
-    earlier = last_timed_run(session, run)
-    if earlier is None:
-        return None
-    return Costs(scenario_costs(session, earlier), workers=max(1, slots))
+    offered = (scenarios_with_references(session, run.repository_id)
+               if run.repository_id is not None and offered_references(run) else set())
+    return Costs(scenario_costs(session, earlier, offered), workers=max(1, slots))
 
 
 def _risk(database: str, earlier: int | None, rules: Sequence[Mapping[str, Any]]) -> Risk | None:

@@ -31,6 +31,15 @@ from gradci.worker.sources import RunRef, Source
 log = logging.getLogger(__name__)
 
 
+def offered_references(run: RunRef) -> bool:
+    """Whether the run's jobs are offered the references kept for its repository's scenarios.
+
+    A pull request's, which carries from a base run: a full run computes everything again, its
+    references too (that is what it is asked for), and a trusted run keeps its own.
+    """
+    return run.repository_id is not None and not run.trusted and run.carrying
+
+
 class JobReferences:
     """What one job's requests add to carry references: keep them (a trusted run), or offer them."""
 
@@ -41,8 +50,7 @@ class JobReferences:
         repository = run.repository_id if source.root is not None else None
         self.keeping = keep and repository is not None and run.trusted
         self.offers: dict[str, list[dict[str, Any]]] = {}
-        # A full run computes everything again, its references too: that is what it is asked for.
-        if repository is not None and not run.trusted and run.carrying:
+        if repository is not None and offered_references(run):
             try:
                 self.offers = self._valid_offers(repository, scenarios)
             except Exception:  # when in doubt, compute: a reference offered wrongly would decide verdicts

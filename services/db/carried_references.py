@@ -78,3 +78,9 @@ def stored_references(session: Session, repository_id: int, scenarios: Collectio
             .order_by(CarriedReference.id.desc()).limit(PER_SCENARIO))
         found += [StoredReference(*row) for row in rows]
     return found
+
+
+def scenarios_with_references(session: Session, repository_id: int) -> set[str]:
+    """The repository's scenarios some reference is kept for."""
+    return set(session.scalars(select(CarriedReference.scenario).distinct()
+                               .where(CarriedReference.repository_id == repository_id)))

@@ -9,6 +9,7 @@ sum over a scenario's cells on a backend and kind of device is that scenario's c
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -35,25 +36,33 @@ def last_timed_run(session: Session, run: Run) -> int | None:
     return session.scalar(timed.order_by(Run.id.desc()).limit(1))
 
 
-def scenario_costs(session: Session, run_id: int) -> dict[CostKey, float]:
-    """Seconds per (scenario, backend, device kind) in run ``run_id``: its jobs' wall time shared out."""
+def scenario_costs(session: Session, run_id: int, references_offered: Collection[str] = frozenset()
+                   ) -> dict[CostKey, float]:
+    """Seconds per (scenario, backend, device kind) in run ``run_id``: its jobs' wall time shared out.
+
+    ``references_offered``: scenarios whose references the run to plan is offered (kept from an earlier
+    run, ``gradci.worker.reference_carrying``): their cells' share of the wall leaves out what computing
+    the reference took. Priced with it, a pull request's few re-run cells look like several jobs' worth,
+    and each extra job waits for a runner of its own.
+    """
     walls = {job_id: (finished - started).total_seconds() for job_id, started, finished in session.execute(
         select(Job.id, Job.started_at, Job.finished_at)
         .where(Job.run_id == run_id, Job.status == JobStatus.done.value))
         if started is not None and finished is not None}
     cells = session.execute(
         select(Result.job_id, Result.scenario, Result.backend, Result.device,
-               func.coalesce(Result.first_call_ms, 0) + func.coalesce(Result.reference_ms, 0)
-               + func.coalesce(Result.time_ms, 0))
+               func.coalesce(Result.first_call_ms, 0) + func.coalesce(Result.time_ms, 0),
+               func.coalesce(Result.reference_ms, 0))
         .where(Result.run_id == run_id, Result.job_id.in_(list(walls))).execution_options(yield_per=5000))
-    by_job: dict[int, list[tuple[CostKey, float]]] = defaultdict(list)
-    for job_id, scenario, backend, device, own_ms in cells:
+    by_job: dict[int, list[tuple[CostKey, float, float]]] = defaultdict(list)
+    for job_id, scenario, backend, device, own_ms, reference_ms in cells:
         assert job_id is not None, "selected by job"
-        by_job[job_id].append(((scenario, backend, device_kind(device)), float(own_ms)))
+        by_job[job_id].append(((scenario, backend, device_kind(device)), float(own_ms), float(reference_ms)))
     costs: dict[CostKey, float] = defaultdict(float)
     for job_id, members in by_job.items():
         wall = max(walls[job_id], 0.0)
-        total = sum(own for _, own in members)
-        for key, own in members:  # a job none of whose cells has a timing is shared out equally
-            costs[key] += wall * (own / total if total > 0 else 1 / len(members))
+        total = sum(own + reference for _, own, reference in members)
+        for key, own, reference in members:  # a job none of whose cells has a timing is shared out equally
+            priced = own if key[0] in references_offered else own + reference
+            costs[key] += wall * (priced / total if total > 0 else 1 / len(members))
     return dict(costs)

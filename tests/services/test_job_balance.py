@@ -27,6 +27,7 @@ from gradci.worker.context import WorkerContext
 from gradci.worker.device_discovery import parse_worker_device
 from gradci.worker.heartbeat import Heartbeat
 from gradci.worker.plan_run import _costs as plan_run_costs
+from gradci.worker.sources import RunRef
 
 
 def finish_time(job_seconds: list[float], workers: int) -> float:
@@ -114,15 +115,57 @@ def test_costs_are_the_last_timed_runs_job_walls_shared_out_by_cell_timings(data
     with session_scope(database_url) as session:
         session.execute(update(Run).where(Run.id == unrelated).values(status=RunStatus.passed.value))
         assert last_timed_run(session, session.get(Run, later)) == earlier
+        assert last_timed_run(session, session.get(Run, earlier)) is None  # nothing timed before it
         costs = scenario_costs(session, earlier)
         # what plan_run weighs the later run's jobs with: these costs, shared by every online job slot
-        weights = plan_run_costs(session, session.get(Run, later), 3)
-        assert weights is not None and weights.workers == 3 and weights.seconds == costs
-        assert plan_run_costs(session, session.get(Run, earlier), 2) is None  # nothing timed before it
+        weights = plan_run_costs(session, earlier, RunRef.of(session.get(Run, later)), 3)
+        assert weights.workers == 3 and weights.seconds == costs
+        # offered scenario_00001's reference, the run prices it without its 20 ms of 30: 15 s × 10/150
+        assert scenario_costs(session, earlier, {"scenario_00001"})[("scenario_00001", "jax-rev", "cpu")] \
+            == pytest.approx(1.0)
     # job 1: 15 s over 150 ms of cell timings: 30/150, 120/150
     assert costs == pytest.approx({("scenario_00001", "jax-rev", "cpu"): 3.0,
                                    ("scenario_00002", "jax-rev", "cpu"): 12.0,
                                    ("scenario_00003", "jax-rev", "cuda"): 4.0})
+
+
+def test_a_pull_request_offered_references_prices_its_scenarios_without_them(database_url, make_run, cell_factory):
+    """A pull request is offered the references its repository's default branch kept: its few re-run
+    cells cost their own time, not their references'. Priced with them, one rule's cells look like
+    several jobs, and each extra job waits for a runner of its own. A default-branch push computes (and
+    keeps) its references: priced with them."""
+    from gradci.services.db.carried_references import keep_references
+    from gradci.services.db.runs import get_or_create_repository
+
+    url = "https://github.com/Codertocat/Hello-World"
+    with session_scope(database_url) as session:
+        repository = get_or_create_repository(session, url, "Codertocat/Hello-World")
+        base = Run(repository=repository, head_sha="b" * 40, trigger="push", status=RunStatus.passed.value)
+        session.add(base)
+        session.flush()
+        [job] = store_jobs(session, lock_run(session, base.id),
+                           [JobSpec("jax-rev", "cpu", "cpu", ("kept", "computed"))])
+        upsert_results(session, base.id, [cell_factory(1) | {"scenario": "kept", "first_call_ms": 10.0,
+                                                               "reference_ms": 90.0, "time_ms": 0.0},
+                                           cell_factory(2) | {"scenario": "computed", "first_call_ms": 10.0,
+                                                               "reference_ms": 90.0, "time_ms": 0.0}],
+                       job_id=job.id)
+        started = utcnow() - timedelta(minutes=1)
+        session.execute(update(Job).where(Job.id == job.id).values(
+            status=JobStatus.done.value, started_at=started, finished_at=started + timedelta(seconds=20)))
+        keep_references(session, repository.id, base.id, "b" * 40, [("kept", "key", b"payload", {"files": {}})])
+        pull = Run(repository=repository, head_sha="c" * 40, base_sha="b" * 40, trigger="webhook",
+                   pr_number=7, carry={"base_run_id": base.id})
+        push = Run(repository=repository, head_sha="d" * 40, base_sha="b" * 40, trigger="push",
+                   carry={"base_run_id": base.id})
+        session.add_all([pull, push])
+        session.flush()
+        for run in (pull, push):
+            assert last_timed_run(session, run) == base.id
+        offered = plan_run_costs(session, base.id, RunRef.of(pull), 2).seconds
+        computed = plan_run_costs(session, base.id, RunRef.of(push), 2).seconds
+    assert offered == pytest.approx({("kept", "jax-rev", "cpu"): 1.0, ("computed", "jax-rev", "cpu"): 10.0})
+    assert computed == pytest.approx({("kept", "jax-rev", "cpu"): 10.0, ("computed", "jax-rev", "cpu"): 10.0})
 
 
 def test_a_run_is_cut_for_every_online_job_slot_not_every_worker(database_url, tmp_path):
