@@ -28,7 +28,7 @@ from typing import Any
 from gradci.scenarios.affected.recording import inside
 from gradci.scenarios.affected.source_digest import bytes_digest
 
-PACKAGES = ("gradci", "numpy", "scipy", "jax", "jaxlib", "torch", "ml_dtypes", "opt_einsum")
+PACKAGES = ("gradci", "numpy", "scipy", "jax", "jaxlib", "torch", "ml_dtypes", "opt_einsum", "optree")
 CUDA_PACKAGES = ("nvidia-", "jax-cuda", "jax_cuda")
 CONFIG_FILES = ("gradci.toml", "pyproject.toml", "setup.cfg", "setup.py", "uv.lock", "poetry.lock", "pdm.lock",
                 "Pipfile.lock", "pixi.lock", "environment.yml", "conda-lock.yml")

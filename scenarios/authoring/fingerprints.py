@@ -38,7 +38,11 @@ import numpy as np
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
 _FRAMEWORKS = ("torch", "jax", "jaxlib", "numpy", "optree")
-_ENVIRONMENT = frozenset(sys.stdlib_module_names) | {"builtins", *_FRAMEWORKS}
+# Python's and the packages whose versions every cell's record holds (``affected.environment.PACKAGES``,
+# gradci aside: the built-in scenarios' functions live in it): their code is named, not read. A new
+# version of one is a new environment, which re-runs every cell; reading scipy's classes (torchdiffeq's
+# scipy solver reaches them) was a third of a pull request's listing.
+_ENVIRONMENT = frozenset(sys.stdlib_module_names) | {"builtins", *_FRAMEWORKS, "scipy", "ml_dtypes", "opt_einsum"}
 _TUPLE_FIELD = type(collections.namedtuple("_Pair", "a b").a)  # type: ignore[attr-defined]  # a namedtuple's field accessor, read off a class mypy cannot see
 
 
@@ -301,7 +305,8 @@ def _(obj: types.MethodType, h: Hasher) -> None:
 @_hash.register
 def _(obj: types.FunctionType, h: Hasher) -> None:
     h.text(f"function {obj.__qualname__}")
-    h.text(_source_of(obj))
+    environment = _of_the_environment(obj)
+    h.text(f"of {obj.__module__}" if environment else _source_of(obj))
     _hash_code_object(obj.__code__, h)
     h.add(obj.__defaults__)
     h.add(obj.__kwdefaults__)
@@ -310,7 +315,7 @@ def _(obj: types.FunctionType, h: Hasher) -> None:
             h.add(cell.cell_contents)
         except ValueError:  # an empty cell (a name not bound yet)
             h.text("<empty cell>")
-    if _of_the_environment(obj):
+    if environment:
         # Python's or a framework's (a torch autograd.Function's apply, torch.func.grad's wrapper): its
         # globals are its module's registries and caches, which whatever ran earlier in the process
         # has changed (the pytree types an import registered). Read, they moved the fingerprint, and the

@@ -321,6 +321,35 @@ def test_a_listings_scenarios_walk_their_library_once(monkeypatch) -> None:
     assert shared == alone
     assert walked.count(Solver) == 1 and walked.count(solver) == 1, walked.count(Solver)
 
+
+def test_only_code_whose_version_every_cell_records_is_named_unread() -> None:
+    """A package whose code a fingerprint names without reading must be one whose version every cell's
+    environment records: a change in it then re-runs every cell. Any other library's code is read, or a
+    change in it would carry cells that ran it."""
+    from gradci.scenarios.affected.environment import PACKAGES
+    from gradci.scenarios.authoring import fingerprints
+
+    named = fingerprints._ENVIRONMENT - set(sys.stdlib_module_names) - {"builtins"}
+    assert named <= set(PACKAGES), named - set(PACKAGES)
+
+
+def test_a_scenario_reaching_scipy_reads_none_of_its_source(monkeypatch) -> None:
+    """scipy's version is the environment's: its classes and functions are named, not read (torchdiffeq's
+    scipy solver reaches scipy.integrate's: reading them was a third of a pull request's listing)."""
+    from scipy.integrate import RK45, solve_ivp  # the function and the class themselves, as torchdiffeq holds them
+
+    from gradci.scenarios.authoring import fingerprints
+
+    read: list[object] = []
+    real = fingerprints._source_of
+    monkeypatch.setattr(fingerprints, "_source_of", lambda obj: read.append(obj) or real(obj))
+
+    def f(x):
+        return solve_ivp(lambda t, y: -y, (0.0, 1.0), x, method=RK45).y[:, -1].sum()
+
+    Scenario("scipy/ode", "gradient", f, np.ones(2)).fingerprint()
+    assert read and not [obj for obj in read if getattr(obj, "__module__", "").startswith("scipy")], read
+
 CLASSES = '''\
 import functools
 
