@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
 
@@ -58,6 +59,17 @@ def entered_functions(spans: Iterable[FunctionSpan], lines: Iterable[int]) -> se
 
 def python_digest(source: bytes, kept: Iterable[str]) -> str:
     """The digest of a Python file's code with the bodies of functions not in ``kept`` left out."""
+    return _python_digest(source, frozenset(kept))
+
+
+@functools.lru_cache(maxsize=256)
+def _python_digest(source: bytes, kept: frozenset[str]) -> str:
+    """``python_digest``, once per text and set of functions in a process.
+
+    A pull request's planner asks for the same digests three times (may the run be carried whole,
+    which cells are carried, which references are offered), each of a parse and a dump of the file;
+    the text itself is the key, so an edited file is digested again.
+    """
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

@@ -71,6 +71,23 @@ def test_comments_blank_lines_and_moved_lines_do_not_count():
     assert digest(moved, {"Rule.backward"}) == digest(SOURCE, {"Rule.backward"})
 
 
+
+def test_a_text_is_parsed_once_per_set_of_functions_and_an_edit_is_parsed_again(monkeypatch):
+    """A pull request's planner asks three times for the same digests (carry it whole? which cells? which
+    references?): one parse per text and set of functions. The text is the key: an edited file is
+    digested again, never answered from what its old text came to."""
+    import ast
+
+    parsed: list[object] = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda source, *a, **k: parsed.append(source) or real(source, *a, **k))
+    text = SOURCE.replace("LIMIT = 3", "LIMIT = 33")  # a text no other test digested in this process
+    first = digest(text, {"Rule.backward"})
+    assert digest(text, {"Rule.backward"}) == first and len(parsed) == 1
+    assert digest(text, {"Rule.jvp"}) != first and len(parsed) == 2
+    edited = text.replace("return 2 * g", "return 3 * g")
+    assert digest(edited, {"Rule.backward"}) != first and len(parsed) == 3
+
 def test_a_file_that_does_not_parse_counts_byte_for_byte():
     broken = SOURCE + "def (:\n"
     assert digest(broken, set()).startswith(UNPARSEABLE)
