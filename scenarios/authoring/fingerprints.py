@@ -54,9 +54,10 @@ class Hasher:
     back it was (so cycles end, and two equal cycles hash equal). An object whose walk leaned on
     nothing visited before it has a summary that is the same wherever it is met from outside its
     cycles: it is kept in ``known`` and read from there the next time, by this walk or any other
-    sharing ``known``, unless an object it shares a cycle with is being walked (then walking it again
-    gives another summary, and it is walked again). Its visits count as one, as a summary read from
-    ``known`` does, so that what a fingerprint comes to never depends on what was walked before it.
+    sharing ``known``, unless an object it shares a cycle with was visited and is not summed up yet
+    (walking it again then gives another summary, and it is walked again). Its visits count as one,
+    as a summary read from ``known`` does, so that what a fingerprint comes to never depends on what
+    was walked before it.
     """
 
     def __init__(self, known: Known | None = None) -> None:
@@ -85,7 +86,7 @@ class Hasher:
             return
         frame, key = self.frames[-1], id(obj)
         known = self.known.summaries.get(key)
-        if known is not None and not any(member in self._visited for member in known.cycle):
+        if known is not None and not self._inside(known.cycle):
             self._visits += 1  # as many visits as walking it and summing it up counts
             self.text(f"<{known.digest}>")
             frame.complete &= known.complete
@@ -124,6 +125,12 @@ class Hasher:
                 cycle.append(member)
         self.known.summaries[key] = Summary(summary, walked.complete, frozenset(cycle))
         self._visits = walked.start
+
+    def _inside(self, cycle: frozenset[int]) -> bool:
+        """Whether an object of ``cycle`` was visited and is not summed up yet (the smaller set is looked through)."""
+        if len(cycle) <= len(self._visited):
+            return any(member in self._visited for member in cycle)
+        return any(visited in cycle for visited in self._visited)
 
     def unreadable(self, obj: Any) -> None:
         self.frames[-1].complete = False
