@@ -24,7 +24,7 @@ from gradci.scenarios.contract.errors import ScenarioInputError
 from gradci.scenarios.numerics.complex_parts import cotangent_like_outputs
 from gradci.scenarios.numerics.reference_values import Probe, Reference, ReferenceUnavailable
 from gradci.scenarios.numerics.shapes import shape_mismatch
-from gradci.scenarios.numerics.tolerances import at_point, decides, required
+from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, Tolerance, at_point, decides, required
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
 from gradci.scenarios.reference.evaluation_memo import EvaluationMemo
 from gradci.scenarios.reference.flat_function import FlatFunction, ravel
@@ -512,8 +512,7 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None,
         return tangent, _analytic(scenario, builder.g.value, tangent)
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
-    strictest = at_point(required(scenario.dtypes, scenario.rtol, scenario.atol), builder.g.value, scenario.x,
-                         OPERATOR_RECORDS[scenario.operator].order)
+    strictest = strictest_tolerance(scenario, builder.g.value)
     references = []
     for t in tangents:
         reference = _with_failure(builder, functools.partial(recipe, builder, t))
@@ -526,24 +525,53 @@ def compute_references(scenario: Scenario, settings: FDSettings | None = None,
     return tangent, references
 
 
+def strictest_tolerance(scenario: Scenario, value: Any) -> Tolerance:
+    """The tolerance a reference of ``scenario`` (f(x) = ``value``) must decide: its dtypes' strictest, at x."""
+    return at_point(required(scenario.dtypes, scenario.rtol, scenario.atol), value, scenario.x,
+                    OPERATOR_RECORDS[scenario.operator].order)
+
+
 # Where the fixed steps of ``step_spread`` agree with each other and not with the reference, a second
 # reference starts at the largest of them that agreed with the smaller ones: a few fourth-order iterations
 # (steps s, s/2, s/4 of x's size), along the first reference's own probe directions.
-def _small_step_settings(step: float) -> FDSettings:
+def _small_step_settings(step: float, maxiter: int = 3) -> FDSettings:
     return FDSettings(order=4, probe_order=4, line_probe_order=4, initial_steps=(step,), line_probe_steps=(step,),
-                      maxiter=3, relative_steps=True)
+                      maxiter=maxiter, relative_steps=True)
+
+
+# Where that second reference cannot decide, its steps are lost in f's rounding, which a k-th difference
+# magnifies to about eps·|f|/stepᵏ: from s = 1e-4 (the step of 1e-3 reached a kink) down to s/4, a second
+# difference rounds 100 times as much as at the 2.5e-4 the tolerance's floor is set for
+# (``numerics.tolerances.SECOND_DIFFERENCE_STEP``), and a piecewise-linear f's exact-zero curvature (|f| ≈ 36)
+# came out as 1e-5 ± 1e-4: "reference unreliable". It is taken again from these multiples of s, smallest first
+# and all below the fixed step that disagreed (10·s), until it decides. Two iterations each, the fewest that
+# give an error estimate: where rounding dominates, each halving of the step only adds to it.
+LARGER_STEPS = (2.0, 4.0, 8.0)
+LARGER_STEP_ITERATIONS = 2
 
 
 def small_step_references(scenario: Scenario, tangent: Any, references: list[Reference],
                           step: float) -> list[Reference]:
-    """The references again, from ``step`` down: what the verdict asks where the first was the outlier."""
+    """The references again, from ``step`` down: what the verdict asks where the first was the outlier.
+
+    Where they cannot decide the scenario's strictest tolerance, they are taken again from a few larger
+    steps (``LARGER_STEPS``), each element keeping its most accurate value that agrees with the one it replaces.
+    """
     tangents = list(tangent) if isinstance(tangent, Tangents) else [tangent]
     recipe = OPERATOR_RECORDS[scenario.operator].finite_differences
     out = []
     for t, reference in zip(tangents, references):
         along = None if reference.is_full else [(p.u, p.w) for p in reference.probes]
         builder = ReferenceBuilder(scenario, _small_step_settings(step), along=along)
-        out.append(_with_failure(builder, functools.partial(recipe, builder, t)))
+        again = _with_failure(builder, functools.partial(recipe, builder, t))
+        strictest = strictest_tolerance(scenario, builder.g.value)
+        for factor in LARGER_STEPS:
+            if decides(again, strictest):
+                break
+            larger = ReferenceBuilder(scenario, _small_step_settings(factor * step, LARGER_STEP_ITERATIONS),
+                                      along=along)
+            again = most_accurate(again, _with_failure(larger, functools.partial(recipe, larger, t)), agreeing=True)
+        out.append(again)
     return out
 
 
@@ -559,14 +587,29 @@ def _with_failure(builder: ReferenceBuilder, compute: Callable[[], Reference]) -
                                    f"{str(failure).strip()[:200]})") from None
 
 
-def most_accurate(a: Reference, b: Reference) -> Reference:
-    """Element by element (probe by probe), the value with the smaller error estimate."""
-    if a.is_full:
-        def pick(error_a, error_b, from_a, from_b):
-            return np.where(np.asarray(error_b) < np.asarray(error_a), from_b, from_a)
+def most_accurate(a: Reference, b: Reference, *, agreeing: bool = False) -> Reference:
+    """Element by element (probe by probe), the value with the smaller error estimate.
 
-        errors = (a.full_error, b.full_error)
-        return dataclasses.replace(a, full=optree.tree_map(pick, *errors, a.full, b.full),
-                                   full_error=optree.tree_map(pick, *errors, *errors))
-    probes = [pb if pb.error < pa.error else pa for pa, pb in zip(a.probes, b.probes)]
+    ``agreeing``: ``b``'s only where it also agrees with ``a``'s, apart by no more than
+    ``REFERENCE_ERROR_FACTOR`` times their two error estimates (the margin the verdict gives a
+    reference). A larger step's stencil that reached the kink ``a``'s steps stay clear of is told by
+    its own error estimate, which the kink inflates; this guards the rare one it leaves small.
+    """
+    def take_b(error_a: Any, error_b: Any, value_a: Any, value_b: Any) -> Any:
+        error_a, error_b = np.asarray(error_a), np.asarray(error_b)
+        smaller = error_b < error_a
+        if not agreeing:
+            return smaller
+        apart = np.abs(np.asarray(value_a) - np.asarray(value_b))
+        return smaller & (apart <= REFERENCE_ERROR_FACTOR * (error_a + error_b))
+
+    if a.is_full:
+        chosen = optree.tree_map(take_b, a.full_error, b.full_error, a.full, b.full)
+
+        def pick(take: Any, from_a: Any, from_b: Any) -> Any:
+            return np.where(take, from_b, from_a)
+
+        return dataclasses.replace(a, full=optree.tree_map(pick, chosen, a.full, b.full),
+                                   full_error=optree.tree_map(pick, chosen, a.full_error, b.full_error))
+    probes = [pb if take_b(pa.error, pb.error, pa.value, pb.value) else pa for pa, pb in zip(a.probes, b.probes)]
     return dataclasses.replace(a, probes=probes)

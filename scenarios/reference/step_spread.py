@@ -9,7 +9,8 @@ taken from the last steps it tried, can be confidently wrong. A cell that fails 
 reference has no verdict: it is an error that says so (``gradci.scenarios.check``), never a fail.
 Where the fixed steps agree with each other and the reference alone disagrees (it started at a
 larger step, across a kink or a max-switch of a piecewise-linear f), the reference is the outlier:
-``outlier`` says so, and the verdict takes a second reference from the small steps.
+``outlier`` says so, and the verdict takes a second reference from the small steps. So it does where the
+reference agrees with them but its error estimate cannot decide.
 
 Computed only for cells that would fail, once per scenario (``ReferenceAnswer.steadiness``).
 """
@@ -23,9 +24,9 @@ import optree
 
 from gradci.scenarios.authoring.scenario import Scenario, Tangents
 from gradci.scenarios.numerics.reference_values import Reference, flat_leaves
-from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR
+from gradci.scenarios.numerics.tolerances import REFERENCE_ERROR_FACTOR, decides
 from gradci.scenarios.operators.records import OPERATOR_RECORDS
-from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder
+from gradci.scenarios.reference.finite_differences import FDSettings, ReferenceBuilder, strictest_tolerance
 from gradci.scenarios.reference.flat_function import FlatFunction
 from gradci.scenarios.reference.jumps import Jump, nearest_jump
 
@@ -64,7 +65,8 @@ class StepSpread:
     # What truncation and rounding explain at each step, for the worst element (the evidence's margin).
     worst_explained: list[float] = dataclasses.field(default_factory=list)
     # Where the fixed steps from this one down agree with each other and the reference alone does not
-    # (the module's doc): the step a second reference starts from; None where they do not.
+    # (the module's doc), or agrees but cannot decide: the step a second reference starts from; None where
+    # they do not.
     outlier_step: float | None = None
     small_steps: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list, repr=False)
 
@@ -149,6 +151,7 @@ def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -
     small_steps: list[tuple[np.ndarray, np.ndarray]] = []  # per tangent: the agreeing steps below the start
     order = OPERATOR_RECORDS[scenario.operator].order
     rounding = _rounding(flat, order)
+    strictest = strictest_tolerance(scenario, flat.value)
     for t, reference in zip(tangents, references):
         along = None if reference.is_full else [(p.u, p.w) for p in reference.probes]
         estimates = []
@@ -167,7 +170,9 @@ def step_spread(scenario: Scenario, tangent: Any, references: list[Reference]) -
             rows, explained_rows = fixed[tail:], _explained(fixed[tail:], rounding[tail:])
             apart = _unexplained(np.concatenate([rows, reference_rows[0]]),
                                  np.concatenate([explained_rows, reference_rows[1]]))
-            if np.any(apart > 0):
+            # Agreeing with them but too uncertain to decide (its first steps reached the kink the small
+            # ones stay clear of, or its last ones were lost in f's rounding), it is retaken from them too.
+            if np.any(apart > 0) or not decides(reference, strictest):
                 outlier = max(outlier, tail + 1)
                 small_steps.append((rows[1:], explained_rows[1:]))
             else:
