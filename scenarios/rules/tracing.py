@@ -105,14 +105,8 @@ class RuleTracer:
             self._clear_jitted()
         self.dependencies.before_cell()
         try:
-            with _backward_on_this_thread(framework), warnings.catch_warnings(), self.dependencies.watching(key):
-                warnings.simplefilter("ignore")  # coverage.py's own, about measuring: nothing of the cell's
-                self._coverage.start()
-                try:
-                    self._coverage.switch_context(recording.label)
-                    yield
-                finally:
-                    self._coverage.stop()
+            with _backward_on_this_thread(framework), self._measured(key, recording.label):
+                yield
         finally:
             self._current = None
             self._store(key, recording)
@@ -122,15 +116,21 @@ class RuleTracer:
     def loading(self) -> Iterator[None]:
         """The project's scenarios load in this block: what its imports run and read counts for every cell."""
         label = "loading"
+        with self._measured(label, label):
+            yield
+        self.dependencies.after(label, self._read(label))
+
+    @contextlib.contextmanager
+    def _measured(self, label: Hashable, context: str) -> Iterator[None]:
+        """coverage.py measuring this block under ``context``, the dependency recorder watching ``label``."""
         with warnings.catch_warnings(), self.dependencies.watching(label):
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # coverage.py's own, about measuring: nothing of the block's
             self._coverage.start()
             try:
-                self._coverage.switch_context(label)
+                self._coverage.switch_context(context)
                 yield
             finally:
                 self._coverage.stop()
-        self.dependencies.after(label, self._read(label))
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -165,14 +165,8 @@ class RuleTracer:
         """
         label = f"reference {function}"
         self.dependencies.before_cell()
-        with self.paused(), warnings.catch_warnings(), self.dependencies.watching(label):
-            warnings.simplefilter("ignore")
-            self._coverage.start()
-            try:
-                self._coverage.switch_context(label)
-                yield lambda: self.dependencies.record(label, self._read(label), forget=False)
-            finally:
-                self._coverage.stop()
+        with self.paused(), self._measured(label, label):
+            yield lambda: self.dependencies.record(label, self._read(label), forget=False)
 
     def kept_program(self, key: Hashable, made: bool) -> None:
         """A cell made (``made``) or reused a kept compiled program: its trace's lines follow it."""
